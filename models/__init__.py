@@ -1,0 +1,1 @@
+"""Bundled models: MNIST and ResNet trained across a Slurm allocation."""
