@@ -1,0 +1,50 @@
+"""The ``slurmtf`` console script: one entry point, one module per subcommand."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+# subcommand -> (module with `main(argv) -> int`, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "resolve": ("slurmtf.resolver", "print TF_CONFIG for this Slurm task (or --explain, --export)"),
+    "sandbox": ("slurmtf.sandbox", "start, inspect or stop a local multi-node Slurm cluster"),
+    "submit": ("slurmtf.submit", "submit a training job or a sweep (job array) with submitit"),
+    "status": ("slurmtf.watch", "show the state of a job"),
+    "logs": ("slurmtf.watch", "print or follow a job's per-rank logs"),
+    "cancel": ("slurmtf.watch", "cancel a job"),
+}
+
+# Subcommands whose module takes the subcommand name as its first argument.
+_PASS_NAME = {"status", "logs", "cancel"}
+
+
+def usage() -> str:
+    width = max(len(name) for name in SUBCOMMANDS)
+    lines = ["usage: slurmtf COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += ["", "Run `slurmtf COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in SUBCOMMANDS:
+        print(
+            f"slurmtf: unknown command {name!r}. HINT: one of {', '.join(SUBCOMMANDS)}",
+            file=sys.stderr,
+        )
+        return 2
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    sub_argv = [name, *rest] if name in _PASS_NAME else rest
+    result: int = module.main(sub_argv)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())
