@@ -1,0 +1,13 @@
+"""A local multi-node Slurm cluster for trying job scripts and for end-to-end tests.
+
+Python API: ``Sandbox(dir, nodes, gpus_per_node)`` with ``up()``, ``down()``,
+``status()``, ``env()`` and ``run(args)``. CLI: ``slurmtf sandbox up|status|down|env``
+(``main(argv)``). See docs/SANDBOX.md.
+"""
+
+from __future__ import annotations
+
+from slurmtf.sandbox.cli import main
+from slurmtf.sandbox.core import Sandbox, SandboxError
+
+__all__ = ["Sandbox", "SandboxError", "main"]

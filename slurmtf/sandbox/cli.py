@@ -1,0 +1,68 @@
+"""``slurmtf sandbox up|status|down|env``: argparse front end of :class:`Sandbox`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurmtf.errors import SlurmtfError
+from slurmtf.sandbox import config as cfgmod
+from slurmtf.sandbox.core import Sandbox, default_dir
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmtf sandbox",
+        description="A local multi-node Slurm cluster (munged, slurmctld, N slurmd) "
+        "with fake GPUs, all state in one directory.",
+        epilog='Then: eval "$(slurmtf sandbox env)"; sbatch jobs/mnist.sbatch',
+    )
+    parser.add_argument(
+        "command", choices=["up", "status", "down", "env"], help="what to do with the sandbox"
+    )
+    parser.add_argument(
+        "--dir",
+        type=Path,
+        default=None,
+        help=f"state directory (default $SLURMTF_SANDBOX_DIR or {default_dir()})",
+    )
+    parser.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
+    parser.add_argument(
+        "--gpus-per-node", type=int, default=2, help="fake GPUs per node (default 2; 0 = none)"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node)
+    try:
+        if args.command == "up":
+            t0 = time.monotonic()
+            started = sandbox.up()
+            cfg = sandbox.config()
+            if started:
+                took = time.monotonic() - t0
+                names = ", ".join(cfg.node_names)
+                print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
+                      f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}",
+                      file=sys.stderr)  # fmt: skip
+            else:
+                print(f"sandbox already up in {sandbox.dir}", file=sys.stderr)
+            print(f"HINT: eval the lines below, or: source {sandbox.dir}/env.sh", file=sys.stderr)
+            print(cfgmod.render_env(cfg), end="")
+        elif args.command == "down":
+            stopped = sandbox.down()
+            print(f"sandbox {'stopped' if stopped else 'was not running'}: {sandbox.dir}")
+        elif args.command == "status":
+            print(sandbox.status())
+            return 0 if sandbox.is_up() else 3
+        else:
+            print(cfgmod.render_env(sandbox.config()), end="")
+    except SlurmtfError as exc:
+        print(f"slurmtf sandbox {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,372 @@
+"""A local multi-node Slurm cluster: munged + slurmctld + N slurmd, all state in one dir.
+
+``Sandbox(dir, nodes, gpus_per_node).up()`` writes the configuration, starts the
+daemons and waits until every node is idle; ``down()`` cancels jobs, stops the
+daemons it started (by PID) and kills what the jobs left behind. The PIDs, ports and
+mount namespaces live in ``<dir>/sandbox.json``, so a later process can stop it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slurmtf.errors import SlurmtfError
+from slurmtf.sandbox import config as cfgmod
+from slurmtf.sandbox import daemons
+from slurmtf.sandbox.config import SandboxConfig
+
+log = logging.getLogger(__name__)
+
+PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
+_BINARIES = ("slurmctld", "slurmd", "sbatch", "munged", "mungekey", "unshare")
+STATE_FILE = "sandbox.json"
+START_TIMEOUT_S = 30.0
+
+
+class SandboxError(SlurmtfError, RuntimeError):
+    """The sandbox could not be started or stopped; the message carries log tails."""
+
+
+def default_dir() -> Path:
+    return Path(os.environ.get("SLURMTF_SANDBOX_DIR") or "/tmp/slurmtf-sandbox")
+
+
+def ensure_installed() -> None:
+    """Install Slurm and munge from Debian packages when a binary is missing (root only)."""
+    missing = [
+        b for b in _BINARIES if shutil.which(b) is None and not Path(f"/usr/sbin/{b}").exists()
+    ]
+    if not missing:
+        return
+    if os.geteuid() != 0:
+        raise SandboxError(
+            f"missing {', '.join(missing)}; installing them needs root. "
+            f"HINT: apt-get install {' '.join(PACKAGES)}"
+        )
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    print(f"sandbox: installing {' '.join(PACKAGES)}", file=sys.stderr)
+    for cmd in (
+        ["apt-get", "update", "-qq"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES, "util-linux"],
+    ):
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise SandboxError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
+
+
+def _pick_ports(sandbox_dir: Path, count: int) -> int:
+    """A base port with ``count`` free ports after it, preferring the dir's own base."""
+    low, high = cfgmod.PORT_RANGE
+    start = cfgmod.preferred_port_base(sandbox_dir, count)
+    step = cfgmod.MAX_NODES + 1
+    for offset in range(0, high - low, step):
+        base = low + (start - low + offset) % (high - low - step)
+        if all(daemons.port_free(base + i) for i in range(count)):
+            return base
+    raise SandboxError(f"no {count} free consecutive ports in {low}-{high}")
+
+
+@dataclass
+class Sandbox:
+    """One sandbox directory. ``up()``, ``down()``, ``status()``, ``env()``.
+
+    ``env()`` is the environment (a copy of ``os.environ`` with ``SLURM_CONF`` and
+    the shim's bin dir first on ``PATH``) to pass to Slurm commands and jobs.
+    """
+
+    dir: Path = field(default_factory=default_dir)
+    nodes: int = 3
+    gpus_per_node: int = 2
+    cfg: SandboxConfig | None = None
+
+    def __post_init__(self) -> None:
+        self.dir = Path(self.dir).absolute()
+
+    # ---- state -------------------------------------------------------------
+    @property
+    def state_path(self) -> Path:
+        return self.dir / STATE_FILE
+
+    def _read_state(self) -> dict[str, object]:
+        try:
+            data: dict[str, object] = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data
+
+    def _write_state(self, state: dict[str, object]) -> None:
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=2, sort_keys=True) + "\n")
+        tmp.replace(self.state_path)
+
+    def _pids(self) -> dict[str, int]:
+        raw = self._read_state().get("pids", {})
+        return {str(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+
+    def _config_from_state(self) -> SandboxConfig | None:
+        state = self._read_state()
+        if "ctld_port" not in state:
+            return None
+        ports = state.get("slurmd_ports", [])
+        return SandboxConfig(
+            dir=self.dir,
+            nodes=int(str(state["nodes"])),
+            gpus_per_node=int(str(state["gpus_per_node"])),
+            ctld_port=int(str(state["ctld_port"])),
+            slurmd_ports=tuple(int(p) for p in ports) if isinstance(ports, list) else (),
+        )
+
+    def config(self) -> SandboxConfig:
+        if self.cfg is None:
+            self.cfg = self._config_from_state()
+        if self.cfg is None:
+            raise SandboxError(
+                f"no sandbox in {self.dir}. HINT: slurmtf sandbox up --dir {self.dir}"
+            )
+        return self.cfg
+
+    def live_daemons(self) -> dict[str, int]:
+        """The recorded daemons that still run (checked against their command line)."""
+        marker = str(self.dir)
+        return {name: pid for name, pid in self._pids().items() if daemons.alive(pid, marker)}
+
+    def is_up(self) -> bool:
+        pids = self._pids()
+        return bool(pids) and len(self.live_daemons()) == len(pids)
+
+    # ---- environment and commands -----------------------------------------
+    def env(self, base: dict[str, str] | None = None) -> dict[str, str]:
+        cfg = self.config()
+        env = dict(os.environ if base is None else base)
+        env["SLURM_CONF"] = str(cfg.conf_path)
+        env["PATH"] = f"{cfg.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+        env["SLURMTF_SANDBOX_DIR"] = str(self.dir)
+        return env
+
+    def run(
+        self, args: list[str], timeout: float = 60.0, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Run a Slurm client command against this sandbox."""
+        done = subprocess.run(
+            args, env=self.env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
+        if check and done.returncode != 0:
+            raise SandboxError(
+                f"{' '.join(args)} failed (exit {done.returncode}): {done.stderr.strip()}"
+            )
+        return done
+
+    def node_states(self) -> dict[str, str]:
+        done = self.run(["sinfo", "-h", "-N", "-o", "%N %T"], timeout=15, check=False)
+        states = {}
+        for line in done.stdout.splitlines():
+            parts = line.split()
+            if len(parts) == 2:
+                states[parts[0]] = parts[1]
+        return states
+
+    # ---- up ----------------------------------------------------------------
+    def up(self, timeout: float = START_TIMEOUT_S) -> bool:
+        """Start the sandbox; return False if it was already up (nothing done)."""
+        if self.is_up():
+            self.cfg = self._config_from_state()
+            return False
+        if self._pids():
+            self.down()  # half up: stop what is left and start clean
+        ensure_installed()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        base = _pick_ports(self.dir, self.nodes + 1)
+        cfg = SandboxConfig(
+            dir=self.dir,
+            nodes=self.nodes,
+            gpus_per_node=self.gpus_per_node,
+            ctld_port=base,
+            slurmd_ports=tuple(base + 1 + i for i in range(self.nodes)),
+        )
+        self.cfg = cfg
+        self._write_files(cfg)
+        state: dict[str, object] = {
+            "nodes": cfg.nodes,
+            "gpus_per_node": cfg.gpus_per_node,
+            "ctld_port": cfg.ctld_port,
+            "slurmd_ports": list(cfg.slurmd_ports),
+            "cluster_name": cfg.cluster_name,
+            "pids": {},
+            "namespaces": [],
+        }
+        self._write_state(state)
+        try:
+            self._start_daemons(cfg, state, timeout)
+        except BaseException:
+            self.down()
+            raise
+        return True
+
+    def _write_files(self, cfg: SandboxConfig) -> None:
+        d = cfg.dir
+        for sub in ("state", "run", "log", "dev", "bin", *(f"spool/{n}" for n in cfg.node_names)):
+            (d / sub).mkdir(parents=True, exist_ok=True)
+        munge_dir = d / "munge"
+        munge_dir.mkdir(exist_ok=True)
+        munge_dir.chmod(0o755)  # munged refuses a 700 socket directory
+        key = munge_dir / "munge.key"
+        if not key.exists():
+            done = subprocess.run(
+                ["mungekey", "-c", "-k", str(key)], capture_output=True, text=True, check=False
+            )
+            if done.returncode != 0:
+                raise SandboxError(f"mungekey failed: {done.stderr.strip()}")
+        key.chmod(0o400)
+        for dev in d.glob("dev/nvidia*"):
+            dev.unlink()
+        for dev in cfgmod.gpu_device_paths(cfg):
+            dev.symlink_to("/dev/null")
+        (d / "log" / "jobcomp.log").write_text("")
+        cfg.conf_path.write_text(cfgmod.render_slurm_conf(cfg))
+        (d / "gres.conf").write_text(cfgmod.render_gres_conf(cfg))
+        base_hosts = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
+        (d / "hosts").write_text(cfgmod.render_hosts(base_hosts, cfg.node_names))
+        (d / "env.sh").write_text(cfgmod.render_env(cfg))
+        shim = cfg.bin_dir / "sacct"
+        shim.write_text(cfgmod.render_sacct_shim(sys.executable, d))
+        shim.chmod(0o755)
+
+    def _start_daemons(self, cfg: SandboxConfig, state: dict[str, object], timeout: float) -> None:
+        d = cfg.dir
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+        env["SLURM_CONF"] = str(cfg.conf_path)
+        pids: dict[str, int] = {}
+        namespaces: list[str] = []
+        state["pids"], state["namespaces"] = pids, namespaces
+        deadline = time.monotonic() + timeout
+
+        munge = d / "munge"
+        pids["munged"] = daemons.start(
+            ["munged", "-F", f"--key-file={munge}/munge.key", f"--socket={cfg.munge_socket}",
+             f"--pid-file={munge}/munged.pid", f"--log-file={d}/log/munged.log",
+             f"--seed-file={munge}/munged.seed"],
+            d / "log" / "munged.out", env,
+        )  # fmt: skip
+        self._write_state(state)
+        self._wait(cfg.munge_socket.exists, "munged", deadline, d / "log/munged.log")
+
+        hosts = d / "hosts"
+        pids["slurmctld"] = daemons.start(
+            ["slurmctld", "-D", "-c", "-i", "-f", str(cfg.conf_path)],
+            d / "log" / "slurmctld.out", env, hosts,
+        )  # fmt: skip
+        self._write_state(state)
+        for node in cfg.node_names:
+            pids[f"slurmd-{node}"] = daemons.start(
+                ["slurmd", "-D", "-f", str(cfg.conf_path), "-N", node],
+                d / "log" / f"slurmd-{node}.out", env, hosts,
+            )  # fmt: skip
+        self._write_state(state)
+        time.sleep(0.05)
+        for pid in pids.values():
+            ns = daemons.mount_ns(pid)
+            if ns and ns not in namespaces and ns != daemons.mount_ns(os.getpid()):
+                namespaces.append(ns)
+        self._write_state(state)
+
+        def all_idle() -> bool:
+            self._check_alive(cfg)
+            states = self.node_states()
+            return len(states) == cfg.nodes and all(s == "idle" for s in states.values())
+
+        self._wait(all_idle, "all nodes idle", deadline, d / "log" / "slurmctld.log")
+
+    def _check_alive(self, cfg: SandboxConfig) -> None:
+        for name, pid in self._pids().items():
+            daemons.reap(pid)
+            if not daemons.alive(pid, str(self.dir)):
+                logfile = {"munged": "munged.log", "slurmctld": "slurmctld.log"}.get(
+                    name, f"{name}.log"
+                )
+                out = cfg.dir / "log" / f"{name}.out"
+                raise SandboxError(
+                    f"{name} (pid {pid}) exited during start-up.\n"
+                    f"--- {cfg.dir}/log/{logfile}:\n{daemons.log_tail(cfg.dir / 'log' / logfile)}\n"
+                    f"--- {out}:\n{daemons.log_tail(out)}"
+                )
+
+    def _wait(self, ready: Callable[[], bool], what: str, deadline: float, logfile: Path) -> None:
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            if self.cfg is not None:
+                self._check_alive(self.cfg)
+            time.sleep(0.1)
+        raise SandboxError(
+            f"timed out waiting for {what}.\n--- {logfile}:\n{daemons.log_tail(logfile)}"
+        )
+
+    # ---- down --------------------------------------------------------------
+    def cancel_all_jobs(self, timeout: float = 20.0) -> None:
+        if "slurmctld" not in self.live_daemons():
+            return
+        jobs = self.run(["squeue", "-h", "-o", "%A"], timeout=15, check=False).stdout.split()
+        if not jobs:
+            return
+        self.run(["scancel", *jobs], timeout=15, check=False)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = self.run(
+                ["squeue", "-h", "-t", "PD,R,CG,S,CF,RQ,SE", "-o", "%A"], timeout=15, check=False
+            )
+            if done.returncode == 0 and not done.stdout.split():
+                return
+            time.sleep(0.2)
+
+    def down(self) -> bool:
+        """Stop everything this sandbox started; return False if nothing was running."""
+        pids = self._pids()
+        if not pids:
+            return False
+        marker = str(self.dir)
+        try:
+            if self.cfg is None:
+                self.cfg = self._config_from_state()
+            self.cancel_all_jobs()
+        except (SlurmtfError, subprocess.TimeoutExpired) as exc:
+            log.warning("could not cancel jobs: %s", exc)
+        state = self._read_state()
+        raw_ns = state.get("namespaces", [])
+        namespaces = {str(n) for n in raw_ns} if isinstance(raw_ns, list) else set()
+        live = {name: pid for name, pid in pids.items() if daemons.alive(pid, marker)}
+        namespaces |= {daemons.mount_ns(pid) for pid in live.values()}
+        slurm = {pid: marker for name, pid in live.items() if name != "munged"}
+        daemons.stop(slurm)
+        leftovers = daemons.pids_in_namespaces(namespaces)
+        daemons.kill_and_wait(leftovers)
+        if "munged" in live:
+            daemons.stop({live["munged"]: marker})
+        state["pids"], state["namespaces"] = {}, []
+        self._write_state(state)
+        return True
+
+    # ---- status ------------------------------------------------------------
+    def status(self) -> str:
+        pids = self._pids()
+        if not pids:
+            return f"sandbox {self.dir}: down"
+        live = self.live_daemons()
+        lines = [f"sandbox {self.dir}: {'up' if len(live) == len(pids) else 'DEGRADED'}"]
+        for name, pid in pids.items():
+            lines.append(f"  {name:<14} pid {pid:<8} {'running' if name in live else 'GONE'}")
+        if "slurmctld" in live:
+            lines.append("nodes:")
+            lines += [f"  {n} {s}" for n, s in self.node_states().items()]
+            jobs = self.run(["squeue", "-h", "-o", "%A %j %T %N"], timeout=15, check=False)
+            lines.append(f"jobs: {len(jobs.stdout.splitlines())}")
+            lines += ["  " + line for line in jobs.stdout.splitlines()]
+        return "\n".join(lines)

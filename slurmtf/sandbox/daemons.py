@@ -1,0 +1,174 @@
+"""Start and stop the sandbox's daemons by PID, and find what they left behind.
+
+Daemons run in the foreground (``-D``/``-F``) as children started in a new session,
+so the PID we record is the daemon itself. slurmctld and slurmd run inside a
+private mount namespace whose /etc/hosts maps the node names to loopback; job
+processes inherit it, which is also how leftovers are found at shutdown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+# Bind the private hosts file over /etc/hosts, then become the daemon (same PID).
+_NS_WRAPPER = 'mount --bind "$0" /etc/hosts && exec "$@"'
+
+
+def start(
+    argv: Sequence[str],
+    log: Path,
+    env: Mapping[str, str],
+    hosts: Path | None = None,
+) -> int:
+    """Start one foreground daemon detached from us; return its PID.
+
+    With ``hosts``, the daemon runs in a new mount namespace where that file is
+    /etc/hosts (``unshare`` and ``sh`` exec into it, so the PID is the daemon's).
+    """
+    cmd = list(argv)
+    if hosts is not None:
+        cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _NS_WRAPPER,
+               str(hosts), *cmd]  # fmt: skip
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            start_new_session=True,
+            close_fds=True,
+        )
+    return proc.pid
+
+
+def cmdline(pid: int) -> str:
+    """The process's command line with spaces between arguments ('' if gone)."""
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def is_zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rsplit(")", 1)[-1].split()[0] in {"Z", "X"}
+
+
+def alive(pid: int, marker: str) -> bool:
+    """True if ``pid`` runs and its command line contains ``marker`` (guards PID reuse)."""
+    return marker in cmdline(pid) and not is_zombie(pid)
+
+
+def reap(pid: int) -> None:
+    """Collect an exited child of ours, if it is one (no-op otherwise)."""
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def mount_ns(pid: int) -> str:
+    try:
+        return str(Path(f"/proc/{pid}/ns/mnt").readlink())
+    except OSError:
+        return ""
+
+
+def pids_in_namespaces(namespaces: Iterable[str], exclude: Iterable[int] = ()) -> list[int]:
+    """Every live process whose mount namespace is one of ``namespaces``."""
+    wanted = {ns for ns in namespaces if ns}
+    own = mount_ns(os.getpid())
+    wanted.discard(own)  # never the host's namespace
+    skip = set(exclude) | {os.getpid()}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        pid = int(entry.name)
+        if mount_ns(pid) in wanted and not is_zombie(pid):
+            found.append(pid)
+    return sorted(found)
+
+
+def pids_mentioning(text: str, exclude: Iterable[int] = ()) -> list[int]:
+    """Live processes whose command line contains ``text`` (e.g. a sandbox directory)."""
+    skip = set(exclude) | {os.getpid()}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) not in skip:
+            pid = int(entry.name)
+            if text in cmdline(pid) and not is_zombie(pid):
+                found.append(pid)
+    return sorted(found)
+
+
+def signal_all(pids: Iterable[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def stop(pids: Mapping[int, str], timeout: float = 10.0) -> list[int]:
+    """SIGTERM every live PID at once, wait, then SIGKILL the rest.
+
+    ``pids`` maps a PID to the marker its command line must contain, so a reused
+    PID belonging to someone else is never signalled. Returns PIDs that had to be
+    killed.
+    """
+    live = {pid for pid, marker in pids.items() if alive(pid, marker)}
+    signal_all(live, signal.SIGTERM)
+    killed = []
+    deadline = time.monotonic() + timeout
+    while live and time.monotonic() < deadline:
+        for pid in list(live):
+            reap(pid)
+            if not alive(pid, pids[pid]):
+                live.discard(pid)
+        if live:
+            time.sleep(0.1)
+    for pid in live:
+        killed.append(pid)
+        signal_all([pid], signal.SIGKILL)
+        reap(pid)
+    return killed
+
+
+def kill_and_wait(pids: Sequence[int], timeout: float = 5.0) -> None:
+    """SIGKILL ``pids`` (already checked to be ours) and wait until they are gone."""
+    signal_all(pids, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    left = list(pids)
+    while left and time.monotonic() < deadline:
+        for pid in left:
+            reap(pid)
+        left = [pid for pid in left if not is_zombie(pid)]
+        if left:
+            time.sleep(0.05)
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
+
+
+def log_tail(path: Path, lines: int = 20) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return f"(no log at {path})"
+    return "\n".join(text.splitlines()[-lines:])
