@@ -1,0 +1,177 @@
+"""What each task of a submitted job runs: resolve, export TF_CONFIG, run, requeue on 75.
+
+Under Slurm, submitit's ``srun`` starts one Python per task, which unpickles a
+:class:`TaskLauncher` and calls it. The launcher resolves this task's place in the
+cluster with :func:`slurmtf.resolver.resolve`, writes ``TF_CONFIG`` into the child's
+environment explicitly, runs the model (or the user's module, function or command) as a
+child process whose output goes to this rank's log, and maps its exit status:
+
+* 0: done.
+* 75 (preempted after saving a checkpoint): rank 0 runs ``scontrol requeue`` while
+  ``SLURM_RESTART_COUNT`` < ``--max_requeues``; the requeued job resumes from the
+  checkpoint. Other ranks return quietly, so ``srun --kill-on-bad-exit`` does not
+  interrupt rank 0 while it requeues.
+* anything else: this task exits with it, and ``--kill-on-bad-exit`` stops the others.
+
+Slurm delivers the preemption signal to every process of the step, the child included;
+the launcher only notes it (submitit's own handler would requeue at once, before the
+model has written its checkpoint).
+
+``python -m slurmtf.launch --spec=FILE [--params=JSON]`` runs the same code for
+``--cluster=local``; ``python -m slurmtf.launch --call MOD:FN -- ARGS`` calls a user's
+``FN(argv) -> int``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from slurmtf.errors import SlurmCommandError, SlurmtfError
+from slurmtf.jobspec import EXIT_PREEMPTED, JobSpec, parse_signal, task_command
+
+Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
+LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
+
+
+def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+    """The default runner: run ``argv`` (no shell), capture text output, never raise."""
+    return subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=120)
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One machine-readable JSON line on stdout (this rank's log)."""
+    print(json.dumps({"event": event, **fields}, sort_keys=True), flush=True)
+
+
+def job_id_of(environ: Mapping[str, str]) -> str:
+    """The id that names this job's files: ``ARRAY_TASK`` for array tasks, else the job id."""
+    array_id = environ.get("SLURM_ARRAY_JOB_ID")
+    task_id = environ.get("SLURM_ARRAY_TASK_ID")
+    if array_id and task_id:
+        return f"{array_id}_{task_id}"
+    return environ.get("SLURM_JOB_ID", "local")
+
+
+def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The child's environment: ours plus TF_CONFIG for this task (explicit export)."""
+    from slurmtf import resolver
+
+    env = dict(environ)
+    layout = resolver.resolve(env)
+    resolver.export_tf_config(layout, env)
+    return env
+
+
+def requeue(environ: Mapping[str, str], max_requeues: int, runner: Runner) -> bool:
+    """Rank 0: ``scontrol requeue`` this job unless ``--max_requeues`` is spent."""
+    restarts = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
+    job = environ.get("SLURM_JOB_ID", "")
+    if restarts >= max_requeues:
+        emit("requeue", done=False, restart_count=restarts, reason="max_requeues reached")
+        return False
+    result = runner(["scontrol", "requeue", job])
+    if result.returncode != 0:
+        raise SlurmCommandError(f"scontrol requeue {job}", result.returncode, result.stderr)
+    emit("requeue", done=True, job_id=job, restart_count=restarts, next_restart_count=restarts + 1)
+    return True
+
+
+def run_task(
+    spec: JobSpec,
+    params: Mapping[str, str],
+    environ: Mapping[str, str],
+    runner: Runner = run_command,
+    python: str = sys.executable,
+) -> int:
+    """Run this task's command; returns the exit status this task should end with."""
+    rank = int(environ.get("SLURM_PROCID", "0") or 0)
+    job = job_id_of(environ)
+    command = task_command(spec, params, python=python, job_id=job)
+    env = child_environment(environ)
+    emit(
+        "launch",
+        rank=rank,
+        job_id=job,
+        node=environ.get("SLURMD_NODENAME", ""),
+        restart_count=int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        params=dict(params),
+        command=command,
+        tf_config=json.loads(env.get("TF_CONFIG", "null")),
+    )
+    signum = signal.Signals["SIG" + parse_signal(spec.signal)]
+
+    def note(sig: int, frame: FrameType | None) -> None:
+        del frame
+        emit("signal", rank=rank, signal=signal.Signals(sig).name)
+
+    previous = signal.signal(signum, note)
+    try:
+        status = subprocess.call(command, env=env)
+    finally:
+        signal.signal(signum, previous)
+    emit("exit", rank=rank, status=status)
+    if status != EXIT_PREEMPTED:
+        return 0 if status == 0 else (status if status > 0 else 128 - status)
+    if environ.get(LOCAL_ENV) == "1":
+        return EXIT_PREEMPTED
+    if rank != 0:
+        return 0
+    return 0 if requeue(environ, spec.max_requeues, runner) else EXIT_PREEMPTED
+
+
+class TaskLauncher:
+    """The callable submitit pickles: plain data in, ``run_task`` at call time."""
+
+    def __init__(self, spec: JobSpec, params: Mapping[str, str]) -> None:
+        self.spec_json = spec.to_json()
+        self.params = dict(params)
+
+    def __call__(self) -> int:
+        spec = JobSpec.from_json(self.spec_json)
+        status = run_task(spec, self.params, os.environ)
+        if status:
+            # Not an exception: the task's exit status is the model's, for --kill-on-bad-exit
+            # and for the job's state.
+            raise SystemExit(status)
+        return 0
+
+
+def call_function(target: str, argv: Sequence[str]) -> int:
+    """Import ``MOD:FN`` and call ``FN(argv)``; ``None`` counts as success."""
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    result = obj(list(argv))
+    return 0 if result is None else int(result)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) >= 2 and args[0] == "--call":
+        rest = args[2:]
+        return call_function(args[1], rest[1:] if rest[:1] == ["--"] else rest)
+    spec_file = next((a.split("=", 1)[1] for a in args if a.startswith("--spec=")), None)
+    params_text = next((a.split("=", 1)[1] for a in args if a.startswith("--params=")), "{}")
+    if spec_file is None:
+        print("usage: python -m slurmtf.launch --spec=FILE [--params=JSON]", file=sys.stderr)
+        return 2
+    try:
+        spec = JobSpec.from_json(json.loads(Path(spec_file).read_text()))
+        return run_task(spec, json.loads(params_text), os.environ)
+    except SlurmtfError as exc:
+        print(f"slurmtf.launch: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

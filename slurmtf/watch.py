@@ -1,0 +1,267 @@
+"""``slurmtf status|logs|cancel JOB`` and the follower behind ``submit --wait``.
+
+State comes from ``squeue``/``scontrol`` while Slurm still knows the job, from ``sacct``
+where accounting exists, and otherwise from the ``exit`` lines the launcher writes to
+each rank's log, with a message saying so. Every Slurm command goes through one runner.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
+from slurmtf.launch import Runner, run_command
+
+FINAL = {
+    "COMPLETED": 0,
+    "FAILED": 1,
+    "CANCELLED": 130,
+    "TIMEOUT": 124,
+    "NODE_FAIL": 1,
+    "PREEMPTED": 1,
+    "OUT_OF_MEMORY": 137,
+    "BOOT_FAIL": 1,
+    "DEADLINE": 124,
+}
+DEFAULT_LOG_DIR = "slurmtf_logs"
+
+
+def log_paths(folder: Path, job_id: str, num_tasks: int, suffix: str = "out") -> list[Path]:
+    """Per-rank logs as submitit names them: ``<folder>/<job>_<rank>_log.<suffix>``."""
+    return [folder / f"{job_id}_{rank}_log.{suffix}" for rank in range(num_tasks)]
+
+
+def parse_scontrol(text: str) -> list[dict[str, str]]:
+    """``scontrol -o show job`` output -> one dict per job record (``Key=Value`` words)."""
+    records = []
+    for line in text.splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if fields:
+            records.append(fields)
+    return records
+
+
+def exit_status(state: str, exit_code: str) -> int:
+    """A final Slurm state and ``ExitCode=N:S`` -> the status ``--wait`` exits with."""
+    base = state.split(maxsplit=1)[0].rstrip("+")
+    if base == "COMPLETED":
+        return 0
+    code, _, sig = exit_code.partition(":")
+    if base == "FAILED" and code.isdigit() and int(code):
+        return int(code)
+    if sig.isdigit() and int(sig):
+        return 128 + int(sig)
+    return FINAL.get(base, 1)
+
+
+def job_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
+    """``[(state, exit_code), ...]`` (one per array task) or ``None`` when Slurm forgot it."""
+    result = runner(["scontrol", "-o", "show", "job", job_id])
+    if result.returncode != 0:
+        if "Invalid job id" in result.stderr:
+            return None
+        raise SlurmCommandError(f"scontrol show job {job_id}", result.returncode, result.stderr)
+    return [
+        (r.get("JobState", "UNKNOWN"), r.get("ExitCode", "0:0"))
+        for r in parse_scontrol(result.stdout)
+    ]
+
+
+def accounting_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
+    """``sacct`` states of the job's allocations, or ``None`` without accounting."""
+    result = runner(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode"])
+    if result.returncode != 0 or not result.stdout.strip():
+        return None
+    rows = [line.split("|") for line in result.stdout.strip().splitlines()]
+    return [(row[1], row[2]) for row in rows if len(row) >= 3]
+
+
+def logged_exit(path: Path) -> int | None:
+    """The status in the last ``{"event": "exit"}`` line of a rank's log, if any."""
+    status = None
+    for event in events(path):
+        if event.get("event") == "exit":
+            value = event.get("status", 1)
+            status = int(value) if isinstance(value, int | str) else 1
+    return status
+
+
+def events(path: Path) -> list[dict[str, object]]:
+    """The JSON event lines of a log (other lines are skipped)."""
+    out = []
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return []
+    for line in text.splitlines():
+        if line.startswith("{") and '"event"' in line:
+            try:
+                value = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(value, dict):
+                out.append(value)
+    return out
+
+
+def final_accuracy(path: Path) -> tuple[float, object] | None:
+    """Accuracy and step of the last ``eval`` event in the chief's log."""
+    found = None
+    for event in events(path):
+        if event.get("event") != "eval":
+            continue
+        keys = [k for k in event if "accuracy" in k]
+        key = "accuracy" if "accuracy" in event else (keys[0] if keys else None)
+        value = event.get(key) if key is not None else None
+        if isinstance(value, int | float):
+            found = (float(value), event.get("step"))
+    return found
+
+
+def state_line(job_id: str, runner: Runner, folder: Path) -> tuple[str, int | None]:
+    """One line about the job and, when it is over, its exit status."""
+    states = job_states(job_id, runner)
+    source = "scontrol"
+    if states is None:
+        states, source = accounting_states(job_id, runner), "sacct"
+    if states is None:
+        status = logged_exit(log_paths(folder, job_id, 1)[0])
+        where = "from its rank 0 log" if status is not None else "unknown"
+        return (
+            f"job {job_id}: no longer known to Slurm and accounting is unavailable (sacct); "
+            f"exit status {where}: {status if status is not None else '?'}. "
+            f"HINT: see `slurmtf logs {job_id} --log_dir={folder}`",
+            status,
+        )
+    text = ", ".join(f"{s} (exit {c})" for s, c in states)
+    done = all(s.split(maxsplit=1)[0].rstrip("+") in FINAL for s, _ in states)
+    status = max((exit_status(s, c) for s, c in states), default=1) if done else None
+    return f"job {job_id}: {text} [{source}]", status
+
+
+def follow(
+    job_id: str,
+    folder: Path,
+    num_tasks: int,
+    *,
+    runner: Runner = run_command,
+    out: TextIO = sys.stdout,
+    poll_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+    log_job: str | None = None,
+) -> int:
+    """Print rank 0's log as it grows until the job ends; summarize; return its status.
+
+    ``log_job`` names the log files when they differ from ``job_id`` (``123_0`` for the
+    first task of array ``123``).
+    """
+    log_job = log_job or job_id
+    rank0 = log_paths(folder, log_job, 1)[0]
+    offset = 0
+    last_line = ""
+    status: int | None = None
+    while status is None:
+        line, status = state_line(job_id, runner, folder)
+        if line != last_line:
+            print(f"slurmtf: {line}", file=out, flush=True)
+            last_line = line
+        offset = _print_new(rank0, offset, out)
+        if status is None:
+            sleep(poll_s)
+    _print_new(rank0, offset, out)
+    print(summary(log_job, folder, num_tasks, status), file=out, flush=True)
+    return status
+
+
+def _print_new(path: Path, offset: int, out: TextIO) -> int:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            data = handle.read()
+    except OSError:
+        return offset
+    if data:
+        out.write(data.decode(errors="replace"))
+        out.flush()
+    return offset + len(data)
+
+
+def summary(job_id: str, folder: Path, num_tasks: int, status: int) -> str:
+    """The closing lines: status, final accuracy (chief's eval line), per-rank logs."""
+    lines = [f"slurmtf: job {job_id} finished with exit status {status}"]
+    acc = final_accuracy(log_paths(folder, job_id, 1)[0])
+    if acc is not None:
+        lines.append(f"slurmtf: final accuracy {acc[0]:.4f} (step {acc[1]})")
+    lines.append("slurmtf: logs per rank:")
+    for rank, (o, e) in enumerate(
+        zip(
+            log_paths(folder, job_id, num_tasks),
+            log_paths(folder, job_id, num_tasks, "err"),
+            strict=True,
+        )
+    ):
+        lines.append(f"  rank {rank}: {o}  {e}")
+    return "\n".join(lines)
+
+
+USAGE = """usage: slurmtf status JOB
+       slurmtf logs JOB [--rank=N] [--err] [--follow] [--log_dir=DIR]
+       slurmtf cancel JOB"""
+
+
+def main(argv: Sequence[str] | None = None, runner: Runner = run_command) -> int:
+    """``[status|logs|cancel, JOB, options...]`` -> exit status (2 on usage errors)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) < 2 or args[0] not in {"status", "logs", "cancel"} or "--help" in args:
+        print(USAGE, file=sys.stderr if "--help" not in args else sys.stdout)
+        return 0 if "--help" in args else 2
+    command, job_id, options = args[0], args[1], args[2:]
+    try:
+        if not job_id.replace("_", "").isdigit():
+            raise InputError(
+                "JOB", job_id, "is not a Slurm job id", "e.g. 1234 or 1234_3 (array task)"
+            )
+        opts = dict(o.removeprefix("--").partition("=")[::2] for o in options)
+        unknown = set(opts) - {"rank", "err", "follow", "log_dir"}
+        if unknown:
+            raise InputError(
+                f"--{sorted(unknown)[0]}", opts[sorted(unknown)[0]], "is not an option", USAGE
+            )
+        folder = Path(opts.get("log_dir") or DEFAULT_LOG_DIR).expanduser().absolute()
+        if command == "cancel":
+            result = runner(["scancel", job_id])
+            if result.returncode != 0:
+                raise SlurmCommandError(f"scancel {job_id}", result.returncode, result.stderr)
+            print(f"slurmtf: cancelled job {job_id}")
+            return 0
+        if command == "status":
+            line, _ = state_line(job_id, runner, folder)
+            print(line)
+            return 0
+        rank = opts.get("rank", "0")
+        if not rank.isdigit():
+            raise InputError("--rank", rank, "is not a rank", "e.g. --rank=0")
+        path = folder / f"{job_id}_{rank}_log.{'err' if 'err' in opts else 'out'}"
+        if "follow" in opts:
+            return follow(job_id, folder, int(rank) + 1, runner=runner)
+        if not path.exists():
+            raise InputError(
+                "JOB", job_id, f"has no log at {path}", "pass --log_dir= as given to submit"
+            )
+        sys.stdout.write(path.read_text(errors="replace"))
+        return 0
+    except InputError as exc:
+        print(f"slurmtf {command}: {exc}", file=sys.stderr)
+        return 2
+    except SlurmtfError as exc:
+        print(f"slurmtf {command}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Dry-run rendering: the sbatch script submitit would write, compared with stored files.
+
+Regenerate the stored scripts after an intended change with
+``SLURMTF_REGENERATE=1 python -m pytest tests/test_submit_render.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from slurmtf import jobspec, submit
+from slurmtf.jobspec import JobSpec
+
+DATA = Path(__file__).parent / "data" / "submit"
+LOGS = "/shared/logs"
+
+CASES: dict[str, JobSpec] = {
+    "mnist_2x4_gres": JobSpec(
+        kind="model", target="mnist", nodes=2, gpus_per_node=4, time_min=30, log_dir=LOGS
+    ),
+    "resnet56_gpus_per_node": JobSpec(
+        kind="model",
+        target="resnet56",
+        nodes=4,
+        gpus_per_node=8,
+        gpu_flag="gpus-per-node",
+        time_min=90,
+        log_dir=LOGS,
+    ),
+    "module_gpus_per_task": JobSpec(
+        kind="module", target="mypkg.train", gpus_per_node=2, gpu_flag="gpus-per-task", log_dir=LOGS
+    ),
+    "cpu_all_options": JobSpec(
+        kind="command",
+        target="bash run.sh",
+        nodes=3,
+        cpus_per_task=8,
+        mem="32G",
+        time_min=125,
+        partition="batch",
+        account="proj42",
+        qos="high",
+        constraint="skylake&ib",
+        exclusive=True,
+        setup=("module load cuda/12.2", "source /opt/venv/bin/activate"),
+        sbatch_extra=(("mail-type", "END"), ("requeue", "")),
+        job_name="my job",
+        log_dir=LOGS,
+        signal="TERM",
+        signal_delay_s=300,
+    ),
+    "sweep_2x2_array": JobSpec(
+        kind="model",
+        target="mnist",
+        nodes=2,
+        log_dir=LOGS,
+        sweep=(("learning_rate", ("0.1", "0.01")), ("batch_size", ("32", "64"))),
+        array_parallelism=2,
+    ),
+}
+
+
+def render(spec: JobSpec) -> str:
+    grid = spec.grid
+    return jobspec.render_sbatch(spec, "python3", map_count=len(grid) if len(grid) > 1 else None)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_script_matches_stored(name: str) -> None:
+    text = render(CASES[name])
+    path = DATA / f"{name}.sbatch"
+    if os.environ.get("SLURMTF_REGENERATE") == "1":
+        path.write_text(text)
+    assert path.exists(), f"no stored script {path}. HINT: run with SLURMTF_REGENERATE=1"
+    assert text == path.read_text()
+
+
+def test_issue_example_dry_run() -> None:
+    out = io.StringIO()
+    argv = ["--dry_run", "--model=mnist", "--nodes=2", "--gpus_per_node=4", "--time=30"]
+    assert submit.main(argv, out=out) == 0
+    text = out.getvalue()
+    for line in ("#SBATCH --gres=gpu:4", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4"):
+        assert line in text.splitlines()
+    assert "--kill-on-bad-exit=1" in text
+    assert "-m models.mnist" in text
+
+
+def test_dry_run_sweep_is_a_four_task_array() -> None:
+    out = io.StringIO()
+    argv = ["--dry_run", "--model=mnist", "--sweep=learning_rate=0.1,0.01", "--sweep=seed=1,2"]
+    assert submit.main(argv, out=out) == 0
+    text = out.getvalue()
+    assert "#SBATCH --array=0-3%4" in text.splitlines()
+    assert text.count("# array task ") == 4
+    assert "--learning_rate=0.01 --seed=2" in text
+
+
+def test_dry_run_passes_model_flags_through() -> None:
+    out = io.StringIO()
+    argv = ["--dry_run", "--model=resnet20", "--", "--train_steps=5", "--model_dir=/ckpt"]
+    assert submit.main(argv, out=out) == 0
+    command = next(line for line in out.getvalue().splitlines() if "models.resnet" in line)
+    tail = "--resnet_size=20 --preemption_signal=USR2 --train_steps=5 --model_dir=/ckpt"
+    assert command.endswith(tail)
+
+
+@pytest.mark.parametrize(
+    ("flag", "line"),
+    [
+        ("gres", "#SBATCH --gres=gpu:2"),
+        ("gpus-per-node", "#SBATCH --gpus-per-node=2"),
+        ("gpus-per-task", "#SBATCH --gpus-per-task=1"),
+    ],
+)
+def test_gpu_flag(flag: str, line: str) -> None:
+    spec = JobSpec(kind="model", target="mnist", gpus_per_node=2, gpu_flag=flag, log_dir=LOGS)
+    lines = render(spec).splitlines()
+    assert line in lines
+    assert "#SBATCH --ntasks-per-node=2" in lines
+
+
+def test_no_gpus_means_one_task_per_node() -> None:
+    lines = render(JobSpec(kind="model", target="mnist", nodes=3, log_dir=LOGS)).splitlines()
+    assert "#SBATCH --ntasks-per-node=1" in lines
+    assert not any("gpu" in line for line in lines)
+
+
+def test_signal_is_configurable() -> None:
+    spec = JobSpec(kind="model", target="mnist", signal="TERM", signal_delay_s=60, log_dir=LOGS)
+    assert "#SBATCH --signal=TERM@60" in render(spec).splitlines()
