@@ -1,0 +1,3 @@
+"""Input pipelines for the bundled models: real formats, sharded per worker, and synthetic data."""
+
+from __future__ import annotations

@@ -1,0 +1,110 @@
+"""The MNIST CNN of TensorFlow's official models, trained data-parallel across the job.
+
+    python -m models.mnist --model_dir=/shared/run1 --data_dir=/data/mnist --train_epochs=10
+
+Without ``--data_dir`` it trains on synthetic learnable data and says so. See docs/MODELS.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from absl import flags
+
+from slurmtf.training.app import main_for
+from slurmtf.training.flags import TrainConfig
+from slurmtf.training.loop import ModelSpec
+
+flags.DEFINE_float("dropout_rate", 0.4, "Dropout before the last layer (official: 0.4).")
+
+NUM_CLASSES = 10
+INPUT_SHAPE = (28, 28, 1)
+SYNTHETIC_TRAIN, SYNTHETIC_EVAL = 6_000, 1_000
+
+
+def build_model(dropout_rate: float = 0.4) -> Any:
+    """Conv 5x5x32, pool, conv 5x5x64, pool, dense 1024, dropout, dense 10 (float32 logits)."""
+    import keras
+
+    layers = keras.layers
+    return keras.Sequential(
+        [
+            keras.Input(INPUT_SHAPE),
+            layers.Conv2D(32, 5, padding="same", activation="relu"),
+            layers.MaxPooling2D(2, 2, padding="same"),
+            layers.Conv2D(64, 5, padding="same", activation="relu"),
+            layers.MaxPooling2D(2, 2, padding="same"),
+            layers.Flatten(),
+            layers.Dense(1024, activation="relu"),
+            layers.Dropout(dropout_rate),
+            layers.Dense(NUM_CLASSES, dtype="float32"),
+        ],
+        name="mnist_cnn",
+    )
+
+
+def make_spec(config: TrainConfig) -> ModelSpec:
+    """The MNIST model, data and optimizer (Adam, as in the official model)."""
+    from models.data import mnist as mnist_data
+    from models.data import synthetic
+
+    dropout = float(flags.FLAGS.dropout_rate)
+    if config.synthetic:
+        train: Any = functools.partial(
+            synthetic.dataset,
+            shape=INPUT_SHAPE,
+            num_classes=NUM_CLASSES,
+            num_examples=SYNTHETIC_TRAIN,
+            training=True,
+            seed=config.seed,
+        )
+        evaluate: Any = functools.partial(
+            synthetic.dataset,
+            shape=INPUT_SHAPE,
+            num_classes=NUM_CLASSES,
+            num_examples=SYNTHETIC_EVAL,
+            training=False,
+            seed=config.seed,
+        )
+        n_train, n_eval = SYNTHETIC_TRAIN, SYNTHETIC_EVAL
+    else:
+        data_dir = str(config.data_dir)
+        train = functools.partial(
+            mnist_data.dataset, data_dir=data_dir, training=True, seed=config.seed
+        )
+        evaluate = functools.partial(
+            mnist_data.dataset, data_dir=data_dir, training=False, seed=config.seed
+        )
+        n_train = mnist_data.num_examples(data_dir, True)
+        n_eval = mnist_data.num_examples(data_dir, False)
+
+    def make_optimizer(schedule: Any) -> Any:
+        import keras
+
+        return keras.optimizers.Adam(learning_rate=schedule)
+
+    return ModelSpec(
+        name="mnist",
+        build_model=functools.partial(build_model, dropout),
+        input_shape=INPUT_SHAPE,
+        train_dataset=train,
+        eval_dataset=evaluate,
+        num_train_examples=n_train,
+        num_eval_examples=n_eval,
+        reference_batch=100,
+        make_optimizer=make_optimizer,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m models.mnist`` (argv without the program name); returns the exit code."""
+    return main_for(
+        "models.mnist", argv, make_spec, default_batch_size=100, default_learning_rate=1e-3
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

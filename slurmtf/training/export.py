@@ -1,0 +1,62 @@
+"""Chief-only outputs: TensorBoard summaries and the SavedModel export."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from absl import logging
+
+
+class Summaries:
+    """TensorBoard scalars under ``<model_dir>/{train,eval}``; a no-op off the chief."""
+
+    def __init__(self, model_dir: str | None, is_chief: bool) -> None:
+        import tensorflow as tf
+
+        self._tf = tf
+        self._writers: dict[str, Any] = {}
+        self.enabled = bool(model_dir) and is_chief
+        from tensorflow.core.framework import summary_pb2
+
+        self._metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
+        ).SerializeToString()
+        if self.enabled:
+            for split in ("train", "eval"):
+                self._writers[split] = tf.summary.create_file_writer(
+                    str(Path(str(model_dir)) / split)
+                )
+
+    def scalars(self, split: str, step: int, values: dict[str, float]) -> None:
+        if not self.enabled:
+            return
+        tf = self._tf
+        with self._writers[split].as_default():
+            for name, value in values.items():
+                # tf.summary.write, not tf.summary.scalar: the latter needs the tensorboard
+                # package, which TensorFlow 2.21 no longer installs.
+                tf.summary.write(
+                    name, tf.constant(value, tf.float32), step=step, metadata=self._metadata
+                )
+        self._writers[split].flush()
+
+
+def export_saved_model(
+    export_dir: str, build_model: Callable[[], Any], trained: Any, input_shape: tuple[int, ...]
+) -> str:
+    """Write a SavedModel of ``trained``'s weights (chief only; outside any strategy).
+
+    A fresh model is built under the default strategy and given the trained weights, so
+    exporting needs no collective and other ranks need not take part.
+    """
+    import tensorflow as tf
+
+    with tf.distribute.get_strategy().scope():
+        fresh = build_model()
+        fresh(tf.zeros((1, *input_shape)), training=False)
+        fresh.set_weights([w.numpy() for w in trained.weights])
+    fresh.export(export_dir, format="tf_saved_model", verbose=False)
+    logging.info("Exported SavedModel to %s", export_dir)
+    return export_dir

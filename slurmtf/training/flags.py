@@ -1,0 +1,232 @@
+"""Command-line flags shared by the bundled models, in the spirit of TF's official models.
+
+The flags are absl flags defined once per process by :func:`define_flags`; a model adds
+its own and turns the parsed values into a :class:`TrainConfig` with :func:`config_from_flags`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from absl import flags
+
+from slurmtf.errors import InputError
+
+STRATEGIES = ("auto", "off", "one_device", "mirrored", "multi_worker_mirrored")
+ALL_REDUCE = ("auto", "ring", "nccl")
+DTYPES = ("fp32", "fp16", "bf16")
+
+_DEFINED: set[int] = set()
+
+
+def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Define the shared flags on ``flag_values`` (idempotent)."""
+    if id(flag_values) in _DEFINED:
+        return
+    _DEFINED.add(id(flag_values))
+    fv = flag_values
+    flags.DEFINE_string(
+        "model_dir", None, "Checkpoints and summaries (chief only).", flag_values=fv
+    )
+    flags.DEFINE_string(
+        "data_dir", None, "Dataset in its official format; synthetic data if unset.", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "batch_size", 0, "GLOBAL batch size (all replicas); 0 = model default.", flag_values=fv
+    )
+    flags.DEFINE_integer("train_epochs", 1, "Epochs to train.", flag_values=fv)
+    flags.DEFINE_integer("epochs_between_evals", 1, "Epochs between evaluations.", flag_values=fv)
+    flags.DEFINE_integer(
+        "train_steps", 0, "Total steps; overrides --train_epochs when > 0.", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "eval_steps", 0, "Steps per evaluation; 0 = the whole eval set.", flag_values=fv
+    )
+    flags.DEFINE_float(
+        "stop_threshold", None, "Stop once eval accuracy reaches this value.", flag_values=fv
+    )
+    flags.DEFINE_boolean(
+        "eval_only", False, "Restore the latest checkpoint and evaluate.", flag_values=fv
+    )
+    flags.DEFINE_string("export_dir", None, "Write a SavedModel here at the end.", flag_values=fv)
+    flags.DEFINE_enum(
+        "dtype", "fp32", DTYPES, "Compute precision (fp16 uses loss scaling).", flag_values=fv
+    )
+    flags.DEFINE_boolean("enable_xla", False, "Compile the train step with XLA.", flag_values=fv)
+    flags.DEFINE_boolean(
+        "use_synthetic_data", False, "Train on generated data even with --data_dir.", flag_values=fv
+    )
+    flags.DEFINE_float(
+        "learning_rate",
+        None,
+        "Base learning rate for the model's reference batch; scaled linearly to --batch_size.",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "warmup_steps", None, "Linear learning-rate warm-up steps.", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "seed", 0, "Random seed (weights, shuffling, synthetic data).", flag_values=fv
+    )
+    flags.DEFINE_enum(
+        "distribution_strategy", "auto", STRATEGIES, "Distribution strategy.", flag_values=fv
+    )
+    flags.DEFINE_enum(
+        "all_reduce_alg",
+        "auto",
+        ALL_REDUCE,
+        "Collectives: NCCL on GPUs, RING on CPU.",
+        flag_values=fv,
+    )
+    flags.DEFINE_float(
+        "collective_timeout",
+        300.0,
+        "Seconds a collective may wait for a peer before the run fails (0 = forever).",
+        flag_values=fv,
+    )
+    flags.DEFINE_string(
+        "preemption_signal", "USR2", "Signal that means: save and exit 75.", flag_values=fv
+    )
+    flags.DEFINE_integer("log_every", 100, "Print progress every N steps (chief).", flag_values=fv)
+    flags.DEFINE_boolean(
+        "log_all_ranks", False, "Let every rank print progress, not only the chief.", flag_values=fv
+    )
+    if "log_dir" not in fv:  # absl.logging defines it; we use it for the per-rank files
+        flags.DEFINE_string(
+            "log_dir",
+            None,
+            "Per-rank log files (rank<N>.log); default <model_dir>/logs.",
+            flag_values=fv,
+        )
+    flags.DEFINE_integer(
+        "num_threads", 0, "TensorFlow intra- and inter-op threads; 0 = TF default.", flag_values=fv
+    )
+    flags.DEFINE_integer(
+        "checkpoint_every", 0, "Also save every N steps (0 = at each evaluation).", flag_values=fv
+    )
+    flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept by the chief.", flag_values=fv)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    """Parsed, validated training options (values only; no TensorFlow)."""
+
+    model_dir: str | None = None
+    data_dir: str | None = None
+    batch_size: int = 32
+    train_epochs: int = 1
+    epochs_between_evals: int = 1
+    train_steps: int = 0
+    eval_steps: int = 0
+    stop_threshold: float | None = None
+    eval_only: bool = False
+    export_dir: str | None = None
+    dtype: str = "fp32"
+    enable_xla: bool = False
+    use_synthetic_data: bool = False
+    learning_rate: float = 0.1
+    warmup_steps: int = 0
+    seed: int = 0
+    distribution_strategy: str = "auto"
+    all_reduce_alg: str = "auto"
+    collective_timeout: float = 300.0
+    preemption_signal: str = "USR2"
+    log_every: int = 100
+    log_all_ranks: bool = False
+    log_dir: str | None = None
+    num_threads: int = 0
+    checkpoint_every: int = 0
+    keep_checkpoints: int = 3
+
+    def __post_init__(self) -> None:
+        positive = {"batch_size": self.batch_size, "log_every": self.log_every}
+        for name, value in positive.items():
+            if value < 1:
+                raise InputError(
+                    f"--{name}", value, "must be at least 1", f"pass --{name}=1 or more"
+                )
+        non_negative = {
+            "train_epochs": self.train_epochs,
+            "train_steps": self.train_steps,
+            "eval_steps": self.eval_steps,
+            "warmup_steps": self.warmup_steps,
+            "num_threads": self.num_threads,
+            "checkpoint_every": self.checkpoint_every,
+        }
+        for name, value in non_negative.items():
+            if value < 0:
+                raise InputError(
+                    f"--{name}", value, "must not be negative", f"pass --{name}=0 or more"
+                )
+        if self.epochs_between_evals < 1:
+            raise InputError(
+                "--epochs_between_evals", self.epochs_between_evals, "must be at least 1", "pass 1"
+            )
+        if self.train_steps == 0 and self.train_epochs == 0 and not self.eval_only:
+            raise InputError(
+                "--train_epochs", 0, "nothing to train", "pass --train_epochs or --train_steps"
+            )
+        if self.learning_rate <= 0:
+            raise InputError(
+                "--learning_rate",
+                self.learning_rate,
+                "must be positive",
+                "e.g. --learning_rate=0.1",
+            )
+        if self.collective_timeout < 0:
+            raise InputError(
+                "--collective_timeout",
+                self.collective_timeout,
+                "must not be negative",
+                "pass 0 for none",
+            )
+        if self.keep_checkpoints < 1:
+            raise InputError(
+                "--keep_checkpoints", self.keep_checkpoints, "must be at least 1", "pass 1"
+            )
+
+    @property
+    def synthetic(self) -> bool:
+        """True when the run trains on generated data."""
+        return self.use_synthetic_data or not self.data_dir
+
+
+def config_from_flags(
+    flag_values: flags.FlagValues = flags.FLAGS,
+    *,
+    default_batch_size: int,
+    default_learning_rate: float,
+    default_warmup_steps: int = 0,
+) -> TrainConfig:
+    """Build a :class:`TrainConfig` from parsed flags and the model's defaults."""
+    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    values: dict[str, Any] = {name: flag_values[name].value for name in names}
+    if not values["batch_size"]:
+        values["batch_size"] = default_batch_size
+    if values["learning_rate"] is None:
+        values["learning_rate"] = default_learning_rate
+    if values["warmup_steps"] is None:
+        values["warmup_steps"] = default_warmup_steps
+    return TrainConfig(**values)
+
+
+def check_batch_size(batch_size: int, replicas: int) -> int:
+    """Return the per-replica batch; the global batch must split evenly over the replicas."""
+    if batch_size % replicas == 0:
+        return batch_size // replicas
+    lower = batch_size // replicas * replicas
+    upper = lower + replicas
+    nearest = [v for v in (lower, upper) if v > 0]
+    best = min(nearest, key=lambda v: (abs(v - batch_size), v))
+    raise InputError(
+        "--batch_size",
+        batch_size,
+        f"the global batch does not split evenly over {replicas} replicas",
+        f"use --batch_size={best} (nearest multiple of {replicas})",
+    )
+
+
+def scaled_learning_rate(base: float, batch_size: int, reference_batch: int) -> float:
+    """Linear scaling rule: the learning rate grows with the global batch."""
+    return base * batch_size / reference_batch

@@ -1,0 +1,343 @@
+"""The distributed custom training loop shared by the bundled models.
+
+Keras 3 ``model.fit`` fails under ``MultiWorkerMirroredStrategy`` in TF 2.21, so the
+models train with Keras layers driven by ``strategy.run`` and
+``tf.nn.compute_average_loss`` on the GLOBAL batch. Each worker reads its own shard
+(``distribute_datasets_from_function``) batched per replica.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from absl import logging
+
+from slurmtf.training import events
+from slurmtf.training.checkpoints import Checkpointer
+from slurmtf.training.export import Summaries, export_saved_model
+from slurmtf.training.flags import TrainConfig, check_batch_size, scaled_learning_rate
+from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
+from slurmtf.training.strategy import describe, make_strategy, plan_strategy
+
+# (input_context, per_replica_batch) -> dataset of (images, labels), batched and repeated
+DatasetFn = Callable[[Any, int], Any]
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What a model tells the loop; everything else comes from :class:`TrainConfig`."""
+
+    name: str
+    build_model: Callable[[], Any]
+    input_shape: tuple[int, ...]
+    train_dataset: DatasetFn
+    eval_dataset: DatasetFn
+    num_train_examples: int
+    num_eval_examples: int
+    reference_batch: int
+    make_optimizer: Callable[[Any], Any]  # learning-rate schedule -> Keras optimizer
+    decay_epochs: tuple[int, ...] = ()
+    decay_factor: float = 0.1
+
+
+@dataclasses.dataclass
+class RunInfo:
+    """Identity of this process in the job."""
+
+    rank: int = 0
+    num_workers: int = 1
+    is_chief: bool = True
+    workers: tuple[str, ...] = ()
+    restart_count: int = 0
+    layout: Any = None
+
+
+def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
+    """Train (or evaluate) ``spec`` as ``config`` says; returns the process exit code."""
+    import keras
+    import tensorflow as tf
+
+    watcher = PreemptionWatcher(config.preemption_signal)
+    if config.num_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(config.num_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(config.num_threads)
+    log_dir = config.log_dir or (f"{config.model_dir}/logs" if config.model_dir else None)
+    log_path = events.setup_logging(info.rank, info.is_chief, log_dir, config.log_all_ranks)
+    num_gpus = len(tf.config.list_physical_devices("GPU"))
+    choice = plan_strategy(
+        config.distribution_strategy, config.all_reduce_alg, info.num_workers, num_gpus
+    )
+    strategy = make_strategy(choice, info.layout, collective_timeout=config.collective_timeout)
+    replicas = int(strategy.num_replicas_in_sync)
+    per_replica = check_batch_size(config.batch_size, replicas)
+    policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[config.dtype]
+    keras.mixed_precision.set_dtype_policy(policy)
+    keras.utils.set_random_seed(config.seed)
+    events.emit(
+        "cluster",
+        rank=info.rank,
+        num_workers=info.num_workers,
+        workers=list(info.workers),
+        strategy=describe(strategy),
+        collective=choice.collective,
+        replicas=replicas,
+        gpus=num_gpus,
+        global_batch=config.batch_size,
+        per_replica_batch=per_replica,
+        dtype=config.dtype,
+        synthetic=config.synthetic,
+        restart_count=info.restart_count,
+        log_file=log_path,
+    )
+    if config.synthetic:
+        logging.warning(
+            "Training on SYNTHETIC data (%s)", "asked" if config.data_dir else "no --data_dir"
+        )
+    steps_per_epoch = max(1, spec.num_train_examples // config.batch_size)
+    total = config.train_steps or config.train_epochs * steps_per_epoch
+    eval_every = config.epochs_between_evals * steps_per_epoch
+    eval_steps = config.eval_steps or max(1, spec.num_eval_examples // config.batch_size)
+    lr = scaled_learning_rate(config.learning_rate, config.batch_size, spec.reference_batch)
+    boundaries = [e * steps_per_epoch for e in spec.decay_epochs]
+
+    with strategy.scope():
+        model = spec.build_model()
+        model(tf.zeros((1, *spec.input_shape)), training=False)
+        schedule = make_schedule(lr, config.warmup_steps, boundaries, spec.decay_factor)
+        optimizer = spec.make_optimizer(schedule)
+        if config.dtype == "fp16":
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer.build(model.trainable_variables)
+        step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+    ckpt = Checkpointer(
+        config.model_dir,
+        info.is_chief,
+        {"model": model, "optimizer": optimizer, "step": step_var},
+        config.keep_checkpoints,
+    )
+    restored = ckpt.restore_latest()
+    start = int(step_var.numpy())
+    steps = _Steps(strategy, model, optimizer, config.batch_size, config.enable_xla)
+    steps.check_same_step(start)
+    summaries = Summaries(config.model_dir, info.is_chief)
+
+    def evaluate(step: int) -> dict[str, float]:
+        iterator = iter(
+            strategy.distribute_datasets_from_function(
+                lambda ctx: spec.eval_dataset(ctx, per_replica)
+            )
+        )
+        totals = [0.0, 0.0, 0.0]
+        for _ in range(eval_steps):
+            out = steps.eval_step(iterator).numpy()
+            totals = [a + float(b) for a, b in zip(totals, out, strict=True)]
+        result = {"loss": totals[0] / max(totals[2], 1), "accuracy": totals[1] / max(totals[2], 1)}
+        if info.is_chief:
+            events.emit(
+                "eval", step=step, epoch=step / steps_per_epoch, examples=int(totals[2]), **result
+            )
+        summaries.scalars("eval", step, result)
+        logging.info(
+            "eval at step %d: loss %.4f accuracy %.4f", step, result["loss"], result["accuracy"]
+        )
+        return result
+
+    if config.eval_only:
+        if restored is None:
+            logging.warning("--eval_only without a checkpoint: evaluating initial weights")
+        evaluate(start)
+        _done(info, start, first=None, last=None, model=model, start=start, preempted=False)
+        return 0
+
+    watcher.install()
+    iterator = iter(
+        strategy.distribute_datasets_from_function(lambda ctx: spec.train_dataset(ctx, per_replica))
+    )
+    progress = events.Progress(total, config.batch_size, config.log_every, start)
+    first_loss: float | None = None
+    last_loss: float | None = None
+    step = start
+    preempted = False
+    t_start = time.monotonic()
+    try:
+        while step < total:
+            out = steps.train_step(iterator, tf.constant(1.0 if watcher.requested else 0.0)).numpy()
+            step += 1
+            last_loss = float(out[0])
+            first_loss = last_loss if first_loss is None else first_loss
+            progress.update(last_loss, float(out[1]))
+            if progress.due(step) and (info.is_chief or config.log_all_ranks):
+                values = progress.report(step)
+                summaries.scalars("train", step, {**values, "learning_rate": float(schedule(step))})
+            if out[2] > 0:
+                preempted = True
+                break
+            save = step == total or (
+                config.checkpoint_every and step % config.checkpoint_every == 0
+            )
+            if step % eval_every == 0 or step == total:
+                result = evaluate(step)
+                save = True
+                if (
+                    config.stop_threshold is not None
+                    and result["accuracy"] >= config.stop_threshold
+                ):
+                    logging.info("Reached --stop_threshold=%s; stopping", config.stop_threshold)
+                    step_var.assign(step)
+                    ckpt.save(step)
+                    break
+            if save:
+                step_var.assign(step)
+                ckpt.save(step)
+    finally:
+        watcher.uninstall()
+    if preempted:
+        step_var.assign(step)
+        ckpt.save(step)
+        logging.warning("Preempted at step %d: checkpoint saved, exiting %d", step, EXIT_PREEMPTED)
+    logging.info("%d steps in %.1f s", step - start, time.monotonic() - t_start)
+    if config.export_dir and info.is_chief and not preempted:
+        export_saved_model(config.export_dir, spec.build_model, model, spec.input_shape)
+    _done(
+        info, step, first=first_loss, last=last_loss, model=model, start=start, preempted=preempted
+    )
+    return EXIT_PREEMPTED if preempted else 0
+
+
+def _done(
+    info: RunInfo,
+    step: int,
+    *,
+    first: float | None,
+    last: float | None,
+    model: Any,
+    start: int,
+    preempted: bool,
+) -> None:
+    events.emit(
+        "done",
+        rank=info.rank,
+        step=step,
+        start_step=start,
+        first_loss=first,
+        last_loss=last,
+        weights_checksum=weights_checksum(model),
+        restart_count=info.restart_count,
+        preempted=preempted,
+    )
+
+
+def weights_checksum(model: Any) -> float:
+    """Sum of all weights in float64: equal models give equal sums."""
+    import numpy as np
+
+    return float(sum(np.asarray(w, dtype=np.float64).sum() for w in model.get_weights()))
+
+
+class _Steps:
+    """The compiled train and eval steps for one strategy, model and optimizer."""
+
+    def __init__(
+        self, strategy: Any, model: Any, optimizer: Any, global_batch: int, xla: bool
+    ) -> None:
+        import keras
+        import tensorflow as tf
+
+        self._strategy = strategy
+
+        def forward_backward(images: Any, labels: Any) -> Any:
+            with tf.GradientTape() as tape:
+                logits = tf.cast(model(images, training=True), tf.float32)
+                per_example = keras.losses.sparse_categorical_crossentropy(
+                    labels, logits, from_logits=True
+                )
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                if model.losses:
+                    reg = tf.add_n([tf.cast(x, tf.float32) for x in model.losses])
+                    loss += tf.nn.scale_regularization_loss(reg)
+                scaled = optimizer.scale_loss(loss)
+            grads = tape.gradient(scaled, model.trainable_variables)
+            correct = _correct(labels, logits)
+            return loss, correct, grads
+
+        compiled = tf.function(forward_backward, jit_compile=True) if xla else forward_backward
+
+        def train_replica(images: Any, labels: Any, flag: Any) -> Any:
+            loss, correct, grads = compiled(images, labels)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            return tf.stack([loss, correct / global_batch, flag])
+
+        def eval_replica(images: Any, labels: Any) -> Any:
+            logits = tf.cast(model(images, training=False), tf.float32)
+            per_example = keras.losses.sparse_categorical_crossentropy(
+                labels, logits, from_logits=True
+            )
+            count = tf.cast(tf.shape(labels)[0], tf.float32)
+            return tf.stack([tf.reduce_sum(per_example), _correct(labels, logits), count])
+
+        def train_step(iterator: Any, flag: Any) -> Any:
+            images, labels = next(iterator)
+            out = strategy.run(train_replica, args=(images, labels, flag))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+
+        def eval_step(iterator: Any) -> Any:
+            images, labels = next(iterator)
+            out = strategy.run(eval_replica, args=(images, labels))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+
+        self.train_step = tf.function(train_step)
+        self.eval_step = tf.function(eval_step)
+
+    def check_same_step(self, step: int) -> None:
+        """Fail clearly when ranks resumed from different checkpoints (unshared --model_dir)."""
+        import tensorflow as tf
+
+        value = tf.constant([float(step), float(step) ** 2, 1.0], dtype=tf.float64)
+        strategy = self._strategy
+
+        def total() -> Any:
+            per_replica = strategy.run(lambda: tf.identity(value))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        out = tf.function(total)().numpy()
+        mean = out[0] / out[2]
+        if abs(out[1] / out[2] - mean * mean) > 1e-6:
+            from slurmtf.errors import InputError
+
+            raise InputError(
+                "--model_dir",
+                "(per rank)",
+                f"ranks resumed at different steps (this one at {step})",
+                "put --model_dir on a file system every node shares",
+            )
+
+
+def _correct(labels: Any, logits: Any) -> Any:
+    import tensorflow as tf
+
+    predictions = tf.argmax(logits, axis=-1, output_type=tf.int32)
+    return tf.reduce_sum(tf.cast(tf.equal(predictions, tf.cast(labels, tf.int32)), tf.float32))
+
+
+def make_schedule(peak: float, warmup: int, boundaries: list[int], factor: float) -> Any:
+    """Linear warm-up to ``peak``, then ``peak * factor**k`` after the k-th boundary."""
+    import keras
+    import tensorflow as tf
+
+    class _Schedule(keras.optimizers.schedules.LearningRateSchedule):  # type: ignore[misc]
+        def __call__(self, step: Any) -> Any:
+            step = tf.cast(step, tf.float32)
+            lr = tf.constant(peak, tf.float32)
+            for b in boundaries:
+                lr = tf.where(step >= b, lr * factor, lr)
+            if warmup:
+                lr = lr * tf.minimum(1.0, (step + 1.0) / float(warmup))
+            return lr
+
+        def get_config(self) -> dict[str, Any]:
+            return {"peak": peak, "warmup": warmup, "boundaries": boundaries, "factor": factor}
+
+    return _Schedule()

@@ -1,0 +1,66 @@
+"""Preemption: on the configured signal every rank saves at the same step and exits 75.
+
+Slurm sends the signal (``--signal=B:USR2@60``) to each task at slightly different
+times. The handler only raises a local flag; the flag travels with the loss in the
+all-reduce of every train step, so all ranks learn of it after the same step, save one
+checkpoint together and exit with ``EX_TEMPFAIL`` (75) for the requeue.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+from absl import logging
+
+from slurmtf.errors import InputError
+
+EXIT_PREEMPTED = 75
+
+
+def parse_signal(name: str) -> signal.Signals:
+    """``USR2``, ``SIGUSR2`` or ``12`` -> ``signal.SIGUSR2``."""
+    text = name.strip().upper()
+    try:
+        if text.isdigit():
+            return signal.Signals(int(text))
+        return signal.Signals[text if text.startswith("SIG") else "SIG" + text]
+    except (KeyError, ValueError) as exc:
+        raise InputError(
+            "--preemption_signal", name, "not a signal name or number", "e.g. USR2, USR1, TERM"
+        ) from exc
+
+
+class PreemptionWatcher:
+    """Installs a handler for one signal; ``requested`` turns true when it arrives."""
+
+    def __init__(self, signame: str = "USR2") -> None:
+        self.signum = parse_signal(signame)
+        if self.signum in (signal.SIGKILL, signal.SIGSTOP):
+            raise InputError(
+                "--preemption_signal",
+                signame,
+                "cannot be caught",
+                "use USR2 (Slurm: --signal=B:USR2@60)",
+            )
+        self.requested = False
+        self._previous: object = None
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        del frame
+        if not self.requested:
+            logging.warning(
+                "Received %s: will checkpoint and exit %d",
+                signal.Signals(signum).name,
+                EXIT_PREEMPTED,
+            )
+        self.requested = True
+
+    def install(self) -> PreemptionWatcher:
+        self._previous = signal.signal(self.signum, self._handle)
+        return self
+
+    def uninstall(self) -> None:
+        if self._previous is not None:
+            signal.signal(self.signum, self._previous)  # type: ignore[arg-type]
+            self._previous = None

@@ -1,0 +1,115 @@
+"""Choose a tf.distribute strategy from the cluster layout and the user's flags.
+
+Several workers -> ``MultiWorkerMirroredStrategy`` through slurmtf's resolver, with RING
+collectives on CPU and NCCL on GPUs; one node with several GPUs -> ``MirroredStrategy``;
+one GPU -> ``OneDeviceStrategy('/gpu:0')``; no GPU -> ``OneDeviceStrategy('/cpu:0')``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Protocol
+
+from slurmtf.errors import InputError
+
+
+class Layout(Protocol):
+    """The part of ``slurmtf.layout.ClusterLayout`` the strategy choice needs."""
+
+    @property
+    def num_workers(self) -> int: ...
+
+    @property
+    def task_index(self) -> int: ...
+
+    @property
+    def is_chief(self) -> bool: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class StrategyChoice:
+    """What :func:`plan_strategy` decided, before any TensorFlow object exists."""
+
+    kind: str  # off | one_device | mirrored | multi_worker_mirrored
+    device: str  # for one_device: /cpu:0 or /gpu:0
+    collective: str  # ring | nccl (how replicas reduce)
+
+
+def plan_strategy(
+    mode: str, all_reduce_alg: str, num_workers: int, num_gpus: int
+) -> StrategyChoice:
+    """Pure choice of strategy; raises InputError for impossible combinations."""
+    if all_reduce_alg == "nccl" and num_gpus == 0:
+        raise InputError(
+            "--all_reduce_alg",
+            "nccl",
+            "NCCL needs GPUs and this task sees none",
+            "use --all_reduce_alg=ring (or auto) on CPU nodes",
+        )
+    collective = all_reduce_alg if all_reduce_alg != "auto" else ("nccl" if num_gpus else "ring")
+    if num_workers > 1:
+        if mode not in ("auto", "multi_worker_mirrored"):
+            raise InputError(
+                "--distribution_strategy",
+                mode,
+                f"the job has {num_workers} workers, which needs multi_worker_mirrored",
+                "use --distribution_strategy=auto, or run a single task (srun -n1)",
+            )
+        return StrategyChoice("multi_worker_mirrored", "", collective)
+    if mode == "auto":
+        if num_gpus > 1:
+            return StrategyChoice("mirrored", "", collective)
+        return StrategyChoice("one_device", "/gpu:0" if num_gpus else "/cpu:0", collective)
+    if mode == "one_device":
+        return StrategyChoice("one_device", "/gpu:0" if num_gpus else "/cpu:0", collective)
+    return StrategyChoice(mode, "", collective)
+
+
+def make_strategy(
+    choice: StrategyChoice, layout: Any = None, *, collective_timeout: float = 0.0
+) -> Any:
+    """Build the TensorFlow strategy for ``choice`` (``layout`` for several workers)."""
+    import tensorflow as tf
+
+    if choice.kind == "off":
+        return tf.distribute.get_strategy()
+    if choice.kind == "one_device":
+        return tf.distribute.OneDeviceStrategy(choice.device)
+    if choice.kind == "mirrored":
+        cross = (
+            tf.distribute.NcclAllReduce()
+            if choice.collective == "nccl"
+            else tf.distribute.HierarchicalCopyAllReduce()
+        )
+        gpus = tf.config.list_logical_devices("GPU")
+        return tf.distribute.MirroredStrategy(
+            devices=[d.name for d in gpus] or None, cross_device_ops=cross if gpus else None
+        )
+    implementation = (
+        tf.distribute.experimental.CommunicationImplementation.NCCL
+        if choice.collective == "nccl"
+        else tf.distribute.experimental.CommunicationImplementation.RING
+    )
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=implementation, timeout_seconds=collective_timeout or None
+    )
+    resolver = None
+    if layout is not None and layout.num_workers > 1:
+        import importlib
+
+        resolver = importlib.import_module("slurmtf.resolver").cluster_resolver(layout)
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=resolver, communication_options=options
+    )
+
+
+def describe(strategy: Any) -> str:
+    """Short name of a strategy object for logs and the cluster event."""
+    name = type(strategy).__name__
+    return {
+        "_DefaultDistributionStrategy": "off",
+        "OneDeviceStrategy": "one_device",
+        "MirroredStrategy": "mirrored",
+        "MultiWorkerMirroredStrategy": "multi_worker_mirrored",
+        "CollectiveAllReduceStrategy": "multi_worker_mirrored",
+    }.get(name, name)
