@@ -1,0 +1,351 @@
+"""Shared pieces of the benchmarks: the pure math, table rendering, machine facts, and a
+launcher for local worker processes that look like Slurm tasks to the resolver.
+
+The pure functions (``efficiency``, ``bus_bandwidth``, ``markdown_table``, ``fake_slurm_env``,
+``parse_events``) are unit-tested; everything that starts processes is not timed by tests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import random
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+JSONDict = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------- math
+def efficiency(rates: Mapping[int, float]) -> dict[int, float]:
+    """Scaling efficiency rate(N) / (N * rate(1)) for every measured worker count N.
+
+    ``rates`` maps a worker count to its total throughput (examples/s, all workers
+    together). The one-worker rate is the baseline and must be present and positive.
+    """
+    base = rates.get(1)
+    if base is None or base <= 0:
+        raise ValueError(f"rates={dict(rates)!r}: need a positive rate for 1 worker")
+    out: dict[int, float] = {}
+    for n, rate in sorted(rates.items()):
+        if n < 1:
+            raise ValueError(f"worker count {n!r} must be at least 1")
+        out[n] = rate / (n * base)
+    return out
+
+
+def ring_factor(n: int) -> float:
+    """Bytes each rank sends per byte of buffer in a ring all-reduce: 2(n-1)/n."""
+    if n < 1:
+        raise ValueError(f"n={n!r}: need at least one rank")
+    return 2.0 * (n - 1) / n
+
+
+def bus_bandwidth(nbytes: float, seconds: float, n: int) -> float:
+    """Bus bandwidth (bytes/s) of an all-reduce, as nccl-tests defines it.
+
+    algbw = nbytes / seconds; busbw = algbw * 2(n-1)/n, which is the per-rank link
+    bandwidth a ring all-reduce needs, so it compares directly with a link's speed.
+    For n = 2 the two are equal.
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds={seconds!r} must be positive")
+    return nbytes / seconds * ring_factor(n)
+
+
+def median(values: Sequence[float]) -> float:
+    if not values:
+        raise ValueError("median of no values")
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    if len(ordered) % 2:
+        return ordered[mid]
+    return (ordered[mid - 1] + ordered[mid]) / 2
+
+
+# ---------------------------------------------------------------------------- tables
+def fmt(value: Any, digits: int = 3) -> str:
+    """A table cell: floats to ``digits`` significant figures, None as an em dash."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if abs(value) >= 10**digits:
+            return f"{value:,.0f}"
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A GitHub Markdown table; numbers right-aligned, text left-aligned."""
+    body = [[fmt(cell) for cell in row] for row in rows]
+    for row in body:
+        if len(row) != len(headers):
+            raise ValueError(f"row {row!r} has {len(row)} cells, headers have {len(headers)}")
+    numeric = [
+        all(_looks_numeric(row[i]) for row in body) and bool(body) for i in range(len(headers))
+    ]
+    lines = ["| " + " | ".join(headers) + " |"]
+    lines.append("| " + " | ".join("---:" if num else "---" for num in numeric) + " |")
+    lines += ["| " + " | ".join(row) + " |" for row in body]
+    return "\n".join(lines) + "\n"
+
+
+def _looks_numeric(cell: str) -> bool:
+    text = cell.replace(",", "").replace("—", "").strip()
+    if not text:
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------- machine
+def _run_text(cmd: Sequence[str]) -> str | None:
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    text = (done.stdout or done.stderr).strip()
+    return text if done.returncode == 0 and text else None
+
+
+def package_version(*names: str) -> str | None:
+    for name in names:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            return metadata.version(name)
+    return None
+
+
+def machine_info() -> JSONDict:
+    """Facts that make a number reproducible: date, CPU, cores, load, versions."""
+    cpu_model = None
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    mem_gib = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        first = Path("/proc/meminfo").read_text().splitlines()[0]
+        mem_gib = round(int(first.split()[1]) / 2**20, 1)
+    slurm = _run_text(["srun", "--version"])
+    return {
+        "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_model": cpu_model,
+        "cores": os.cpu_count(),
+        "memory_gib": mem_gib,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "tensorflow": package_version("tensorflow-cpu", "tensorflow"),
+        "keras": package_version("keras"),
+        "numpy": package_version("numpy"),
+        "slurm": slurm,
+    }
+
+
+def cores() -> list[int]:
+    """The CPU ids this process may run on, in order."""
+    return sorted(os.sched_getaffinity(0))
+
+
+# ---------------------------------------------------------------------------- workers
+def free_port_base(count: int, low: int = 20000, high: int = 40000) -> int:
+    """A base port such that base .. base+count-1 are all free on localhost right now."""
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(low, high - count)
+        if all(_port_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports in [{low}, {high})")
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def fake_slurm_env(rank: int, num_tasks: int, job_id: int, port_base: int) -> dict[str, str]:
+    """The variables a one-node Slurm step with ``num_tasks`` tasks gives task ``rank``.
+
+    All tasks run on ``localhost``; the resolver turns this into a worker list of
+    ``localhost:port`` entries, one distinct port per rank from ``port_base``.
+    """
+    if not 0 <= rank < num_tasks:
+        raise ValueError(f"rank={rank!r} must be in [0, {num_tasks})")
+    return {
+        "SLURM_JOB_ID": str(job_id),
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_JOB_NUM_NODES": "1",
+        "SLURM_NNODES": "1",
+        "SLURM_NTASKS": str(num_tasks),
+        "SLURM_TASKS_PER_NODE": str(num_tasks),
+        "SLURM_STEP_NODELIST": "localhost",
+        "SLURM_STEP_NUM_NODES": "1",
+        "SLURM_STEP_NUM_TASKS": str(num_tasks),
+        "SLURM_STEP_TASKS_PER_NODE": str(num_tasks),
+        "SLURM_PROCID": str(rank),
+        "SLURM_LOCALID": str(rank),
+        "SLURM_NODEID": "0",
+        "SLURMD_NODENAME": "localhost",
+        "SLURM_DISTRIBUTION": "block",
+        "SLURMTF_PORT_BASE": str(port_base),
+    }
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without Slurm/TF_CONFIG variables, plus ``extra``."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "SLURMD_", "SLURMTF_")) and k != "TF_CONFIG"
+    }
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env.update(extra or {})
+    return env
+
+
+@dataclass(frozen=True)
+class WorkerRun:
+    rank: int
+    returncode: int
+    stdout: str
+    stderr_tail: str
+    seconds: float
+
+
+def run_workers(
+    argvs: Sequence[Sequence[str]],
+    envs: Sequence[Mapping[str, str]],
+    cpu_sets: Sequence[Sequence[int] | None],
+    timeout: float,
+    log_dir: Path | None = None,
+) -> list[WorkerRun]:
+    """Start one process per rank (each pinned to its CPUs), wait for all, return outputs.
+
+    On timeout every process started here is killed (by its own process group) and the
+    runs report return code -9. Nothing else is touched.
+    """
+    procs: list[subprocess.Popen[bytes]] = []
+    files = []
+    start = time.perf_counter()
+    try:
+        for rank, (argv, env, cpus) in enumerate(zip(argvs, envs, cpu_sets, strict=True)):
+            out = _log_file(log_dir, rank, "out")
+            err = _log_file(log_dir, rank, "err")
+            files += [out, err]
+            procs.append(
+                subprocess.Popen(
+                    list(argv),
+                    env=dict(env),
+                    stdout=out,
+                    stderr=err,
+                    cwd=REPO,
+                    start_new_session=True,
+                    preexec_fn=_pin(cpus),  # noqa: PLW1509 - single-threaded parent
+                )
+            )
+        deadline = start + timeout
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.perf_counter()))
+            except subprocess.TimeoutExpired:
+                break
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    seconds = time.perf_counter() - start
+    runs = []
+    for rank, proc in enumerate(procs):
+        out, err = files[2 * rank], files[2 * rank + 1]
+        out.seek(0)
+        err.seek(0)
+        stderr = err.read().decode(errors="replace")
+        runs.append(
+            WorkerRun(
+                rank=rank,
+                returncode=proc.returncode,
+                stdout=out.read().decode(errors="replace"),
+                stderr_tail=stderr[-3000:],
+                seconds=seconds,
+            )
+        )
+    for handle in files:
+        handle.close()
+    return runs
+
+
+def _log_file(log_dir: Path | None, rank: int, kind: str) -> Any:
+    if log_dir is None:
+        import tempfile
+
+        return tempfile.TemporaryFile()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return (log_dir / f"rank{rank}.{kind}").open("w+b")
+
+
+def _pin(cpus: Sequence[int] | None) -> Any:
+    if cpus is None:
+        return None
+    chosen = set(cpus)
+
+    def pin() -> None:
+        os.sched_setaffinity(0, chosen)
+
+    return pin
+
+
+def parse_events(text: str) -> list[JSONDict]:
+    """The JSON event lines (objects with an ``"event"`` key) in a process's stdout."""
+    events = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(obj, dict) and "event" in obj:
+            events.append(obj)
+    return events
+
+
+def check_runs(runs: Sequence[WorkerRun], what: str) -> None:
+    """Raise with the failing rank's stderr if any worker did not exit 0."""
+    for run in runs:
+        if run.returncode != 0:
+            raise RuntimeError(
+                f"{what}: rank {run.rank} exited {run.returncode}\n{run.stderr_tail}"
+            )
+
+
+def python() -> str:
+    return sys.executable
