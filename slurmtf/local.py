@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from slurmtf.jobspec import EXIT_PREEMPTED, JobSpec
-from slurmtf.launch import LOCAL_ENV
+from slurmtf.launch import LOCAL_ENV, job_id_of
 from slurmtf.watch import log_paths, summary
 
 
@@ -30,14 +30,27 @@ def node_names(nodes: int) -> list[str]:
     return ["localhost"] if nodes == 1 else [f"127.0.0.{n}" for n in range(1, nodes + 1)]
 
 
-def fake_slurm_env(spec: JobSpec, job_id: str, rank: int, restarts: int) -> dict[str, str]:
+def job_ids(base: int, index: int, size: int) -> dict[str, str]:
+    """Numeric Slurm-like ids: a job, or array task ``index`` of array ``base``."""
+    if size == 1:
+        return {"SLURM_JOB_ID": str(base)}
+    return {
+        "SLURM_JOB_ID": str(base + 1 + index),
+        "SLURM_ARRAY_JOB_ID": str(base),
+        "SLURM_ARRAY_TASK_ID": str(index),
+    }
+
+
+def fake_slurm_env(
+    spec: JobSpec, ids: Mapping[str, str], rank: int, restarts: int
+) -> dict[str, str]:
     """The ``SLURM_*`` variables of rank ``rank`` in a block-distributed ``srun`` step."""
     names = node_names(spec.nodes)
     per_node = spec.tasks_per_node
     nodelist = ",".join(names)
     tasks = f"{per_node}(x{spec.nodes})" if spec.nodes > 1 else str(per_node)
     return {
-        "SLURM_JOB_ID": job_id,
+        **ids,
         "SLURM_JOB_NAME": spec.job_name,
         "SLURM_JOB_NODELIST": nodelist,
         "SLURM_NODELIST": nodelist,
@@ -62,20 +75,21 @@ def fake_slurm_env(spec: JobSpec, job_id: str, rank: int, restarts: int) -> dict
 def run_point(
     spec: JobSpec,
     params: Mapping[str, str],
-    job_id: str,
+    ids: Mapping[str, str],
     *,
     spec_file: Path,
     environ: Mapping[str, str],
     restarts: int,
 ) -> list[int]:
     """Start every rank of one grid point, wait, stop the rest when one fails."""
+    job_id = job_id_of(ids)
     outs = log_paths(spec.folder, job_id, spec.num_tasks)
     errs = log_paths(spec.folder, job_id, spec.num_tasks, "err")
     procs: list[subprocess.Popen[bytes]] = []
     command = [sys.executable, "-u", "-m", "slurmtf.launch", f"--spec={spec_file}"]
     command.append(f"--params={json.dumps(dict(params))}")
     for rank in range(spec.num_tasks):
-        env = {**environ, **fake_slurm_env(spec, job_id, rank, restarts)}
+        env = {**environ, **fake_slurm_env(spec, ids, rank, restarts)}
         with outs[rank].open("ab") as out, errs[rank].open("ab") as err:
             procs.append(subprocess.Popen(command, env=env, stdout=out, stderr=err))
     codes: list[int | None] = [None] * len(procs)
@@ -97,13 +111,14 @@ def run_local(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = No
     """Run every grid point as local processes; print logs and summaries; worst status."""
     env = dict(os.environ if environ is None else environ)
     spec.folder.mkdir(parents=True, exist_ok=True)
-    base = f"local{os.getpid()}"
-    spec_file = spec.folder / f"{base}_spec.json"
+    base = os.getpid()
+    spec_file = spec.folder / f"{base}_local_spec.json"
     spec_file.write_text(json.dumps(spec.to_json()))
     grid = spec.grid
     worst = 0
     for index, params in enumerate(grid):
-        job_id = base if len(grid) == 1 else f"{base}_{index}"
+        ids = job_ids(base, index, len(grid))
+        job_id = job_id_of(ids)
         label = f" {params}" if params else ""
         print(f"slurmtf: local job {job_id}{label}: {spec.num_tasks} process(es); logs:", file=out)
         for rank, path in enumerate(log_paths(spec.folder, job_id, spec.num_tasks)):
@@ -111,7 +126,7 @@ def run_local(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = No
         out.flush()
         for restarts in range(spec.max_requeues + 1):
             codes = run_point(
-                spec, params, job_id, spec_file=spec_file, environ=env, restarts=restarts
+                spec, params, ids, spec_file=spec_file, environ=env, restarts=restarts
             )
             if not all(c == EXIT_PREEMPTED for c in codes) or restarts == spec.max_requeues:
                 break

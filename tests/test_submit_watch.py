@@ -1,0 +1,144 @@
+"""status/logs/cancel and the --wait follower against a fake Slurm runner."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from slurmtf import launch, watch
+
+
+class FakeSlurm:
+    """Answers Slurm commands from a table; records every call."""
+
+    def __init__(self, answers: dict[str, list[tuple[int, str, str]]]) -> None:
+        self.answers = answers
+        self.calls: list[list[str]] = []
+
+    def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
+        self.calls.append(list(argv))
+        queue = self.answers.get(argv[0], [(0, "", "")])
+        code, out, err = queue.pop(0) if len(queue) > 1 else queue[0]
+        return subprocess.CompletedProcess(list(argv), code, out, err)
+
+
+def scontrol(state: str, code: str = "0:0") -> tuple[int, str, str]:
+    return (0, f"JobId=7 JobName=x JobState={state} Reason=None ExitCode={code} RunTime=1\n", "")
+
+
+GONE = (1, "", "slurm_load_jobs error: Invalid job id specified")
+NO_ACCT = (1, "", "sacct: error: Slurm accounting storage is disabled")
+
+
+@pytest.mark.parametrize(
+    ("state", "code", "status"),
+    [
+        ("COMPLETED", "0:0", 0),
+        ("FAILED", "3:0", 3),
+        ("FAILED", "0:9", 137),
+        ("CANCELLED", "0:15", 143),
+        ("CANCELLED", "0:0", 130),
+        ("TIMEOUT", "0:0", 124),
+        ("CANCELLED+", "0:0", 130),
+    ],
+)
+def test_exit_status(state: str, code: str, status: int) -> None:
+    assert watch.exit_status(state, code) == status
+
+
+def test_status_running(capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeSlurm({"scontrol": [scontrol("RUNNING")]})
+    assert watch.main(["status", "7"], runner=fake) == 0
+    assert "job 7: RUNNING (exit 0:0) [scontrol]" in capsys.readouterr().out
+
+
+def test_status_falls_back_to_sacct_then_logs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake = FakeSlurm({"scontrol": [GONE], "sacct": [(0, "7|COMPLETED|0:0\n", "")]})
+    assert watch.main(["status", "7", f"--log_dir={tmp_path}"], runner=fake) == 0
+    assert "COMPLETED (exit 0:0) [sacct]" in capsys.readouterr().out
+    (tmp_path / "7_0_log.out").write_text('noise\n{"event": "exit", "rank": 0, "status": 3}\n')
+    fake = FakeSlurm({"scontrol": [GONE], "sacct": [NO_ACCT]})
+    assert watch.main(["status", "7", f"--log_dir={tmp_path}"], runner=fake) == 0
+    out = capsys.readouterr().out
+    assert "accounting is unavailable" in out
+    assert "from its rank 0 log: 3" in out
+    assert "HINT" in out
+
+
+def test_cancel_runs_scancel_and_shows_its_error(capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeSlurm({"scancel": [(0, "", "")]})
+    assert watch.main(["cancel", "7_2"], runner=fake) == 0
+    assert fake.calls == [["scancel", "7_2"]]
+    fake = FakeSlurm({"scancel": [(1, "", "scancel: error: Invalid job id 99")]})
+    assert watch.main(["cancel", "99"], runner=fake) == 1
+    assert "Invalid job id 99" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv", [["status"], ["status", "abc"], ["logs", "7", "--bogus=1"], ["frobnicate", "7"]]
+)
+def test_usage_errors(argv: list[str]) -> None:
+    assert watch.main(argv, runner=FakeSlurm({})) == 2
+
+
+def test_logs_prints_a_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "7_1_log.out").write_text("rank one says hi\n")
+    assert watch.main(["logs", "7", "--rank=1", f"--log_dir={tmp_path}"], runner=FakeSlurm({})) == 0
+    assert capsys.readouterr().out == "rank one says hi\n"
+    assert watch.main(["logs", "7", "--rank=5", f"--log_dir={tmp_path}"], runner=FakeSlurm({})) == 2
+
+
+def test_follow_prints_rank0_until_the_end_and_summarizes(tmp_path: Path) -> None:
+    log = tmp_path / "7_0_log.out"
+    lines = [
+        json.dumps({"event": "eval", "step": 10, "accuracy": 0.5}),
+        json.dumps({"event": "eval", "step": 20, "accuracy": 0.875}),
+    ]
+    fake = FakeSlurm(
+        {"scontrol": [scontrol("PENDING"), scontrol("RUNNING"), scontrol("COMPLETED")]}
+    )
+
+    def sleep(_: float) -> None:  # the job writes its log between polls
+        with log.open("a") as handle:
+            handle.write(lines.pop(0) + "\n" if lines else "")
+
+    out = io.StringIO()
+    status = watch.follow("7", tmp_path, 2, runner=fake, out=out, poll_s=0, sleep=sleep)
+    text = out.getvalue()
+    assert status == 0
+    assert '"accuracy": 0.5' in text
+    assert "final accuracy 0.8750 (step 20)" in text
+    assert f"rank 1: {tmp_path}/7_1_log.out" in text
+    assert "PENDING" in text
+    assert "COMPLETED" in text
+
+
+def test_follow_exits_with_the_job_status(tmp_path: Path) -> None:
+    fake = FakeSlurm({"scontrol": [scontrol("FAILED", "75:0")]})
+    out = io.StringIO()
+    assert watch.follow("7", tmp_path, 1, runner=fake, out=out, sleep=lambda _: None) == 75
+
+
+def test_requeue_until_max(capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeSlurm({"scontrol": [(0, "", "")]})
+    env = {"SLURM_JOB_ID": "9", "SLURM_RESTART_COUNT": "1"}
+    assert launch.requeue(env, 3, fake) is True
+    assert fake.calls == [["scontrol", "requeue", "9"]]
+    assert launch.requeue({**env, "SLURM_RESTART_COUNT": "3"}, 3, fake) is False
+    assert len(fake.calls) == 1
+    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [e["done"] for e in events] == [True, False]
+    assert events[0]["next_restart_count"] == 2
+
+
+def test_job_id_of_array_task() -> None:
+    env = {"SLURM_JOB_ID": "12", "SLURM_ARRAY_JOB_ID": "10", "SLURM_ARRAY_TASK_ID": "2"}
+    assert launch.job_id_of(env) == "10_2"
+    assert launch.job_id_of({"SLURM_JOB_ID": "12"}) == "12"
