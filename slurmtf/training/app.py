@@ -49,7 +49,6 @@ def main_for(
     *,
     default_batch_size: int,
     default_learning_rate: float,
-    default_warmup_steps: int = 0,
     info: RunInfo | None = None,
 ) -> int:
     """Parse ``argv``, build the model's spec and train; returns the exit code."""
@@ -72,7 +71,6 @@ def main_for(
         config = config_from_flags(
             default_batch_size=default_batch_size,
             default_learning_rate=default_learning_rate,
-            default_warmup_steps=default_warmup_steps,
         )
         spec = make_spec(config)
         return run(spec, config, info or resolve_info())

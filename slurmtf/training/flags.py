@@ -126,7 +126,7 @@ class TrainConfig:
     enable_xla: bool = False
     use_synthetic_data: bool = False
     learning_rate: float = 0.1
-    warmup_steps: int = 0
+    warmup_steps: int | None = None  # None: the model's default warm-up
     seed: int = 0
     distribution_strategy: str = "auto"
     all_reduce_alg: str = "auto"
@@ -150,7 +150,7 @@ class TrainConfig:
             "train_epochs": self.train_epochs,
             "train_steps": self.train_steps,
             "eval_steps": self.eval_steps,
-            "warmup_steps": self.warmup_steps,
+            "warmup_steps": self.warmup_steps or 0,
             "num_threads": self.num_threads,
             "checkpoint_every": self.checkpoint_every,
         }
@@ -197,7 +197,6 @@ def config_from_flags(
     *,
     default_batch_size: int,
     default_learning_rate: float,
-    default_warmup_steps: int = 0,
 ) -> TrainConfig:
     """Build a :class:`TrainConfig` from parsed flags and the model's defaults."""
     names = [f.name for f in dataclasses.fields(TrainConfig)]
@@ -206,8 +205,6 @@ def config_from_flags(
         values["batch_size"] = default_batch_size
     if values["learning_rate"] is None:
         values["learning_rate"] = default_learning_rate
-    if values["warmup_steps"] is None:
-        values["warmup_steps"] = default_warmup_steps
     return TrainConfig(**values)
 
 

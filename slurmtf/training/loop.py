@@ -41,6 +41,7 @@ class ModelSpec:
     make_optimizer: Callable[[Any], Any]  # learning-rate schedule -> Keras optimizer
     decay_epochs: tuple[int, ...] = ()
     decay_factor: float = 0.1
+    warmup_epochs: int = 0  # used when --warmup_steps is not given
 
 
 @dataclasses.dataclass
@@ -106,7 +107,12 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
     with strategy.scope():
         model = spec.build_model()
         model(tf.zeros((1, *spec.input_shape)), training=False)
-        schedule = make_schedule(lr, config.warmup_steps, boundaries, spec.decay_factor)
+        warmup = (
+            config.warmup_steps
+            if config.warmup_steps is not None
+            else spec.warmup_epochs * steps_per_epoch
+        )
+        schedule = make_schedule(lr, warmup, boundaries, spec.decay_factor)
         optimizer = spec.make_optimizer(schedule)
         if config.dtype == "fp16":
             optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
