@@ -1,0 +1,276 @@
+"""The input readers on tiny files in each real format, written by the tests.
+
+The ``write_*`` helpers are also used by tests/test_models_train.py to train on them.
+"""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from slurmtf.errors import InputError
+
+pytestmark = pytest.mark.tf
+
+
+# ------------------------------------------------------------------ writers
+
+
+def learnable_images(n: int, shape: tuple[int, ...], classes: int, seed: int) -> tuple[Any, Any]:
+    """uint8 images whose class is a bright band position, plus noise: learnable."""
+    rng = np.random.default_rng(seed)
+    labels = (np.arange(n) % classes).astype(np.uint8)
+    images = rng.integers(0, 60, size=(n, *shape), dtype=np.uint8)
+    band = shape[0] // classes
+    for i, label in enumerate(labels):
+        images[i, label * band : (label + 1) * band] = 230
+    return images, labels
+
+
+def _idx(array: Any) -> bytes:
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
+        int(d).to_bytes(4, "big") for d in array.shape
+    )
+    return header + array.astype(np.uint8).tobytes()
+
+
+def write_mnist(root: Path, n_train: int = 64, n_eval: int = 32, gz: bool = True) -> Path:
+    """The four MNIST IDX files (gzipped or not) with learnable images."""
+    root.mkdir(parents=True, exist_ok=True)
+    for prefix, n, seed in (("train", n_train, 1), ("t10k", n_eval, 2)):
+        images, labels = learnable_images(n, (28, 28), 10, seed)
+        for kind, data in (("images-idx3", images), ("labels-idx1", labels)):
+            raw = _idx(data)
+            name = f"{prefix}-{kind}-ubyte"
+            if gz:
+                (root / f"{name}.gz").write_bytes(gzip.compress(raw))
+            else:
+                (root / name).write_bytes(raw)
+    return root
+
+
+def write_cifar(root: Path, per_file: int = 8) -> Path:
+    """``cifar-10-batches-bin/`` with 5 train files and a test file of ``per_file`` records."""
+    out = root / "cifar-10-batches-bin"
+    out.mkdir(parents=True, exist_ok=True)
+    names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
+    for k, name in enumerate(names):
+        images, labels = learnable_images(per_file, (32, 32, 3), 10, seed=10 + k)
+        planes = images.transpose(0, 3, 1, 2).reshape(per_file, -1)  # HWC -> CHW planes
+        records = np.concatenate([labels[:, None], planes], axis=1).astype(np.uint8)
+        (out / name).write_bytes(records.tobytes())
+    return root
+
+
+def write_imagenet(root: Path, train_files: int = 2, per_file: int = 4, side: int = 48) -> Path:
+    """Official-format TFRecords: ``image/encoded`` JPEG and ``image/class/label`` 1..1000."""
+    import tensorflow as tf
+
+    root.mkdir(parents=True, exist_ok=True)
+    splits = [(f"train-{i:05d}-of-{train_files:05d}", 20 + i) for i in range(train_files)]
+    splits.append(("validation-00000-of-00001", 99))
+    for name, seed in splits:
+        images, labels = learnable_images(per_file, (side, side + 8, 3), 4, seed)
+        with tf.io.TFRecordWriter(str(root / name)) as writer:
+            for image, label in zip(images, labels, strict=True):
+                feature = {
+                    "image/encoded": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[tf.io.encode_jpeg(image).numpy()])
+                    ),
+                    "image/class/label": tf.train.Feature(
+                        int64_list=tf.train.Int64List(value=[int(label) + 1])
+                    ),
+                    "image/format": tf.train.Feature(
+                        bytes_list=tf.train.BytesList(value=[b"JPEG"])
+                    ),
+                }
+                example = tf.train.Example(features=tf.train.Features(feature=feature))
+                writer.write(example.SerializeToString())
+    return root
+
+
+def context(pipelines: int = 1, index: int = 0) -> Any:
+    import tensorflow as tf
+
+    return tf.distribute.InputContext(pipelines, index, pipelines)
+
+
+def first(ds: Any) -> tuple[Any, Any]:
+    images, labels = next(iter(ds))
+    return images.numpy(), labels.numpy()
+
+
+# ------------------------------------------------------------------ MNIST
+
+
+@pytest.mark.parametrize("gz", [True, False])
+def test_mnist_idx_round_trip(tmp_path: Path, gz: bool) -> None:
+    from models.data import mnist
+
+    write_mnist(tmp_path, n_train=20, n_eval=10, gz=gz)
+    images, labels = mnist.load(str(tmp_path), training=True)
+    expected, expected_labels = learnable_images(20, (28, 28), 10, 1)
+    assert images.shape == (20, 28, 28)
+    np.testing.assert_array_equal(images, expected)
+    np.testing.assert_array_equal(labels, expected_labels)
+    assert mnist.num_examples(str(tmp_path), training=False) == 10
+
+
+def test_mnist_dataset_batches_and_scales(tmp_path: Path) -> None:
+    from models.data import mnist
+
+    write_mnist(tmp_path, n_train=20, n_eval=10)
+    x, y = first(mnist.dataset(context(), 5, data_dir=str(tmp_path), training=False, seed=0))
+    assert x.shape == (5, 28, 28, 1)
+    assert x.dtype == np.float32
+    assert x.min() >= 0.0
+    assert x.max() <= 1.0
+    np.testing.assert_array_equal(y, [0, 1, 2, 3, 4])
+
+
+def test_mnist_shards_cover_the_global_batch(tmp_path: Path) -> None:
+    """Two workers' per-replica batches of one step = one worker's global batch."""
+    from models.data import mnist
+
+    write_mnist(tmp_path, n_train=40, n_eval=10)
+    one = first(mnist.dataset(context(), 8, data_dir=str(tmp_path), training=True, seed=5))
+    parts = [
+        first(mnist.dataset(context(2, i), 4, data_dir=str(tmp_path), training=True, seed=5))
+        for i in range(2)
+    ]
+    key = lambda x: sorted(map(bytes, x.reshape(len(x), -1)))  # noqa: E731
+    assert key(one[0]) == key(np.concatenate([p[0] for p in parts]))
+    assert not set(key(parts[0][0])) & set(key(parts[1][0]))
+
+
+def test_mnist_bad_files(tmp_path: Path) -> None:
+    from models.data import mnist
+
+    (tmp_path / "x").write_bytes(b"\x00\x00\x99\x01")
+    with pytest.raises(InputError, match="not an IDX file"):
+        mnist.read_idx(tmp_path / "x")
+    (tmp_path / "y").write_bytes(_idx(np.zeros((4, 2), np.uint8))[:-3])
+    with pytest.raises(InputError, match="truncated"):
+        mnist.read_idx(tmp_path / "y")
+    with pytest.raises(InputError, match=r"--data_dir=.*HINT: "):
+        mnist.load(str(tmp_path), training=True)
+
+
+# ------------------------------------------------------------------ CIFAR-10
+
+
+def test_cifar_decodes_records(tmp_path: Path) -> None:
+    from models.data import cifar
+
+    write_cifar(tmp_path, per_file=6)
+    assert cifar.num_examples(str(tmp_path), training=True) == 30
+    assert cifar.num_examples(str(tmp_path / "cifar-10-batches-bin"), training=False) == 6
+    x, y = first(cifar.dataset(context(), 6, data_dir=str(tmp_path), training=False, seed=0))
+    images, labels = learnable_images(6, (32, 32, 3), 10, seed=15)  # test_batch.bin
+    np.testing.assert_array_equal(y, labels)
+    mean, std = np.array(cifar.MEAN), np.array(cifar.STD)
+    np.testing.assert_allclose(x, (images / 255.0 - mean) / std, atol=1e-5)
+
+
+def _values(files: list[str], workers: int, index: int, steps: int) -> set[int]:
+    import tensorflow as tf
+
+    from models.data.common import file_pipeline
+
+    ds = file_pipeline(
+        files,
+        context(workers, index),
+        2,
+        training=False,
+        seed=0,
+        read_file=lambda path: tf.data.FixedLengthRecordDataset(path, 1),
+        decode=lambda rec: (tf.io.decode_raw(rec, tf.uint8)[0], tf.constant(0)),
+    )
+    return {int(v) for batch, _ in ds.take(steps) for v in batch.numpy()}
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_shards_by_files_when_there_are_enough(tmp_path: Path, workers: int) -> None:
+    files = []
+    for f in range(3):
+        (tmp_path / f"part{f}").write_bytes(bytes(10 * f + j for j in range(4)))
+        files.append(str(tmp_path / f"part{f}"))
+    for index in range(workers):
+        owned = {10 * f + j for f in range(index, 3, workers) for j in range(4)}
+        assert _values(files, workers, index, 6) == owned
+
+
+def test_shards_by_records_when_files_are_fewer_than_workers(tmp_path: Path) -> None:
+    (tmp_path / "only").write_bytes(bytes(range(8)))
+    files = [str(tmp_path / "only")]
+    assert _values(files, 2, 0, 4) == {0, 2, 4, 6}
+    assert _values(files, 2, 1, 4) == {1, 3, 5, 7}
+
+
+def test_cifar_training_augments_and_eval_is_exact(tmp_path: Path) -> None:
+    from models.data import cifar
+
+    write_cifar(tmp_path, per_file=4)
+    x, y = first(cifar.dataset(context(), 4, data_dir=str(tmp_path), training=True, seed=1))
+    assert x.shape == (4, 32, 32, 3)
+    assert y.dtype == np.int32
+
+
+def test_cifar_rejects_pickles(tmp_path: Path) -> None:
+    from models.data import cifar
+
+    (tmp_path / "test_batch.bin").write_bytes(b"\x80\x04pickle")
+    with pytest.raises(InputError, match="binary"):
+        cifar.files(str(tmp_path), training=False)
+
+
+# ------------------------------------------------------------------ ImageNet
+
+
+def test_imagenet_tfrecords(tmp_path: Path) -> None:
+    from models.data import imagenet
+
+    write_imagenet(tmp_path, train_files=2, per_file=3)
+    assert len(imagenet.files(str(tmp_path), training=True)) == 2
+    assert imagenet.count_records(imagenet.files(str(tmp_path), training=False)) == 3
+    x, y = first(
+        imagenet.dataset(
+            context(), 3, data_dir=str(tmp_path), training=False, seed=0, image_size=32
+        )
+    )
+    assert x.shape == (3, 32, 32, 3)
+    np.testing.assert_array_equal(y, [1, 2, 3])  # official labels are 1-based
+    assert abs(float(x.mean())) < 3.0
+    x, _ = first(
+        imagenet.dataset(
+            context(2, 1), 2, data_dir=str(tmp_path), training=True, seed=0, image_size=24
+        )
+    )
+    assert x.shape == (2, 24, 24, 3)
+
+
+def test_imagenet_missing_files(tmp_path: Path) -> None:
+    from models.data import imagenet
+
+    with pytest.raises(InputError, match="train-"):
+        imagenet.files(str(tmp_path), training=True)
+
+
+# ------------------------------------------------------------------ synthetic
+
+
+def test_synthetic_is_deterministic_and_sharded() -> None:
+    from models.data import synthetic
+
+    kw: dict[str, Any] = {"shape": (8, 8, 1), "num_classes": 4, "num_examples": 32, "seed": 3}
+    one = first(synthetic.dataset(context(), 8, training=True, **kw))
+    again = first(synthetic.dataset(context(), 8, training=True, **kw))
+    np.testing.assert_array_equal(one[0], again[0])
+    parts = [first(synthetic.dataset(context(2, i), 4, training=True, **kw)) for i in range(2)]
+    key = lambda x: sorted(map(bytes, x.reshape(len(x), -1)))  # noqa: E731
+    assert key(one[0]) == key(np.concatenate([p[0] for p in parts]))
+    np.testing.assert_array_equal(np.sort(one[1]), np.sort(np.concatenate([p[1] for p in parts])))

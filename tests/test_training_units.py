@@ -1,0 +1,147 @@
+"""Pure parts of slurmtf.training: flags, batch split, strategy plan, signals, formatting.
+
+No TensorFlow needed: these run in the fast unit-test tier.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from slurmtf.errors import InputError
+from slurmtf.training.events import format_seconds
+from slurmtf.training.flags import TrainConfig, check_batch_size, scaled_learning_rate
+from slurmtf.training.preemption import PreemptionWatcher, parse_signal
+from slurmtf.training.strategy import StrategyChoice, plan_strategy
+
+
+@pytest.mark.parametrize(
+    ("batch", "replicas", "per_replica"), [(32, 1, 32), (32, 2, 16), (96, 8, 12), (7, 7, 1)]
+)
+def test_batch_splits_evenly(batch: int, replicas: int, per_replica: int) -> None:
+    assert check_batch_size(batch, replicas) == per_replica
+
+
+@pytest.mark.parametrize(
+    ("batch", "replicas", "nearest"),
+    [(33, 2, 32), (100, 8, 96), (3, 4, 4), (13, 4, 12), (14, 4, 12)],
+)
+def test_batch_error_names_nearest_valid_value(batch: int, replicas: int, nearest: int) -> None:
+    with pytest.raises(InputError) as info:
+        check_batch_size(batch, replicas)
+    text = str(info.value)
+    assert text.startswith(f"--batch_size={batch}: ")
+    assert f"{replicas} replicas" in text
+    assert f"HINT: use --batch_size={nearest} " in text
+
+
+def test_linear_scaling_rule() -> None:
+    assert scaled_learning_rate(0.1, 1024, 256) == pytest.approx(0.4)
+    assert scaled_learning_rate(0.1, 128, 256) == pytest.approx(0.05)
+
+
+@pytest.mark.parametrize(
+    ("mode", "alg", "workers", "gpus", "expected"),
+    [
+        ("auto", "auto", 1, 0, StrategyChoice("one_device", "/cpu:0", "ring")),
+        ("auto", "auto", 1, 1, StrategyChoice("one_device", "/gpu:0", "nccl")),
+        ("auto", "auto", 1, 4, StrategyChoice("mirrored", "", "nccl")),
+        ("auto", "auto", 4, 0, StrategyChoice("multi_worker_mirrored", "", "ring")),
+        ("auto", "auto", 4, 8, StrategyChoice("multi_worker_mirrored", "", "nccl")),
+        ("auto", "ring", 2, 8, StrategyChoice("multi_worker_mirrored", "", "ring")),
+        (
+            "multi_worker_mirrored",
+            "auto",
+            1,
+            0,
+            StrategyChoice("multi_worker_mirrored", "", "ring"),
+        ),
+        ("off", "auto", 1, 2, StrategyChoice("off", "", "nccl")),
+        ("mirrored", "auto", 1, 0, StrategyChoice("mirrored", "", "ring")),
+    ],
+)
+def test_plan_strategy(
+    mode: str, alg: str, workers: int, gpus: int, expected: StrategyChoice
+) -> None:
+    assert plan_strategy(mode, alg, workers, gpus) == expected
+
+
+@pytest.mark.parametrize("mode", ["off", "one_device", "mirrored"])
+def test_single_node_strategy_with_several_workers_is_an_error(mode: str) -> None:
+    with pytest.raises(InputError, match=r"--distribution_strategy=.*3 workers.*HINT: "):
+        plan_strategy(mode, "auto", 3, 0)
+
+
+def test_nccl_without_gpus_is_an_error() -> None:
+    with pytest.raises(
+        InputError, match=r"--all_reduce_alg='nccl'.*HINT: use --all_reduce_alg=ring"
+    ):
+        plan_strategy("auto", "nccl", 2, 0)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("USR2", signal.SIGUSR2),
+        ("SIGUSR1", signal.SIGUSR1),
+        ("term", signal.SIGTERM),
+        ("12", signal.SIGUSR2),
+    ],
+)
+def test_parse_signal(text: str, expected: signal.Signals) -> None:
+    assert parse_signal(text) == expected
+
+
+@pytest.mark.parametrize("text", ["USR3", "", "SIGFOO", "999"])
+def test_parse_signal_rejects_unknown(text: str) -> None:
+    with pytest.raises(InputError, match="--preemption_signal"):
+        parse_signal(text)
+
+
+def test_uncatchable_signal_is_refused() -> None:
+    with pytest.raises(InputError, match="cannot be caught"):
+        PreemptionWatcher("KILL")
+
+
+def test_watcher_flags_the_signal_and_restores_the_old_handler() -> None:
+    before = signal.getsignal(signal.SIGUSR2)
+    watcher = PreemptionWatcher("USR2").install()
+    try:
+        assert not watcher.requested
+        signal.raise_signal(signal.SIGUSR2)
+        assert watcher.requested
+    finally:
+        watcher.uninstall()
+    assert signal.getsignal(signal.SIGUSR2) == before
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("batch_size", 0),
+        ("train_steps", -1),
+        ("learning_rate", 0.0),
+        ("epochs_between_evals", 0),
+        ("collective_timeout", -1.0),
+        ("keep_checkpoints", 0),
+        ("log_every", 0),
+    ],
+)
+def test_config_rejects_bad_values(field: str, value: object) -> None:
+    with pytest.raises(InputError, match=f"--{field}="):
+        TrainConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_config_synthetic_when_no_data_dir() -> None:
+    assert TrainConfig().synthetic
+    assert not TrainConfig(data_dir="/data").synthetic
+    assert TrainConfig(data_dir="/data", use_synthetic_data=True).synthetic
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0m00s"), (59.6, "1m00s"), (3725, "1h02m05s"), (-1, "?"), (float("inf"), "?")],
+)
+def test_format_seconds(seconds: float, text: str) -> None:
+    assert format_seconds(seconds) == text
