@@ -5,8 +5,44 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping, MutableMapping
+
+from slurmtf.env import SlurmEnv, read_slurm_env
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
+from slurmtf.layout import ClusterLayout
 
 __version__ = "0.1.0"
 
-__all__ = ["InputError", "SlurmCommandError", "SlurmtfError", "__version__"]
+__all__ = [
+    "ClusterLayout",
+    "InputError",
+    "SlurmCommandError",
+    "SlurmEnv",
+    "SlurmtfError",
+    "__version__",
+    "export_tf_config",
+    "read_slurm_env",
+    "resolve",
+]
+
+
+# Thin forwarders: importing slurmtf.resolver here would make `python -m slurmtf.resolver`
+# warn that the module was imported before it ran.
+def resolve(
+    environ: Mapping[str, str] | None = None,
+    *,
+    port_base: int | str | None = None,
+    address_template: str | None = None,
+) -> ClusterLayout:
+    """See :func:`slurmtf.resolver.resolve`."""
+    from slurmtf import resolver
+
+    return resolver.resolve(environ, port_base=port_base, address_template=address_template)
+
+
+def export_tf_config(layout: ClusterLayout, environ: MutableMapping[str, str] = os.environ) -> str:
+    """See :func:`slurmtf.resolver.export_tf_config`."""
+    from slurmtf import resolver
+
+    return resolver.export_tf_config(layout, environ)

@@ -1,0 +1,171 @@
+"""The one reader of the environment: Slurm's variables (and ours) into a frozen value.
+
+Everything after :func:`read_slurm_env` is a pure function of :class:`SlurmEnv`.
+Values stay raw strings here; :mod:`slurmtf.layout` parses and validates them and its
+errors name the variable each value came from.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from slurmtf.errors import InputError
+
+log = logging.getLogger(__name__)
+
+# A hostfile lists one host per rank; 16 MiB is far above 100k ranks of long names.
+MAX_HOSTFILE_BYTES = 16 * 1024 * 1024
+
+STEP_VARS = ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM_TASKS")
+JOB_VARS = ("SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS")
+# Older names Slurm still sets; read only when the current name is missing.
+_OLD_NAMES = {"SLURM_JOB_NODELIST": "SLURM_NODELIST", "SLURM_NTASKS": "SLURM_NPROCS"}
+
+
+@dataclass(frozen=True)
+class SlurmEnv:
+    """What a Slurm task (or a process outside Slurm) sees, as raw strings.
+
+    ``scope`` is ``"step"`` when the ``SLURM_STEP_*`` variables were found, ``"job"``
+    when the job's were used instead, ``"none"`` outside Slurm. The ``*_var`` fields
+    name the variable each value came from, for messages.
+    """
+
+    scope: str = "none"
+    nodelist: str | None = None
+    nodelist_var: str = "SLURM_STEP_NODELIST"
+    tasks_per_node: str | None = None
+    tasks_per_node_var: str = "SLURM_STEP_TASKS_PER_NODE"
+    num_tasks: str | None = None
+    num_tasks_var: str = "SLURM_STEP_NUM_TASKS"
+    procid: str | None = None
+    localid: str | None = None
+    nodeid: str | None = None
+    nodename: str | None = None
+    job_id: str | None = None
+    array_job_id: str | None = None
+    array_task_id: str | None = None
+    het_job_id: str | None = None
+    het_job_offset: str | None = None
+    restart_count: str | None = None
+    distribution: str | None = None
+    plane_size: str | None = None
+    hostfile: str | None = None
+    hostfile_text: str | None = None
+    port_base: str | None = None
+    address_template: str | None = None
+    cuda_visible_devices: str | None = None
+    slurm_gpus: str | None = None
+    slurm_gpus_var: str = "SLURM_STEP_GPUS"
+    gpus_on_node: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.scope not in {"step", "job", "none"}:
+            raise InputError("scope", self.scope, "is not step, job or none", "use one of them")
+
+    @property
+    def in_slurm(self) -> bool:
+        """True inside a Slurm job (a node list or a job id is set)."""
+        return self.nodelist is not None or self.job_id is not None
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        """The variables that describe the allocation, as read."""
+        if self.scope == "none":
+            return ()
+        names = (self.nodelist_var, self.tasks_per_node_var)
+        return (*names, self.num_tasks_var) if self.num_tasks is not None else names
+
+
+def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
+    """Read every variable slurmtf uses, step variables first, job variables as fallback.
+
+    The hostfile of ``--distribution=arbitrary`` (``SLURM_HOSTFILE``) is read here too,
+    so that the rest of the package never touches the file system.
+    """
+
+    def get(name: str) -> str | None:
+        value = environ.get(name)
+        if value is None and name in _OLD_NAMES:
+            value = environ.get(_OLD_NAMES[name])
+        return value
+
+    if get("SLURM_STEP_NODELIST") is not None:
+        scope, names = "step", STEP_VARS
+    elif get("SLURM_JOB_NODELIST") is not None:
+        scope, names = "job", JOB_VARS
+    else:
+        scope, names = "none", STEP_VARS
+
+    def actual(name: str) -> str:
+        """The name really set: ``name`` or, when only that is set, its older name."""
+        old = _OLD_NAMES.get(name)
+        return old if old is not None and name not in environ and old in environ else name
+
+    nodelist_var, tasks_var, num_var = (actual(name) for name in names)
+    distribution = get("SLURM_DISTRIBUTION")
+    hostfile = get("SLURM_HOSTFILE")
+    hostfile_text = None
+    if hostfile is not None and _node_level(distribution) == "arbitrary":
+        hostfile_text = _read_hostfile(hostfile)
+    slurm_gpus_var = "SLURM_STEP_GPUS" if get("SLURM_STEP_GPUS") is not None else "SLURM_JOB_GPUS"
+    env = SlurmEnv(
+        scope=scope,
+        nodelist=get(nodelist_var),
+        nodelist_var=nodelist_var,
+        tasks_per_node=get(tasks_var),
+        tasks_per_node_var=tasks_var,
+        num_tasks=get(num_var),
+        num_tasks_var=num_var,
+        procid=get("SLURM_PROCID"),
+        localid=get("SLURM_LOCALID"),
+        nodeid=get("SLURM_NODEID"),
+        nodename=get("SLURMD_NODENAME"),
+        job_id=get("SLURM_JOB_ID") or get("SLURM_JOBID"),
+        array_job_id=get("SLURM_ARRAY_JOB_ID"),
+        array_task_id=get("SLURM_ARRAY_TASK_ID"),
+        het_job_id=get("SLURM_HET_JOB_ID"),
+        het_job_offset=get("SLURM_HET_JOB_OFFSET"),
+        restart_count=get("SLURM_RESTART_COUNT"),
+        distribution=distribution,
+        plane_size=get("SLURM_DIST_PLANESIZE"),
+        hostfile=hostfile,
+        hostfile_text=hostfile_text,
+        port_base=get("SLURMTF_PORT_BASE"),
+        address_template=get("SLURMTF_ADDRESS_TEMPLATE"),
+        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"),
+        slurm_gpus=get(slurm_gpus_var),
+        slurm_gpus_var=slurm_gpus_var,
+        gpus_on_node=get("SLURM_GPUS_ON_NODE"),
+    )
+    if scope == "none":
+        log.debug("no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: not in a Slurm step")
+    else:
+        log.debug("Slurm %s variables used: %s", scope, ", ".join(env.sources))
+    return env
+
+
+def _node_level(distribution: str | None) -> str:
+    """The node-level part of ``SLURM_DISTRIBUTION`` (``cyclic:block,pack`` -> ``cyclic``)."""
+    if not distribution:
+        return ""
+    return distribution.split(",", 1)[0].split(":", 1)[0].strip().lower()
+
+
+def _read_hostfile(path: str) -> str:
+    hint = "point SLURM_HOSTFILE at a readable text file with one host name per task"
+    try:
+        with Path(path).open("rb") as stream:
+            data = stream.read(MAX_HOSTFILE_BYTES + 1)
+    except OSError as exc:
+        raise InputError("SLURM_HOSTFILE", path, f"cannot be read ({exc.strerror})", hint) from exc
+    if len(data) > MAX_HOSTFILE_BYTES:
+        raise InputError("SLURM_HOSTFILE", path, "is larger than 16 MiB", hint)
+    try:
+        return data.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise InputError("SLURM_HOSTFILE", path, "is not a plain ASCII text file", hint) from exc

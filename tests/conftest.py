@@ -1,0 +1,103 @@
+"""Shared fixtures: ``fake_slurm_env`` sets a fake Slurm task environment via monkeypatch."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+# Variables a test environment starts without, so the host's own never leak in.
+_PREFIXES = ("SLURM_", "SLURMD_", "SLURMTF_")
+_NAMES = ("CUDA_VISIBLE_DEVICES", "TF_CONFIG")
+
+
+class FakeSlurmEnv:
+    """A clean environment plus helpers that set what ``srun`` would set for one task.
+
+    ``step(...)`` returns the variables it set, so the same dict can be handed to
+    ``slurmtf.resolver.resolve(environ=...)`` for other ranks.
+    """
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+        self._monkeypatch = monkeypatch
+        self._tmp_path = tmp_path
+        for name in list(os.environ):
+            if name.startswith(_PREFIXES) or name in _NAMES:
+                monkeypatch.delenv(name)
+
+    def set(self, **variables: object) -> dict[str, str]:
+        """Set variables (``None`` unsets); return the fake variables now set."""
+        for name, value in variables.items():
+            if value is None:
+                self._monkeypatch.delenv(name, raising=False)
+            else:
+                self._monkeypatch.setenv(name, str(value))
+        return self.current()
+
+    def current(self) -> dict[str, str]:
+        """The fake variables now in ``os.environ``."""
+        return {k: v for k, v in os.environ.items() if k.startswith(_PREFIXES) or k in _NAMES}
+
+    def hostfile(self, hosts: Sequence[str], name: str = "hostfile") -> str:
+        """Write a ``SLURM_HOSTFILE`` (one host per line) and return its path."""
+        path = self._tmp_path / name
+        path.write_text("".join(f"{host}\n" for host in hosts))
+        return str(path)
+
+    @staticmethod
+    def step_vars(
+        nodelist: str = "node[1-2]",
+        tasks_per_node: str = "1(x2)",
+        procid: int | str = 0,
+        *,
+        ntasks: int | str | None = None,
+        job_id: int | str | None = 1234,
+        distribution: str | None = None,
+        **extra: object,
+    ) -> dict[str, str]:
+        """The variables of task ``procid`` of an ``srun`` step, without setting them.
+
+        ``ntasks`` defaults to the sum of ``tasks_per_node`` when that is plain digits
+        and repeats; ``extra`` adds any other variable (``SLURMD_NODENAME="node1"``).
+        """
+        if ntasks is None:
+            ntasks = _total(tasks_per_node)
+        env = {
+            "SLURM_STEP_NODELIST": nodelist,
+            "SLURM_STEP_TASKS_PER_NODE": tasks_per_node,
+            "SLURM_JOB_NODELIST": nodelist,
+            "SLURM_TASKS_PER_NODE": tasks_per_node,
+            "SLURM_PROCID": str(procid),
+        }
+        if ntasks is not None:
+            env |= {"SLURM_STEP_NUM_TASKS": str(ntasks), "SLURM_NTASKS": str(ntasks)}
+        if job_id is not None:
+            env["SLURM_JOB_ID"] = str(job_id)
+        if distribution is not None:
+            env["SLURM_DISTRIBUTION"] = distribution
+        env |= {name: str(value) for name, value in extra.items() if value is not None}
+        return env
+
+    def step(self, *args: object, **kwargs: object) -> dict[str, str]:
+        """Set :meth:`step_vars` in ``os.environ``; return them."""
+        variables = self.step_vars(*args, **kwargs)  # type: ignore[arg-type]
+        self.set(**variables)
+        return variables
+
+
+def _total(tasks_per_node: str) -> int | None:
+    total = 0
+    for item in tasks_per_node.split(","):
+        count, _, repeat = item.partition("(x")
+        if not count.isdigit() or (repeat and not repeat.rstrip(")").isdigit()):
+            return None
+        total += int(count) * int(repeat.rstrip(")") or 1)
+    return total
+
+
+@pytest.fixture
+def fake_slurm_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeSlurmEnv:
+    """A clean environment (no SLURM_*, SLURMTF_*, CUDA_VISIBLE_DEVICES, TF_CONFIG)."""
+    return FakeSlurmEnv(monkeypatch, tmp_path)
