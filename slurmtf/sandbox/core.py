@@ -251,9 +251,10 @@ class Sandbox:
 
         munge = d / "munge"
         pids["munged"] = daemons.start(
-            ["munged", "-F", f"--key-file={munge}/munge.key", f"--socket={cfg.munge_socket}",
-             f"--pid-file={munge}/munged.pid", f"--log-file={d}/log/munged.log",
-             f"--seed-file={munge}/munged.seed"],
+            # --force: a private socket under a 700 parent (pytest's tmp) is only a warning
+            ["munged", "-F", "--force", f"--key-file={munge}/munge.key",
+             f"--socket={cfg.munge_socket}", f"--pid-file={munge}/munged.pid",
+             f"--log-file={d}/log/munged.log", f"--seed-file={munge}/munged.seed"],
             d / "log" / "munged.out", env,
         )  # fmt: skip
         self._write_state(state)
@@ -294,7 +295,8 @@ class Sandbox:
                 )
                 out = cfg.dir / "log" / f"{name}.out"
                 raise SandboxError(
-                    f"{name} (pid {pid}) exited during start-up.\n"
+                    f"{name} (pid {pid}) exited during start-up "
+                    f"({daemons.cmdline(pid) or 'gone'}).\n"
                     f"--- {cfg.dir}/log/{logfile}:\n{daemons.log_tail(cfg.dir / 'log' / logfile)}\n"
                     f"--- {out}:\n{daemons.log_tail(out)}"
                 )

@@ -12,7 +12,6 @@ import contextlib
 import os
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -36,17 +35,29 @@ def start(
     if hosts is not None:
         cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _NS_WRAPPER,
                str(hosts), *cmd]  # fmt: skip
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
+    # posix_spawn, not Popen: the daemon outlives us and nobody waits on a Popen object.
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        pid = os.posix_spawnp(
+            cmd[0],
             cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=dict(env),
-            start_new_session=True,
-            close_fds=True,
+            dict(env),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, fd, 1),
+                (os.POSIX_SPAWN_DUP2, fd, 2),
+                (os.POSIX_SPAWN_CLOSE, fd),
+            ],
+            setsid=True,
         )
-    return proc.pid
+    finally:
+        os.close(fd)
+    # The vfork-style spawn returns while exec still sets up the new image, when
+    # /proc/PID/cmdline reads empty; wait for it so PID checks see the real argv.
+    deadline = time.monotonic() + 2.0
+    while not cmdline(pid) and not is_zombie(pid) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return pid
 
 
 def cmdline(pid: int) -> str:
@@ -67,8 +78,17 @@ def is_zombie(pid: int) -> bool:
 
 
 def alive(pid: int, marker: str) -> bool:
-    """True if ``pid`` runs and its command line contains ``marker`` (guards PID reuse)."""
-    return marker in cmdline(pid) and not is_zombie(pid)
+    """True if ``pid`` runs and its command line contains ``marker`` (guards PID reuse).
+
+    A process in the middle of an exec (``unshare`` -> ``sh`` -> daemon) briefly shows
+    an empty command line; look again before calling it gone.
+    """
+    for _ in range(20):
+        line = cmdline(pid)
+        if line or is_zombie(pid):
+            return marker in line
+        time.sleep(0.01)
+    return False
 
 
 def reap(pid: int) -> None:

@@ -1,0 +1,187 @@
+"""Fast unit tests of the sandbox's pure parts: file rendering, the sacct shim, PIDs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmtf.errors import InputError
+from slurmtf.sandbox import config as c
+from slurmtf.sandbox import daemons, sacct
+from slurmtf.sandbox.config import SandboxConfig
+
+DATA = Path(__file__).parent / "data" / "sandbox"
+GOLDEN = SandboxConfig(dir=Path("/srv/sbx"), nodes=3, gpus_per_node=2, ctld_port=20000)
+
+
+def _golden(name: str, text: str) -> None:
+    """Compare with tests/data/sandbox/NAME; SLURMTF_REGEN=1 rewrites the stored file."""
+    path = DATA / name
+    if os.environ.get("SLURMTF_REGEN") == "1":
+        path.write_text(text)
+    assert text == path.read_text(), f"regenerate with SLURMTF_REGEN=1 if intended: {path}"
+
+
+def test_slurm_conf_matches_stored() -> None:
+    _golden("slurm.conf", c.render_slurm_conf(GOLDEN))
+
+
+def test_gres_conf_matches_stored() -> None:
+    _golden("gres.conf", c.render_gres_conf(GOLDEN))
+
+
+@pytest.mark.parametrize(
+    ("gpus", "line"),
+    [
+        (0, None),
+        (1, "Name=gpu File=/srv/sbx/dev/nvidia0"),
+        (4, "Name=gpu File=/srv/sbx/dev/nvidia[0-3]"),
+    ],
+)
+def test_gres_lines(gpus: int, line: str | None) -> None:
+    cfg = SandboxConfig(dir=Path("/srv/sbx"), nodes=1, gpus_per_node=gpus)
+    gres = c.render_gres_conf(cfg).splitlines()
+    conf = c.render_slurm_conf(cfg)
+    assert "AutoDetect=off" in gres
+    if line is None:
+        assert len(gres) == 2
+        assert "GresTypes" not in conf
+        assert "Gres=" not in conf
+    else:
+        assert gres[-1] == line
+        assert f"Gres=gpu:{gpus}" in conf
+    assert [p.name for p in c.gpu_device_paths(cfg)] == [f"nvidia{i}" for i in range(gpus)]
+
+
+def test_settings_that_matter() -> None:
+    conf = c.render_slurm_conf(GOLDEN)
+    for setting in [
+        "cred_expire=10", "EnforcePartLimits=ALL", "ReturnToService=2", "KillWait=5",
+        "SlurmdParameters=config_overrides", "JobRequeue=1", f"MinJobAge={c.MIN_JOB_AGE_S}",
+        "SchedulerParameters=batch_sched_delay=0,sched_interval=5",
+        "SlurmdSpoolDir=/srv/sbx/spool/%n",
+        "SlurmdPidFile=/srv/sbx/run/slurmd-%n.pid", "SlurmdLogFile=/srv/sbx/log/slurmd-%n.log",
+    ]:  # fmt: skip
+        assert setting in conf
+    ports = [line.rsplit("Port=", 1)[1] for line in conf.splitlines() if " Port=" in line]
+    assert ports == ["20001", "20002", "20003"]
+
+
+def test_distinct_dirs_get_distinct_names_ports_and_job_ids() -> None:
+    dirs = [Path(f"/tmp/sbx{i}") for i in range(50)]
+    assert len({c.cluster_name_for(d) for d in dirs}) == 50
+    assert len({c.first_job_id(d) for d in dirs}) > 40
+    for d in dirs:
+        base = c.preferred_port_base(d, 4)
+        assert c.PORT_RANGE[0] <= base
+        assert base + c.MAX_NODES < c.PORT_RANGE[1]
+        assert c.cluster_name_for(d) == c.cluster_name_for(Path(str(d)))
+        assert len(c.cluster_name_for(d)) <= 16
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"dir": Path("rel/dir")}, "--dir"),
+        ({"dir": Path("/tmp/a b")}, "--dir"),
+        ({"dir": Path("/tmp/a#b")}, "--dir"),
+        ({"dir": Path("/tmp/x"), "nodes": 0}, "--nodes"),
+        ({"dir": Path("/tmp/x"), "nodes": 65}, "--nodes"),
+        ({"dir": Path("/tmp/x"), "gpus_per_node": -1}, "--gpus-per-node"),
+        ({"dir": Path("/tmp/x"), "gpus_per_node": 4, "cpus_per_node": 2}, "cpus_per_node"),
+        ({"dir": Path("/tmp/x"), "nodes": 2, "slurmd_ports": (1,)}, "slurmd_ports"),
+    ],
+)
+def test_bad_values_name_the_flag(kwargs: dict[str, object], name: str) -> None:
+    with pytest.raises(InputError, match="HINT") as info:
+        SandboxConfig(**kwargs)  # type: ignore[arg-type]
+    assert info.value.name == name
+
+
+def test_hosts_and_env() -> None:
+    assert c.render_hosts("127.0.0.1 localhost", ["node1", "node2"]) == (
+        "127.0.0.1 localhost\n# slurmtf sandbox nodes\n127.0.0.1 node1 node2\n"
+    )
+    assert c.render_hosts("", ["node1"]).endswith("127.0.0.1 node1\n")
+    assert c.render_env(GOLDEN) == (
+        'export SLURM_CONF=/srv/sbx/slurm.conf\nexport PATH=/srv/sbx/bin:"$PATH"\n'
+    )
+    shim = c.render_sacct_shim("/usr/bin/python3", Path("/srv/sbx"))
+    assert shim.startswith("#!/bin/sh\n")
+    assert "SLURMTF_SANDBOX_DIR=/srv/sbx exec /usr/bin/python3 -m slurmtf.sandbox.sacct" in shim
+
+
+SQUEUE = sacct._SEP.join(
+    ["565001", "565001", "wrap", "COMPLETED", "node[1-2]", "debug", "2", "0:01", "root", "None"]
+)
+SQUEUE_ARRAY = sacct._SEP.join(
+    ["565003_1", "565004", "arr", "RUNNING", "node3", "debug", "1", "0:05", "root", "None"]
+)
+JOBCOMP = (
+    "JobId=565000 UserId=root(0) GroupId=root(0) Name=bash JobState=CANCELLED Partition=debug "
+    "NodeList=node[1-3] NodeCnt=3 ExitCode=0:15\n"
+    "JobId=565001 UserId=root(0) Name=wrap JobState=REQUEUED NodeList=node1 ExitCode=0:0\n"
+    "garbage line\n"
+)
+
+
+def test_sacct_answers_submitit() -> None:
+    from submitit.slurm.slurm import SlurmInfoWatcher
+
+    live = sacct.parse_squeue(SQUEUE + "\n" + SQUEUE_ARRAY + "\nshort\n")
+    finished = sacct.parse_jobcomp(JOBCOMP)
+    assert [r["JobID"] for r in live] == ["565001", "565003_1"]
+    assert [r["State"] for r in finished] == ["CANCELLED", "REQUEUED"]
+    chosen = sacct.select(live, finished, ["565000", "565001", "565003"])
+    text = sacct.render(chosen, ["JobID", "State", "NodeList"], parsable="2", header=True)
+    info = SlurmInfoWatcher().read_info(text)
+    assert info["565000"]["State"] == "CANCELLED"
+    assert info["565001"]["State"] == "COMPLETED"  # squeue (live) wins over the log
+    assert info["565001"]["NodeList"] == "node[1-2]"
+    assert info["565003_1"]["State"] == "RUNNING"
+    assert sacct.select(live, finished, ["999"]) == []
+
+
+def test_sacct_render_modes() -> None:
+    rows = [{"JobID": "1", "State": "PENDING"}]
+    assert sacct.render(rows, ["JobID", "State"], parsable="1", header=False) == "1|PENDING|\n"
+    columns = sacct.render(rows, ["JobID", "State"], parsable="", header=True)
+    assert columns.splitlines()[1].split() == ["1", "PENDING"]
+
+
+def test_sacct_rejects_unknown_field(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sacct.main(["-o", "JobID,Bogus", "-P"]) == 1
+    assert "Bogus" in capsys.readouterr().err
+
+
+def test_daemon_start_and_stop_by_pid(tmp_path: Path) -> None:
+    marker = str(tmp_path)
+    argv = [sys.executable, "-c", "import time; time.sleep(60)", marker]
+    pid = daemons.start(argv, tmp_path / "out.log", dict(os.environ))
+    assert daemons.alive(pid, marker)
+    assert not daemons.alive(pid, marker + "-other")  # a reused PID is not ours
+    assert pid in daemons.pids_mentioning(marker)
+    assert daemons.stop({pid: marker}, timeout=5) == []
+    assert not daemons.alive(pid, marker)
+    assert daemons.pids_mentioning(marker) == []
+
+
+def test_port_free_sees_a_listener() -> None:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        assert not daemons.port_free(sock.getsockname()[1])
+
+
+def test_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("\n".join(str(i) for i in range(30)))
+    assert daemons.log_tail(log, 3) == "27\n28\n29"
+    assert "no log" in daemons.log_tail(tmp_path / "missing")
+    assert subprocess.run(["true"], check=False).returncode == 0
