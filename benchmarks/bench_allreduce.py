@@ -236,7 +236,9 @@ def measure_allreduce(
     envs = [
         harness.clean_env(harness.fake_slurm_env(rank, n, job_id, port_base)) for rank in range(n)
     ]
-    runs = harness.run_workers([argv] * n, envs, cpus, timeout=900, log_dir=log_dir)
+    runs = harness.run_workers(
+        [argv] * n, envs, cpus, timeout=900, log_dir=log_dir, done_marker='"event": "allreduce"'
+    )
     harness.check_runs(runs, "all-reduce worker")
     per_rank = [
         next(e for e in harness.parse_events(run.stdout) if e["event"] == "allreduce")

@@ -233,22 +233,33 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 class WorkerRun:
     rank: int
     returncode: int
+    finished: bool  # the done marker was printed (the work itself completed)
     stdout: str
-    stderr_tail: str
+    stderr: str
     seconds: float
+
+    @property
+    def stderr_tail(self) -> str:
+        return self.stderr[-3000:]
 
 
 def run_workers(
     argvs: Sequence[Sequence[str]],
     envs: Sequence[Mapping[str, str]],
     cpu_sets: Sequence[Sequence[int] | None],
+    *,
     timeout: float,
     log_dir: Path | None = None,
+    done_marker: str | None = None,
+    exit_grace: float = 10.0,
 ) -> list[WorkerRun]:
     """Start one process per rank (each pinned to its CPUs), wait for all, return outputs.
 
     On timeout every process started here is killed (by its own process group) and the
-    runs report return code -9. Nothing else is touched.
+    runs report return code -9. Nothing else is touched. With ``done_marker``, ranks whose
+    stdout already holds it (their work is done) but that have not exited ``exit_grace``
+    seconds after the last rank printed it are killed the same way and count as
+    finished: a slow shutdown is not part of what is measured.
     """
     procs: list[subprocess.Popen[bytes]] = []
     files = []
@@ -269,12 +280,7 @@ def run_workers(
                     preexec_fn=_pin(cpus),  # noqa: PLW1509 - single-threaded parent
                 )
             )
-        deadline = start + timeout
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.perf_counter()))
-            except subprocess.TimeoutExpired:
-                break
+        _wait_all(procs, files[0::2], start + timeout, done_marker, exit_grace)
     finally:
         for proc in procs:
             if proc.poll() is None:
@@ -287,13 +293,14 @@ def run_workers(
         out, err = files[2 * rank], files[2 * rank + 1]
         out.seek(0)
         err.seek(0)
-        stderr = err.read().decode(errors="replace")
+        stdout = out.read().decode(errors="replace")
         runs.append(
             WorkerRun(
                 rank=rank,
                 returncode=proc.returncode,
-                stdout=out.read().decode(errors="replace"),
-                stderr_tail=stderr[-3000:],
+                finished=bool(done_marker) and done_marker in stdout,
+                stdout=stdout,
+                stderr=err.read().decode(errors="replace"),
                 seconds=seconds,
             )
         )
@@ -302,11 +309,42 @@ def run_workers(
     return runs
 
 
+def _wait_all(
+    procs: Sequence[subprocess.Popen[bytes]],
+    outs: Sequence[Any],
+    deadline: float,
+    marker: str | None,
+    grace: float,
+) -> None:
+    """Wait until all exit, the deadline passes, or all printed ``marker`` + ``grace`` s."""
+    all_done_at: float | None = None
+    needle = marker.encode() if marker else None
+    while time.perf_counter() < deadline:
+        if all(proc.poll() is not None for proc in procs):
+            return
+        if (
+            needle is not None
+            and all_done_at is None
+            and all(_file_has(out, needle) for out in outs)
+        ):
+            all_done_at = time.perf_counter()
+        if all_done_at is not None and time.perf_counter() - all_done_at > grace:
+            return
+        time.sleep(0.2)
+
+
+def _file_has(handle: Any, needle: bytes) -> bool:
+    try:
+        return needle in Path(handle.name).read_bytes()
+    except (OSError, TypeError):
+        return False
+
+
 def _log_file(log_dir: Path | None, rank: int, kind: str) -> Any:
     if log_dir is None:
         import tempfile
 
-        return tempfile.TemporaryFile()
+        return tempfile.NamedTemporaryFile()
     log_dir.mkdir(parents=True, exist_ok=True)
     return (log_dir / f"rank{rank}.{kind}").open("w+b")
 
@@ -341,7 +379,7 @@ def parse_events(text: str) -> list[JSONDict]:
 def check_runs(runs: Sequence[WorkerRun], what: str) -> None:
     """Raise with the failing rank's stderr if any worker did not exit 0."""
     for run in runs:
-        if run.returncode != 0:
+        if run.returncode != 0 and not run.finished:
             raise RuntimeError(
                 f"{what}: rank {run.rank} exited {run.returncode}\n{run.stderr_tail}"
             )

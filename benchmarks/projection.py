@@ -42,9 +42,9 @@ from benchmarks.harness import JSONDict
 GB = 1e9
 GPU_COUNTS = (8, 16, 32, 64, 128, 256, 512)
 
-# ResNet-50 v1.5: 25,557,032 trainable parameters; fp32 gradients (Keras mixed precision
-# keeps fp32 variables, so the all-reduced gradients are fp32).
-RESNET50_PARAMS = 25_557_032
+# ResNet-50 v1.5 (models.resnet, 1001 classes): 25,559,081 trainable parameters. Keras
+# mixed precision keeps fp32 variables, so the all-reduced gradients are fp32.
+RESNET50_PARAMS = 25_559_081
 RESNET50_GRAD_BYTES = RESNET50_PARAMS * 4  # ~102 MB
 NVIDIA_A100_AMP_XLA_IMG_S = 2375.0  # NVIDIA's published TF ResNet-50 figure, one A100
 H100_TARGET_IMG_S = 4000.0

@@ -1,0 +1,245 @@
+"""Scaling efficiency of the bundled models on CPU workers over loopback.
+
+For MNIST and CIFAR ResNet-20 (synthetic data), with the same per-replica batch, run
+1 worker, then 2 workers (4 when the machine has 4 cores), each worker a separate
+process pinned to its own core and given the Slurm variables of an N-task step; the
+slurmtf resolver turns them into the cluster (MultiWorkerMirroredStrategy, RING). The
+examples/s come from the chief's progress lines (``step i/n ... R examples/s``), leaving
+out the first interval (tracing, first all-reduce). Efficiency = rate(N) / (N * rate(1)).
+All counts are measured in one run, alternating, ``repeats`` times; medians are reported.
+
+    python -m benchmarks.bench_scaling [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import harness
+from benchmarks.harness import JSONDict
+
+DONE = '"event": "done"'  # every rank prints this JSON event line when training ends
+PROGRESS = re.compile(r"step (\d+)/(\d+) loss \S+ accuracy \S+ ([\d.]+) examples/s")
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    module: str
+    flags: tuple[str, ...]
+    per_replica_batch: int
+    params: int  # trainable parameters: fp32 gradient bytes = 4 * params
+
+
+MODELS = (
+    Model("MNIST CNN", "models.mnist", (), 100, 3_274_634),
+    Model("CIFAR ResNet-20", "models.resnet", ("--resnet_size=20",), 128, 272_474),
+)
+
+
+def steady_rate(stderr: str, global_batch: int) -> tuple[float, int]:
+    """Examples/s over every progress interval after the first; (rate, steps timed).
+
+    Each progress line reports the rate of the interval since the previous one; the
+    overall rate is total examples over total time, so intervals are weighted by time.
+    """
+    points = [(int(m[1]), float(m[3])) for m in PROGRESS.finditer(stderr)]
+    if len(points) < 2:
+        raise ValueError(f"need at least 2 progress lines to skip the first, got {len(points)}")
+    examples = seconds = 0.0
+    steps = 0
+    for (prev, _), (step, rate) in itertools.pairwise(points):
+        n = step - prev
+        if n <= 0 or rate <= 0:
+            continue
+        examples += n * global_batch
+        seconds += n * global_batch / rate
+        steps += n
+    if seconds <= 0:
+        raise ValueError("no timed interval in the progress lines")
+    return examples / seconds, steps
+
+
+def worker_counts(n_cores: int) -> list[int]:
+    """1, 2, 4, ... workers, as many as there are cores to give each its own."""
+    counts = [1]
+    while counts[-1] * 2 <= n_cores:
+        counts.append(counts[-1] * 2)
+    return counts
+
+
+def run_model(
+    model: Model, n: int, *, steps: int, log_every: int, cpus: list[int], log_dir: Path | None
+) -> JSONDict:
+    global_batch = model.per_replica_batch * n
+    argv = [
+        harness.python(),
+        "-m",
+        model.module,
+        *model.flags,
+        "--use_synthetic_data",
+        f"--batch_size={global_batch}",
+        f"--train_steps={steps}",
+        f"--log_every={log_every}",
+        "--epochs_between_evals=100000",
+        "--eval_steps=1",
+    ]
+    port_base = harness.free_port_base(n)
+    job_id = 800000 + port_base % 1000
+    envs = [
+        harness.clean_env(harness.fake_slurm_env(rank, n, job_id, port_base)) for rank in range(n)
+    ]
+    runs = harness.run_workers(
+        [argv] * n,
+        envs,
+        [[cpus[rank % len(cpus)]] for rank in range(n)],
+        timeout=1200,
+        log_dir=None if log_dir is None else log_dir / f"{model.module}-{n}w",
+        done_marker=DONE,
+    )
+    harness.check_runs(runs, f"{model.name} with {n} workers")
+    cluster = next(e for e in harness.parse_events(runs[0].stdout) if e["event"] == "cluster")
+    rate, timed = steady_rate(runs[0].stderr, global_batch)
+    return {
+        "workers": n,
+        "global_batch": global_batch,
+        "examples_per_s": rate,
+        "steps_timed": timed,
+        "strategy": cluster.get("strategy"),
+        "cluster_workers": cluster.get("workers"),
+        "wall_s": runs[0].seconds,
+        "exit_codes": [r.returncode for r in runs],  # -9: killed after "done" (slow exit)
+    }
+
+
+def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
+    cpus = harness.cores()
+    counts = worker_counts(len(cpus))
+    repeats = 1 if quick else 2
+    plan = {  # (steps, log_every): the first interval is dropped
+        "models.mnist": (40, 10) if quick else (300, 50),
+        "models.resnet": (12, 4) if quick else (40, 10),
+    }
+    models: list[JSONDict] = []
+    for model in MODELS:
+        steps, every = plan[model.module]
+        samples: dict[int, list[JSONDict]] = {n: [] for n in counts}
+        for _ in range(repeats):
+            for n in counts:
+                samples[n].append(
+                    run_model(model, n, steps=steps, log_every=every, cpus=cpus, log_dir=log_dir)
+                )
+        rates = {n: harness.median([s["examples_per_s"] for s in samples[n]]) for n in counts}
+        eff = harness.efficiency(rates)
+        models.append(
+            {
+                "model": model.name,
+                "per_replica_batch": model.per_replica_batch,
+                "grad_bytes": 4 * model.params,
+                "rates": {str(n): rates[n] for n in counts},
+                "efficiency": {str(n): eff[n] for n in counts},
+                "samples": {str(n): samples[n] for n in counts},
+            }
+        )
+    note = None
+    if len(cpus) < 4:
+        note = (
+            f"{len(cpus)} cores: 4 workers would share cores, so only "
+            f"{', '.join(map(str, counts))} worker(s) were measured"
+        )
+    return {
+        "name": "scaling",
+        "cores": cpus,
+        "worker_counts": counts,
+        "repeats": repeats,
+        "note": note,
+        "models": models,
+    }
+
+
+def rows(result: JSONDict) -> list[list[Any]]:
+    out = []
+    for m in result["models"]:
+        for n in result["worker_counts"]:
+            key = str(n)
+            rate = m["rates"][key]
+            out.append(
+                [
+                    m["model"],
+                    n,
+                    m["per_replica_batch"],
+                    rate,
+                    rate / n,
+                    f"{m['efficiency'][key]:.3f}",
+                ]
+            )
+    return out
+
+
+HEADERS = (
+    "model",
+    "workers",
+    "batch per worker",
+    "examples/s (all)",
+    "examples/s per worker",
+    "efficiency",
+)
+
+
+def markdown(result: JSONDict) -> str:
+    text = harness.markdown_table(HEADERS, rows(result))
+    if result.get("note"):
+        text += f"\n{result['note']}.\n"
+    return text
+
+
+def plot(result: JSONDict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    counts = result["worker_counts"]
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    width = 0.8 / max(len(result["models"]), 1)
+    for i, m in enumerate(result["models"]):
+        xs = [j + i * width for j in range(len(counts))]
+        effs = [m["efficiency"][str(n)] for n in counts]
+        bars = ax.bar(xs, effs, width, label=m["model"])
+        ax.bar_label(bars, labels=[f"{e:.2f}" for e in effs], fontsize=8)
+    ax.axhline(0.95, color="gray", ls="--", lw=1, label="target 0.95")
+    ax.set_xticks([j + width * (len(result["models"]) - 1) / 2 for j in range(len(counts))])
+    ax.set_xticklabels([f"{n} worker{'s' if n > 1 else ''}" for n in counts])
+    ax.set_ylabel("efficiency = rate(N) / (N x rate(1))")
+    ax.set_ylim(0, 1.15)
+    ax.set_title("Scaling efficiency, CPU workers pinned to cores, loopback RING")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out_dir / "scaling.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_scaling", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="few steps, one repeat")
+    args = parser.parse_args(argv)
+    result = run(quick=args.quick)
+    print(json.dumps(result, indent=1))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
