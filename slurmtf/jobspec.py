@@ -81,6 +81,20 @@ def check_text(name: str, value: str, *, allow_empty: bool = False) -> str:
     return value
 
 
+def check_sbatch_value(name: str, value: str, *, allow_empty: bool = False) -> str:
+    """A value for an ``#SBATCH`` line: one line, and no backslash.
+
+    sbatch reads ``#SBATCH`` lines with its own parser, which treats a backslash as an
+    escape even inside single quotes, so ``'a\\'`` is refused as unmatched quoting.
+    """
+    check_text(name, value, allow_empty=allow_empty)
+    if "\\" in value:
+        raise InputError(
+            name, value, "contains a backslash, which sbatch's #SBATCH parser mangles", "drop it"
+        )
+    return value
+
+
 def parse_time(value: str) -> int:
     """Slurm time (``30``, ``1:30:00``, ``2-12``...) -> whole minutes, at least 1."""
     text = value.strip()
@@ -174,7 +188,7 @@ def parse_extra(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
                 f"sets --{key}, which slurmtf manages",
                 f"use {_MANAGED[key]}",
             )
-        check_text("--sbatch_extra", value, allow_empty=True)
+        check_sbatch_value("--sbatch_extra", value, allow_empty=True)
         out.append((key, value))
     return tuple(out)
 
@@ -291,9 +305,9 @@ class JobSpec:
             ("--constraint", self.constraint),
         ):
             if text is not None:
-                check_text(name, text)
-        check_text("--job_name", self.job_name)
-        check_text("--log_dir", self.log_dir)
+                check_sbatch_value(name, text)
+        check_sbatch_value("--job_name", self.job_name)
+        check_sbatch_value("--log_dir", self.log_dir)
         if "%" in self.log_dir:
             raise InputError(
                 "--log_dir", self.log_dir, "contains %", "slurmtf adds job and task ids itself"

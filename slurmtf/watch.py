@@ -8,6 +8,7 @@ each rank's log, with a message saying so. Every Slurm command goes through one 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -162,33 +163,65 @@ def follow(
     """
     log_job = log_job or job_id
     rank0 = log_paths(folder, log_job, 1)[0]
-    offset = 0
+    rank0_err = log_paths(folder, log_job, 1, "err")[0]
+    offsets = [0, 0]
     last_line = ""
     status: int | None = None
-    while status is None:
+    while True:
         line, status = state_line(job_id, runner, folder)
         if line != last_line:
             print(f"slurmtf: {line}", file=out, flush=True)
             last_line = line
-        offset = _print_new(rank0, offset, out)
-        if status is None:
-            sleep(poll_s)
-    _print_new(rank0, offset, out)
+        offsets[0] = _print_new(rank0, offsets[0], out)
+        offsets[1] = _print_new(rank0_err, offsets[1], out, keep=_interesting)
+        if status is not None:
+            break
+        sleep(poll_s)
+    cause = failed_rank(folder, log_job, num_tasks)
+    if status >= 128 and cause is not None:
+        # srun reports the highest task status: a rank stopped by --kill-on-bad-exit
+        # (SIGTERM, 143) hides the rank that failed first; report that one.
+        print(f"slurmtf: rank {cause[0]} failed with status {cause[1]}", file=out)
+        status = cause[1]
     print(summary(log_job, folder, num_tasks, status), file=out, flush=True)
     return status
 
 
-def _print_new(path: Path, offset: int, out: TextIO) -> int:
+def failed_rank(folder: Path, log_job: str, num_tasks: int) -> tuple[int, int] | None:
+    """The first rank whose logged exit status is a plain failure (1-127), if any."""
+    for rank, path in enumerate(log_paths(folder, log_job, num_tasks)):
+        status = logged_exit(path)
+        if status is not None and 0 < status < 128:
+            return rank, status
+    return None
+
+
+_PROGRESS = re.compile(r"^\d\d:\d\d:\d\d rank\d+ [IWE] |^srun: error|^slurmstepd|Error\b")
+
+
+def _interesting(line: str) -> bool:
+    """stderr lines worth showing while following: progress, errors (not TF's chatter)."""
+    return bool(_PROGRESS.search(line))
+
+
+def _print_new(
+    path: Path, offset: int, out: TextIO, keep: Callable[[str], bool] | None = None
+) -> int:
+    """Print what ``path`` gained since ``offset`` (whole lines only); the new offset."""
     try:
         with path.open("rb") as handle:
             handle.seek(offset)
             data = handle.read()
     except OSError:
         return offset
-    if data:
-        out.write(data.decode(errors="replace"))
+    end = data.rfind(b"\n") + 1
+    text = data[:end].decode(errors="replace")
+    if keep is not None:
+        text = "".join(line for line in text.splitlines(keepends=True) if keep(line))
+    if text:
+        out.write(text)
         out.flush()
-    return offset + len(data)
+    return offset + end
 
 
 def summary(job_id: str, folder: Path, num_tasks: int, status: int) -> str:

@@ -1,0 +1,216 @@
+"""``python -m slurmtf.submit`` and ``slurmtf status|logs|cancel`` on the local Slurm sandbox."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import SlurmSandbox
+
+PY = sys.executable
+
+
+def submit(sbx: SlurmSandbox, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return sbx.run([PY, "-m", "slurmtf.submit", *args], timeout=timeout, check=False)
+
+
+def job_id(stdout: str) -> str:
+    match = re.search(r"submitted (?:job|job array) (\d+)", stdout)
+    assert match, stdout
+    return match.group(1)
+
+
+def events(path: Path, name: str) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text().splitlines():
+        if line.startswith("{") and f'"event": "{name}"' in line:
+            out.append(json.loads(line))
+    return out
+
+
+def wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise TimeoutError(what)
+
+
+@pytest.mark.slurm
+@pytest.mark.tf
+def test_two_node_mnist_trains_and_wait_reports(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    logs = tmp_path / "logs"
+    done = submit(
+        slurm_sandbox,
+        "--model=mnist",
+        "--nodes=2",
+        "--time=5",
+        f"--log_dir={logs}",
+        "--wait",
+        "--",
+        "--train_steps=20",
+        "--eval_steps=2",
+        "--collective_timeout=120",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    jid = job_id(done.stdout)
+    assert f"rank 1: {logs}/{jid}_1_log.out" in done.stdout
+    assert "final accuracy" in done.stdout
+    for rank in (0, 1):
+        (cluster,) = events(logs / f"{jid}_{rank}_log.out", "cluster")
+        assert cluster["num_workers"] == 2
+        assert cluster["workers"][0].split(":")[0] != cluster["workers"][1].split(":")[0]
+        assert events(logs / f"{jid}_{rank}_log.out", "done")[-1]["step"] == 20
+
+
+@pytest.mark.slurm
+def test_sweep_is_a_four_task_array(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
+    done = submit(
+        slurm_sandbox,
+        "--command=python3 -c 'import sys; print(sys.argv[1:])'",
+        "--sweep=lr=0.1,0.01",
+        "--sweep=seed=1,2",
+        "--array_parallelism=2",
+        "--time=2",
+        f"--log_dir={tmp_path}",
+        "--wait",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    jid = job_id(done.stdout)
+    seen = []
+    for task in range(4):
+        (launch,) = events(tmp_path / f"{jid}_{task}_0_log.out", "launch")
+        seen.append(launch["params"])
+        assert (
+            f"['--lr={launch['params']['lr']}', '--seed={launch['params']['seed']}']"
+            in (tmp_path / f"{jid}_{task}_0_log.out").read_text()
+        )
+    assert seen == [
+        {"lr": "0.1", "seed": "1"},
+        {"lr": "0.1", "seed": "2"},
+        {"lr": "0.01", "seed": "1"},
+        {"lr": "0.01", "seed": "2"},
+    ]
+
+
+@pytest.mark.slurm
+def test_cancel_and_status(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
+    done = submit(slurm_sandbox, "--command=sleep 300", "--time=5", f"--log_dir={tmp_path}")
+    assert done.returncode == 0, done.stderr
+    jid = job_id(done.stdout)
+    wait_for(lambda: slurm_sandbox.state(jid) == "RUNNING", 60, f"job {jid} never ran")
+    cli = [PY, "-m", "slurmtf.cli"]
+    status = slurm_sandbox.run([*cli, "status", jid])
+    assert "RUNNING" in status.stdout
+    slurm_sandbox.run([*cli, "cancel", jid])
+    assert slurm_sandbox.wait(jid, timeout=60) == "CANCELLED"
+    assert "CANCELLED" in slurm_sandbox.run([*cli, "status", jid]).stdout
+
+
+@pytest.mark.slurm
+def test_failed_rank_stops_the_others_and_wait_returns_its_status(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    start = time.monotonic()
+    done = submit(
+        slurm_sandbox,
+        "--command=bash -c 'if [ $SLURM_PROCID = 1 ]; then exit 3; fi; sleep 300'",
+        "--nodes=2",
+        "--time=5",
+        f"--log_dir={tmp_path}",
+        "--wait",
+    )
+    assert time.monotonic() - start < 90, "rank 0 idled after rank 1 failed"
+    assert done.returncode == 3, done.stdout + done.stderr
+    jid = job_id(done.stdout)
+    assert events(tmp_path / f"{jid}_1_log.out", "exit")[-1]["status"] == 3
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--gpus_per_node=4"], "Requested node configuration is not available"),
+        (["--partition=nosuchpart"], "Invalid partition name specified"),
+    ],
+)
+def test_impossible_requests_show_slurms_message(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path, args: list[str], message: str
+) -> None:
+    done = submit(slurm_sandbox, "--command=true", f"--log_dir={tmp_path}", *args)
+    assert done.returncode == 1
+    assert message in done.stderr
+    assert "sbatch failed" in done.stderr
+
+
+@pytest.mark.slurm
+def test_hostile_job_name_and_log_dir_round_trip(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    name = 'it\'s a "job"; $(touch PWNED) `x` & y'
+    logs = tmp_path / "logs with 'quotes'; $(touch PWNED) & spaces"
+    done = submit(
+        slurm_sandbox,
+        "--command=true",
+        f"--job_name={name}",
+        f"--log_dir={logs}",
+        '--setup=echo "setup ran; $((6*7))" >&2',
+        "--time=2",
+        "--wait",
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    jid = job_id(done.stdout)
+    show = slurm_sandbox.run(["scontrol", "-o", "show", "job", jid]).stdout
+    assert f"JobName={name} " in show
+    assert "setup ran; 42" in (logs / f"{jid}_0_log.err").read_text()
+    assert not list(tmp_path.rglob("PWNED"))
+    assert not list(Path.cwd().glob("PWNED"))
+
+
+@pytest.mark.slurm
+@pytest.mark.tf
+@pytest.mark.slow
+def test_preempted_job_requeues_and_resumes_to_the_same_step(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    steps = 300
+    model = [
+        f"--train_steps={steps}",
+        "--log_every=10",
+        "--eval_steps=1",
+        "--collective_timeout=120",
+    ]
+    common = ["--model=mnist", "--nodes=2", "--time=10", "--max_requeues=2"]
+    done = submit(slurm_sandbox, *common, f"--log_dir={tmp_path}", "--", *model)
+    assert done.returncode == 0, done.stderr
+    jid = job_id(done.stdout)
+    rank0 = tmp_path / f"{jid}_0_log.out"
+    rank0_err = tmp_path / f"{jid}_0_log.err"
+    wait_for(
+        lambda: rank0_err.exists() and re.search(r"rank0 I step \d+/", rank0_err.read_text()),
+        150,
+        f"job {jid} made no progress",
+    )
+    # What Slurm does before the time limit (--signal=USR2@...), now.
+    slurm_sandbox.run(["scancel", "--signal=USR2", jid])
+    assert slurm_sandbox.wait(jid, timeout=240) == "COMPLETED", slurm_sandbox.logs(jid)
+    requeue = events(rank0, "requeue")
+    assert requeue
+    assert requeue[0]["done"] is True
+    first, last = events(rank0, "done")[0], events(rank0, "done")[-1]
+    assert first["preempted"] is True
+    assert first["step"] < steps
+    assert last["restart_count"] == 1
+    assert last["start_step"] > 0
+    assert last["step"] == steps
+    assert events(rank0, "launch")[-1]["restart_count"] == 1
