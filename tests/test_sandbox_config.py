@@ -185,3 +185,26 @@ def test_log_tail(tmp_path: Path) -> None:
     assert daemons.log_tail(log, 3) == "27\n28\n29"
     assert "no log" in daemons.log_tail(tmp_path / "missing")
     assert subprocess.run(["true"], check=False).returncode == 0
+
+
+def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from slurmtf.sandbox import main
+
+    assert main(["up", "--dir", str(tmp_path), "--nodes", "0"]) == 2
+    assert "--nodes=0" in capsys.readouterr().err
+    assert main(["status", "--dir", "/tmp/a b"]) == 2
+    with pytest.raises(SystemExit) as info:
+        main(["bogus"])
+    assert info.value.code == 2
+
+
+def test_cli_on_a_directory_without_sandbox(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from slurmtf.sandbox import main
+
+    assert main(["env", "--dir", str(tmp_path)]) == 1
+    assert "HINT: slurmtf sandbox up" in capsys.readouterr().err
+    assert main(["status", "--dir", str(tmp_path)]) == 3
+    assert main(["down", "--dir", str(tmp_path)]) == 0
+    assert "was not running" in capsys.readouterr().out

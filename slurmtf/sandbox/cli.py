@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf.errors import SlurmtfError
+from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox.core import Sandbox, default_dir
 
@@ -38,7 +38,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
-    sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node)
+    try:
+        sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node)
+    except InputError as exc:
+        print(f"slurmtf sandbox {args.command}: {exc}", file=sys.stderr)
+        return 2
     try:
         if args.command == "up":
             t0 = time.monotonic()
@@ -51,7 +55,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                       f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}",
                       file=sys.stderr)  # fmt: skip
             else:
-                print(f"sandbox already up in {sandbox.dir}", file=sys.stderr)
+                print(f"sandbox already up in {sandbox.dir} ({cfg.nodes} nodes, "
+                      f"{cfg.gpus_per_node} GPUs each)", file=sys.stderr)  # fmt: skip
+                if (cfg.nodes, cfg.gpus_per_node) != (args.nodes, args.gpus_per_node):
+                    print("HINT: `slurmtf sandbox down` first to change --nodes or "
+                          "--gpus-per-node", file=sys.stderr)  # fmt: skip
             print(f"HINT: eval the lines below, or: source {sandbox.dir}/env.sh", file=sys.stderr)
             print(cfgmod.render_env(cfg), end="")
         elif args.command == "down":

@@ -90,6 +90,7 @@ class Sandbox:
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).absolute()
+        SandboxConfig(dir=self.dir, nodes=self.nodes, gpus_per_node=self.gpus_per_node)  # validate
 
     # ---- state -------------------------------------------------------------
     @property
