@@ -30,21 +30,16 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from slurmtf.errors import SlurmCommandError, SlurmtfError
+from slurmtf.errors import SlurmtfError
 from slurmtf.jobspec import EXIT_PREEMPTED, JobSpec, parse_signal, task_command
+from slurmtf.runner import Runner, default_runner
 
-Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
-
-
-def run_command(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-    """The default runner: run ``argv`` (no shell), capture text output, never raise."""
-    return subprocess.run(list(argv), capture_output=True, text=True, check=False, timeout=120)
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -78,9 +73,7 @@ def requeue(environ: Mapping[str, str], max_requeues: int, runner: Runner) -> bo
     if restarts >= max_requeues:
         emit("requeue", done=False, restart_count=restarts, reason="max_requeues reached")
         return False
-    result = runner(["scontrol", "requeue", job])
-    if result.returncode != 0:
-        raise SlurmCommandError(f"scontrol requeue {job}", result.returncode, result.stderr)
+    runner(["scontrol", "requeue", job])
     emit("requeue", done=True, job_id=job, restart_count=restarts, next_restart_count=restarts + 1)
     return True
 
@@ -89,7 +82,7 @@ def run_task(
     spec: JobSpec,
     params: Mapping[str, str],
     environ: Mapping[str, str],
-    runner: Runner = run_command,
+    runner: Runner = default_runner,
     python: str = sys.executable,
 ) -> int:
     """Run this task's command; returns the exit status this task should end with."""

@@ -231,9 +231,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             dry_run(spec, shlex.quote(sys.executable), out)
             return 0
         if spec.cluster == "local":
-            from slurmtf import local
+            from slurmtf.local import run_local
 
-            return local.run_local(spec, out)
+            return run_local(spec, out)
         main_id, ids = submit_slurm(spec, out)
         if not fv.wait:
             return 0

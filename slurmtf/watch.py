@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
-from slurmtf.launch import Runner, run_command
+from slurmtf.runner import Runner, default_runner
 
 FINAL = {
     "COMPLETED": 0,
@@ -62,23 +62,24 @@ def exit_status(state: str, exit_code: str) -> int:
 
 def job_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
     """``[(state, exit_code), ...]`` (one per array task) or ``None`` when Slurm forgot it."""
-    result = runner(["scontrol", "-o", "show", "job", job_id])
-    if result.returncode != 0:
-        if "Invalid job id" in result.stderr:
+    try:
+        text = runner(["scontrol", "-o", "show", "job", job_id])
+    except SlurmCommandError as exc:
+        if "Invalid job id" in exc.stderr:
             return None
-        raise SlurmCommandError(f"scontrol show job {job_id}", result.returncode, result.stderr)
-    return [
-        (r.get("JobState", "UNKNOWN"), r.get("ExitCode", "0:0"))
-        for r in parse_scontrol(result.stdout)
-    ]
+        raise
+    return [(r.get("JobState", "UNKNOWN"), r.get("ExitCode", "0:0")) for r in parse_scontrol(text)]
 
 
 def accounting_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
     """``sacct`` states of the job's allocations, or ``None`` without accounting."""
-    result = runner(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode"])
-    if result.returncode != 0 or not result.stdout.strip():
+    try:
+        text = runner(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode"])
+    except SlurmCommandError:
         return None
-    rows = [line.split("|") for line in result.stdout.strip().splitlines()]
+    if not text.strip():
+        return None
+    rows = [line.split("|") for line in text.strip().splitlines()]
     return [(row[1], row[2]) for row in rows if len(row) >= 3]
 
 
@@ -150,7 +151,7 @@ def follow(
     folder: Path,
     num_tasks: int,
     *,
-    runner: Runner = run_command,
+    runner: Runner = default_runner,
     out: TextIO = sys.stdout,
     poll_s: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
@@ -247,7 +248,7 @@ USAGE = """usage: slurmtf status JOB
        slurmtf cancel JOB"""
 
 
-def main(argv: Sequence[str] | None = None, runner: Runner = run_command) -> int:
+def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> int:
     """``[status|logs|cancel, JOB, options...]`` -> exit status (2 on usage errors)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) < 2 or args[0] not in {"status", "logs", "cancel"} or "--help" in args:
@@ -267,9 +268,7 @@ def main(argv: Sequence[str] | None = None, runner: Runner = run_command) -> int
             )
         folder = Path(opts.get("log_dir") or DEFAULT_LOG_DIR).expanduser().absolute()
         if command == "cancel":
-            result = runner(["scancel", job_id])
-            if result.returncode != 0:
-                raise SlurmCommandError(f"scancel {job_id}", result.returncode, result.stderr)
+            runner(["scancel", job_id])
             print(f"slurmtf: cancelled job {job_id}")
             return 0
         if command == "status":

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from slurmtf import launch, watch
+from slurmtf.errors import SlurmCommandError
 
 
 class FakeSlurm:
@@ -20,11 +21,13 @@ class FakeSlurm:
         self.answers = answers
         self.calls: list[list[str]] = []
 
-    def __call__(self, argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
-        self.calls.append(list(argv))
-        queue = self.answers.get(argv[0], [(0, "", "")])
+    def __call__(self, args: Sequence[str], **_: object) -> str:
+        self.calls.append(list(args))
+        queue = self.answers.get(args[0], [(0, "", "")])
         code, out, err = queue.pop(0) if len(queue) > 1 else queue[0]
-        return subprocess.CompletedProcess(list(argv), code, out, err)
+        if code:
+            raise SlurmCommandError(shlex.join(args), code, err)
+        return out
 
 
 def scontrol(state: str, code: str = "0:0") -> tuple[int, str, str]:
