@@ -112,7 +112,11 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
     hostfile_text = None
     if hostfile is not None and _node_level(distribution) == "arbitrary":
         hostfile_text = _read_hostfile(hostfile)
-    slurm_gpus_var = "SLURM_STEP_GPUS" if get("SLURM_STEP_GPUS") is not None else "SLURM_JOB_GPUS"
+    slurm_gpus_var = (
+        "SLURM_JOB_GPUS"
+        if get("SLURM_STEP_GPUS") is None and get("SLURM_JOB_GPUS") is not None
+        else "SLURM_STEP_GPUS"
+    )
     env = SlurmEnv(
         scope=scope,
         nodelist=get(nodelist_var),

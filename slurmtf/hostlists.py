@@ -145,13 +145,6 @@ def _expand_group(group: str, text: str, name: str) -> list[str]:
                 f"has the reversed range {item!r}",
                 f"write it low-high, e.g. [{high}-{low}]; Slurm rejects reversed ranges",
             )
-        if high.startswith("0") and len(high) > 1 and len(high) != len(low):
-            raise _error(
-                name,
-                text,
-                f"has the range {item!r} padded differently at each end",
-                f"pad both ends to the same width, e.g. [{low}-{int(high):0{len(low)}d}]",
-            )
         if int(high) - int(low) >= MAX_HOSTS:
             raise _error(name, text, f"has the range {item!r}, too many hosts", _HOSTLIST_HINT)
     try:

@@ -15,6 +15,7 @@ EXPANSIONS = [
     ("n[01-03]", ["n01", "n02", "n03"]),  # zero padding
     ("n[098-100]", ["n098", "n099", "n100"]),
     ("n[08-10]", ["n08", "n09", "n10"]),
+    ("n[1-010]", [f"n{i}" for i in range(1, 11)]),  # the low end sets the width
     ("n[1-2,5,7-8]", ["n1", "n2", "n5", "n7", "n8"]),
     ("n[3,1]", ["n3", "n1"]),
     ("n[007]", ["n007"]),
@@ -52,7 +53,6 @@ BAD_HOSTLISTS = [
     ("n[1-]", "'1-' in brackets"),
     ("n[-2]", "'-2' in brackets"),
     ("n[1, 2]", "blank inside brackets"),
-    ("n[1-010]", "padded differently"),
     ("n[0-999999]", "too many hosts"),
     ("a[1-1000]b[1-1000]", f"more than {MAX_HOSTS:,} hosts"),
     ("n:1", "':' in a host name"),
