@@ -1,0 +1,93 @@
+"""--cluster=local: N local processes through the same launcher and resolver path."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmtf import launch, local, submit
+from slurmtf.jobspec import JobSpec
+
+PRINT_CONFIG = (
+    f"{sys.executable} -c \"import os; print('CFG', os.environ['TF_CONFIG'], "
+    "os.environ['SLURM_RESTART_COUNT'])\""
+)
+
+
+def launch_events(path: Path) -> list[dict[str, object]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.startswith("{")]
+
+
+def test_local_two_nodes_get_a_shared_cluster_and_distinct_ports(tmp_path: Path) -> None:
+    out = io.StringIO()
+    argv = ["--cluster=local", "--nodes=2", f"--log_dir={tmp_path}", f"--command={PRINT_CONFIG}"]
+    assert submit.main(argv, out=out) == 0
+    logs = sorted(tmp_path.glob("*_log.out"))
+    assert len(logs) == 2
+    configs = []
+    for rank, path in enumerate(logs):
+        line = next(x for x in path.read_text().splitlines() if x.startswith("CFG "))
+        config = json.loads(line.removeprefix("CFG ").rsplit(" ", 1)[0])
+        assert config["task"] == {"type": "worker", "index": rank}
+        configs.append(config["cluster"]["worker"])
+    assert configs[0] == configs[1]
+    assert len({w.split(":")[1] for w in configs[0]}) == 2
+    assert "finished with exit status 0" in out.getvalue()
+
+
+def test_local_sweep_runs_every_point(tmp_path: Path) -> None:
+    out = io.StringIO()
+    argv = ["--cluster=local", f"--log_dir={tmp_path}", "--command=true", "--sweep=a=1,2"]
+    assert submit.main(argv, out=out) == 0
+    params = [launch_events(p)[0]["params"] for p in sorted(tmp_path.glob("*_*_0_log.out"))]
+    assert params == [{"a": "1"}, {"a": "2"}]
+
+
+def test_local_preempted_run_restarts_up_to_max_requeues(tmp_path: Path) -> None:
+    out = io.StringIO()
+    command = f"{sys.executable} -c 'raise SystemExit(75)'"
+    argv = ["--cluster=local", f"--log_dir={tmp_path}", f"--command={command}", "--max_requeues=2"]
+    assert submit.main(argv, out=out) == 75
+    (log,) = tmp_path.glob("*_0_log.out")
+    restarts = [e["restart_count"] for e in launch_events(log) if e["event"] == "launch"]
+    assert restarts == [0, 1, 2]
+    assert out.getvalue().count("preempted; restart") == 2
+
+
+def test_local_failed_rank_stops_the_others(tmp_path: Path) -> None:
+    spec = JobSpec(
+        kind="command",
+        target="bash -c 'if [ $SLURM_PROCID = 1 ]; then exit 4; fi; sleep 60'",
+        nodes=2,
+        log_dir=str(tmp_path),
+        cluster="local",
+    )
+    start = time.monotonic()
+    assert local.run_local(spec, io.StringIO()) == 4
+    assert time.monotonic() - start < 30
+
+
+def test_fake_env_is_block_distributed() -> None:
+    spec = JobSpec(kind="command", target="true", nodes=2, gpus_per_node=2)
+    env = local.fake_slurm_env(spec, {"SLURM_JOB_ID": "5"}, 3, 0)
+    assert env["SLURM_NODEID"] == "1"
+    assert env["SLURM_LOCALID"] == "1"
+    assert env["SLURMD_NODENAME"] == "127.0.0.2"
+    assert env["SLURM_STEP_TASKS_PER_NODE"] == "2(x2)"
+
+
+def test_function_kind_calls_module_function(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "userjob.py").write_text(
+        "def train(argv):\n    return 0 if argv == ['--x=1', '--lr=2'] else 9\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert launch.call_function("userjob:train", ["--x=1", "--lr=2"]) == 0
+    assert launch.main(["--call", "userjob:train", "--", "--x=1", "--lr=2"]) == 0
+    assert launch.main(["--call", "userjob:train", "--", "--x=2"]) == 9
