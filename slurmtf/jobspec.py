@@ -51,6 +51,8 @@ _MANAGED = {
     "mem": "--mem",
     "cpus-per-task": "--cpus_per_task",
     "open-mode": "nothing (slurmtf appends to the logs across requeues)",
+    "requeue": "--max_requeues (0 turns requeueing off)",
+    "no-requeue": "--max_requeues=0",
 }
 _SBATCH_KEY = re.compile(r"^[a-z][a-z0-9-]*$")
 _SWEEP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -377,6 +379,8 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
     if spec.setup:
         params["setup"] = list(spec.setup)
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}
+    # Requeueable, so that `scontrol requeue` (after exit 75) and node failures restart it.
+    extra["requeue" if spec.max_requeues else "no-requeue"] = True
     extra.update({k: (v if v else True) for k, v in spec.sbatch_extra})
     params["additional_parameters"] = extra
     return params

@@ -168,6 +168,7 @@ def follow(
     offsets = [0, 0]
     last_line = ""
     status: int | None = None
+    seen_final = 0
     while True:
         line, status = state_line(job_id, runner, folder)
         if line != last_line:
@@ -175,7 +176,10 @@ def follow(
             last_line = line
         offsets[0] = _print_new(rank0, offsets[0], out)
         offsets[1] = _print_new(rank0_err, offsets[1], out, keep=_interesting)
-        if status is not None:
+        # A final state must hold for two polls: a preempted or requeued job passes
+        # through PREEMPTED on its way back to PENDING.
+        seen_final = seen_final + 1 if status is not None else 0
+        if status is not None and seen_final >= 2:
             break
         sleep(poll_s)
     cause = failed_rank(folder, log_job, num_tasks)

@@ -84,8 +84,8 @@ def test_sweep_values_may_contain_equals_and_spaces_stripped() -> None:
 
 
 def test_extra_keys_normalized() -> None:
-    pairs = jobspec.parse_extra(["--mail_type=END", "requeue"])
-    assert pairs == (("mail-type", "END"), ("requeue", ""))
+    pairs = jobspec.parse_extra(["--mail_type=END", "overcommit"])
+    assert pairs == (("mail-type", "END"), ("overcommit", ""))
     with pytest.raises(InputError, match="--log_dir"):
         jobspec.parse_extra(["output=x"])
 
