@@ -85,6 +85,12 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "Seconds a collective may wait for a peer before the run fails (0 = forever).",
         flag_values=fv,
     )
+    flags.DEFINE_float(
+        "heartbeat_timeout",
+        0.0,
+        "Seconds without a heartbeat before a peer is declared dead (0 = TF default, 10).",
+        flag_values=fv,
+    )
     flags.DEFINE_string(
         "preemption_signal", "USR2", "Signal that means: save and exit 75.", flag_values=fv
     )
@@ -131,6 +137,7 @@ class TrainConfig:
     distribution_strategy: str = "auto"
     all_reduce_alg: str = "auto"
     collective_timeout: float = 300.0
+    heartbeat_timeout: float = 0.0
     preemption_signal: str = "USR2"
     log_every: int = 100
     log_all_ranks: bool = False
@@ -180,6 +187,13 @@ class TrainConfig:
                 self.collective_timeout,
                 "must not be negative",
                 "pass 0 for none",
+            )
+        if self.heartbeat_timeout < 0:
+            raise InputError(
+                "--heartbeat_timeout",
+                self.heartbeat_timeout,
+                "must not be negative",
+                "pass 0 for TF's default",
             )
         if self.keep_checkpoints < 1:
             raise InputError(

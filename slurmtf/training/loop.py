@@ -71,7 +71,12 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
     choice = plan_strategy(
         config.distribution_strategy, config.all_reduce_alg, info.num_workers, num_gpus
     )
-    strategy = make_strategy(choice, info.layout, collective_timeout=config.collective_timeout)
+    strategy = make_strategy(
+        choice,
+        info.layout,
+        collective_timeout=config.collective_timeout,
+        heartbeat_timeout=config.heartbeat_timeout,
+    )
     replicas = int(strategy.num_replicas_in_sync)
     per_replica = check_batch_size(config.batch_size, replicas)
     policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[config.dtype]
@@ -175,7 +180,7 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
             last_loss = float(out[0])
             first_loss = last_loss if first_loss is None else first_loss
             progress.update(last_loss, float(out[1]))
-            if progress.due(step) and (info.is_chief or config.log_all_ranks):
+            if progress.due(step):  # other ranks: to their log file only
                 values = progress.report(step)
                 summaries.scalars("train", step, {**values, "learning_rate": float(schedule(step))})
             if out[2] > 0:

@@ -66,7 +66,11 @@ def plan_strategy(
 
 
 def make_strategy(
-    choice: StrategyChoice, layout: Any = None, *, collective_timeout: float = 0.0
+    choice: StrategyChoice,
+    layout: Any = None,
+    *,
+    collective_timeout: float = 0.0,
+    heartbeat_timeout: float = 0.0,
 ) -> Any:
     """Build the TensorFlow strategy for ``choice`` (``layout`` for several workers)."""
     import tensorflow as tf
@@ -98,8 +102,35 @@ def make_strategy(
         import importlib
 
         resolver = importlib.import_module("slurmtf.resolver").cluster_resolver(layout)
+        if heartbeat_timeout:
+            _configure_coordination(resolver.cluster_spec(), heartbeat_timeout)
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=options
+    )
+
+
+def _configure_coordination(cluster_spec: Any, heartbeat_timeout: float) -> None:
+    """Set the coordination service's heartbeat timeout (MWMS then keeps this config).
+
+    A peer that sends no heartbeat for this long is declared dead; TensorFlow's default
+    (10 s) can fire on an overloaded node, so it is a flag.
+    """
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+
+    if context.context().coordination_service is not None:
+        return
+    jobs = [
+        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job))
+        for job in ("chief", "worker")
+        if job in cluster_spec.jobs
+    ]
+    context.context().configure_coordination_service(
+        service_type="standalone",
+        service_leader=multi_worker_util.coordination_leader(cluster_spec),
+        coordinated_jobs=jobs,
+        heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000),
     )
 
 

@@ -1,0 +1,369 @@
+"""The bundled models as real processes: 1 vs 2 workers, resume, preemption, errors.
+
+Every rank is ``python -m models.<name>`` with a fake Slurm step environment (one node
+``localhost``, N tasks, its own port per rank), so ranks find each other through
+slurmtf's resolver as under ``srun``. Sizes are tiny and TensorFlow gets one thread per
+pool: the whole file runs in about two minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.test_data_readers import write_cifar, write_imagenet, write_mnist
+
+REPO = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.tf, pytest.mark.slow]
+_SCRUB = re.compile(r"^(SLURM_|SLURMD_|SLURMTF_|TF_CONFIG$|CUDA_VISIBLE_DEVICES$)")
+# Largest difference allowed between the weights of a 1-worker and a 2-worker run after
+# the same steps on the same global batches: only the order of float32 sums differs.
+WEIGHT_TOLERANCE = 1e-4
+
+
+class Job:
+    """N ranks of one fake Slurm step on localhost; logs in ``tmp``; killed at the end."""
+
+    def __init__(self, tmp: Path, size: int, tag: str) -> None:
+        self.tmp, self.size, self.tag = tmp, size, tag
+        self.port_base = free_port_base(size)
+        self.procs: list[subprocess.Popen[bytes]] = []
+        # The 2-core CI box can starve a rank for over TF's default 10 s heartbeat.
+        self.extra = ["--heartbeat_timeout=60"] if size > 1 else []
+
+    def env(self, rank: int) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not _SCRUB.match(k)}
+        env |= {
+            "PYTHONPATH": str(REPO),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "TF_NUM_INTRAOP_THREADS": "1",
+            "TF_NUM_INTEROP_THREADS": "1",
+        }
+        if self.size > 1:
+            env |= {
+                "SLURM_JOB_ID": str(40000 + self.port_base % 1000),
+                "SLURM_STEP_NODELIST": "localhost",
+                "SLURM_STEP_TASKS_PER_NODE": str(self.size),
+                "SLURM_STEP_NUM_TASKS": str(self.size),
+                "SLURM_PROCID": str(rank),
+                "SLURM_LOCALID": str(rank),
+                "SLURM_NODEID": "0",
+                "SLURMD_NODENAME": "localhost",
+                "SLURMTF_PORT_BASE": str(self.port_base),
+            }
+        return env
+
+    def start(self, model: str, flags: Sequence[str]) -> Job:
+        for rank in range(self.size):
+            out_path = self.tmp / f"{self.tag}.{rank}.out"
+            err_path = self.tmp / f"{self.tag}.{rank}.err"
+            with out_path.open("wb") as out, err_path.open("wb") as err:
+                self.procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", f"models.{model}", *flags, *self.extra],
+                        cwd=REPO,
+                        env=self.env(rank),
+                        stdout=out,
+                        stderr=err,
+                        stdin=subprocess.DEVNULL,
+                        start_new_session=True,
+                    )
+                )
+        return self
+
+    def wait(self, timeout: float = 180) -> list[int]:
+        deadline = time.monotonic() + timeout
+        codes = []
+        for proc in self.procs:
+            try:
+                codes.append(proc.wait(max(deadline - time.monotonic(), 1)))
+            except subprocess.TimeoutExpired:
+                pytest.fail(f"{self.tag}: rank did not finish in {timeout}s\n{self.logs()}")
+        return codes
+
+    def stdout(self, rank: int) -> str:
+        return (self.tmp / f"{self.tag}.{rank}.out").read_text()
+
+    def stderr(self, rank: int) -> str:
+        return (self.tmp / f"{self.tag}.{rank}.err").read_text()
+
+    def events(self, rank: int, name: str) -> list[dict[str, Any]]:
+        lines = [json.loads(x) for x in self.stdout(rank).splitlines() if x.startswith("{")]
+        return [e for e in lines if e.get("event") == name]
+
+    def done(self, rank: int) -> dict[str, Any]:
+        found = self.events(rank, "done")
+        assert found, f"{self.tag} rank {rank} printed no done event\n{self.logs()}"
+        return found[-1]
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {self.tag} rank {r} stderr\n{self.stderr(r)[-3000:]}" for r in range(self.size)
+        )
+
+    def kill(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Iterator[list[Job]]:
+    made: list[Job] = []
+    yield made
+    for job in made:
+        job.kill()
+
+
+def free_port_base(count: int) -> int:
+    for base in range(22000 + os.getpid() % 500 * 10, 30000, 7):
+        if all(_free(base + i) for i in range(count)):
+            return base
+    raise RuntimeError("no free ports")
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def wait_until(condition: Any, timeout: float, what: str, job: Job) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if any(p.poll() is not None for p in job.procs):
+            pytest.fail(f"{job.tag} exited while waiting for {what}\n{job.logs()}")
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}\n{job.logs()}")
+
+
+def checkpoint_steps(model_dir: Path) -> list[int]:
+    return sorted(int(p.name[5:-6]) for p in (model_dir / "checkpoints").glob("ckpt-*.index"))
+
+
+def latest_checkpoint_step(model_dir: Path) -> int | None:
+    state = model_dir / "checkpoints" / "checkpoint"
+    if not state.exists():
+        return None
+    match = re.search(r'model_checkpoint_path: "ckpt-(\d+)"', state.read_text())
+    return int(match.group(1)) if match else None
+
+
+def checkpoint_values(model_dir: Path) -> dict[str, Any]:
+    """Every variable of the latest checkpoint (weights, optimizer slots, step)."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(str(model_dir / "checkpoints"))
+    skip = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
+    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n not in skip}
+
+
+# ---------------------------------------------------------------------- tests
+
+
+def test_two_workers_end_with_the_weights_of_one_worker(tmp_path: Path, jobs: list[Job]) -> None:
+    """Same global batch and seed: 2 ranks x 8 examples == 1 rank x 16 examples, step by step.
+
+    Trains on tiny MNIST IDX files (the real reader); the loss must fall; only the chief
+    writes checkpoints, prints evaluations and exports.
+    """
+    data = write_mnist(tmp_path / "mnist", n_train=96, n_eval=32)
+    common = [
+        "--data_dir",
+        str(data),
+        "--batch_size=16",
+        "--train_steps=12",
+        "--seed=7",
+        "--dropout_rate=0",
+        "--learning_rate=0.02",
+        "--log_every=4",
+        "--eval_steps=2",
+    ]
+    two = Job(tmp_path, 2, "two").start("mnist", [*common, f"--model_dir={tmp_path / 'm2'}"])
+    one = Job(tmp_path, 1, "one").start(
+        "mnist", [*common, f"--model_dir={tmp_path / 'm1'}", f"--export_dir={tmp_path / 'export'}"]
+    )
+    jobs += [two, one]
+    assert two.wait() == [0, 0], two.logs()
+    assert one.wait() == [0], one.logs()
+
+    done = [two.done(0), two.done(1), one.done(0)]
+    assert [d["rank"] for d in done] == [0, 1, 0]
+    assert all(d["step"] == 12 for d in done)
+    assert done[0]["weights_checksum"] == done[1]["weights_checksum"]  # ranks agree exactly
+    assert done[0]["last_loss"] < 0.5 * done[0]["first_loss"], done[0]  # learnable: loss falls
+    assert done[0]["first_loss"] == pytest.approx(done[2]["first_loss"], rel=1e-5)
+
+    w2, w1 = checkpoint_values(tmp_path / "m2"), checkpoint_values(tmp_path / "m1")
+    assert w1.keys() == w2.keys()
+    assert len(w1) > 8  # 4 kernels, 4 biases, Adam's slots, the step
+    worst = max(float(np.max(np.abs(w1[n] - w2[n]))) for n in w1)
+    assert worst < WEIGHT_TOLERANCE, f"max |w1 - w2| = {worst}"
+
+    cluster = two.events(1, "cluster")[0]
+    assert cluster["num_workers"] == 2
+    assert cluster["strategy"] == "multi_worker_mirrored"
+    assert cluster["per_replica_batch"] == 8
+    assert two.events(0, "eval")
+    assert not two.events(1, "eval")
+    assert " I step " in two.stderr(0)
+    assert " I step " not in two.stderr(1)  # other ranks stay quiet...
+    assert "step 12/12" in (tmp_path / "m2" / "logs" / "rank1.log").read_text()  # ...but log
+    assert (tmp_path / "export" / "saved_model.pb").exists()
+    assert not list((tmp_path / "m2").glob("checkpoints/*rank1*"))
+
+
+def test_kill9_then_restart_resumes_at_the_saved_step(tmp_path: Path, jobs: list[Job]) -> None:
+    model_dir = tmp_path / "model"
+    flags = [
+        f"--model_dir={model_dir}",
+        "--batch_size=8",
+        "--checkpoint_every=5",
+        "--log_every=5",
+        "--eval_steps=1",
+    ]
+    run = Job(tmp_path, 1, "killed").start("mnist", [*flags, "--train_steps=100000"])
+    jobs.append(run)
+    wait_until(lambda: len(checkpoint_steps(model_dir)) >= 2, 120, "two checkpoints", run)
+    os.kill(run.procs[0].pid, signal.SIGKILL)
+    assert run.procs[0].wait(10) == -signal.SIGKILL
+    saved = latest_checkpoint_step(model_dir)
+    assert saved is not None
+    assert saved % 5 == 0
+
+    again = Job(tmp_path, 1, "again").start("mnist", [*flags, f"--train_steps={saved + 3}"])
+    jobs.append(again)
+    assert again.wait() == [0], again.logs()
+    assert again.done(0)["start_step"] == saved
+    assert again.done(0)["step"] == saved + 3
+    assert f"Resumed from checkpoint {model_dir}" in again.stderr(0)
+
+    evaluate = Job(tmp_path, 1, "eval").start("mnist", [*flags, "--eval_only"])
+    jobs.append(evaluate)
+    assert evaluate.wait() == [0], evaluate.logs()
+    assert evaluate.events(0, "eval")[0]["step"] == saved + 3
+
+
+def test_preemption_signal_saves_on_all_ranks_and_exits_75(tmp_path: Path, jobs: list[Job]) -> None:
+    """USR2 to ONE rank: both ranks stop after the same step, save, exit 75; a rerun resumes."""
+    model_dir = tmp_path / "model"
+    flags = [f"--model_dir={model_dir}", "--batch_size=8", "--log_every=5", "--eval_steps=1"]
+    job = Job(tmp_path, 2, "preempted").start("mnist", [*flags, "--train_steps=100000"])
+    jobs.append(job)
+    wait_until(lambda: " I step 10/" in job.stderr(0), 120, "step 10", job)
+    os.kill(job.procs[1].pid, signal.SIGUSR2)
+    assert job.wait(60) == [75, 75], job.logs()
+    done = [job.done(0), job.done(1)]
+    assert done[0]["preempted"]
+    assert done[1]["preempted"]
+    assert done[0]["step"] == done[1]["step"]
+    step = done[0]["step"]
+    assert latest_checkpoint_step(model_dir) == step
+    assert "exiting 75" in job.stderr(1)
+
+    rerun = Job(tmp_path, 1, "rerun").start("mnist", [*flags, f"--train_steps={step + 2}"])
+    jobs.append(rerun)
+    assert rerun.wait() == [0], rerun.logs()
+    assert rerun.done(0)["start_step"] == step
+
+
+def test_batch_size_not_divisible_by_replicas(tmp_path: Path, jobs: list[Job]) -> None:
+    job = Job(tmp_path, 2, "batch").start("mnist", ["--batch_size=33", "--train_steps=1"])
+    jobs.append(job)
+    assert job.wait(120) == [2, 2], job.logs()
+    for rank in range(2):
+        assert (
+            "--batch_size=33: the global batch does not split evenly over 2 replicas. "
+            "HINT: use --batch_size=32" in job.stderr(rank)
+        )
+
+
+def test_single_node_strategy_with_two_workers_is_refused(tmp_path: Path, jobs: list[Job]) -> None:
+    job = Job(tmp_path, 2, "strategy")
+    job.size = 1  # start rank 0 alone: it must fail before waiting for its peer
+    job.procs = []
+    env0 = Job(tmp_path, 2, "tmp").env(0)
+    job.env = lambda rank: env0  # type: ignore[method-assign]
+    job.start("mnist", ["--distribution_strategy=one_device", "--train_steps=1"])
+    jobs.append(job)
+    assert job.wait(60) == [2]
+    assert "--distribution_strategy='one_device'" in job.stderr(0)
+    assert "HINT:" in job.stderr(0)
+
+
+@pytest.mark.parametrize("extra", [["--dtype=bf16", "--enable_xla"], ["--dtype=fp16"]])
+def test_mixed_precision_builds_and_steps(
+    tmp_path: Path, jobs: list[Job], extra: list[str]
+) -> None:
+    job = Job(tmp_path, 1, "mixed").start(
+        "mnist", [*extra, "--batch_size=8", "--train_steps=3", "--eval_steps=1", "--log_every=1"]
+    )
+    jobs.append(job)
+    assert job.wait() == [0], job.logs()
+    done = job.done(0)
+    assert np.isfinite(done["last_loss"])
+    assert job.events(0, "cluster")[0]["dtype"] == extra[0].split("=")[1]
+
+
+def test_resnet20_trains_on_tiny_cifar_files(tmp_path: Path, jobs: list[Job]) -> None:
+    data = write_cifar(tmp_path / "cifar", per_file=8)
+    job = Job(tmp_path, 1, "r20").start(
+        "resnet",
+        [
+            "--resnet_size=20",
+            f"--data_dir={data}",
+            "--batch_size=8",
+            "--train_steps=3",
+            "--log_every=1",
+            f"--model_dir={tmp_path / 'm'}",
+        ],
+    )
+    jobs.append(job)
+    assert job.wait() == [0], job.logs()
+    assert job.events(0, "eval")[0]["examples"] == 8
+    assert job.done(0)["step"] == 3
+
+
+def test_resnet50_trains_on_tiny_imagenet_tfrecords(tmp_path: Path, jobs: list[Job]) -> None:
+    data = write_imagenet(tmp_path / "imagenet", train_files=2, per_file=4)
+    job = Job(tmp_path, 1, "r50").start(
+        "resnet",
+        [
+            "--resnet_size=50",
+            "--image_size=32",
+            f"--data_dir={data}",
+            "--batch_size=4",
+            "--train_steps=2",
+            "--log_every=1",
+            "--dtype=bf16",
+        ],
+    )
+    jobs.append(job)
+    assert job.wait() == [0], job.logs()
+    assert job.events(0, "eval")[0]["examples"] == 4
+    assert job.done(0)["step"] == 2
+
+
+def test_unknown_flag_is_a_usage_error(tmp_path: Path, jobs: list[Job]) -> None:
+    job = Job(tmp_path, 1, "usage").start("resnet", ["--resnet_size=21"])
+    jobs.append(job)
+    assert job.wait(60) == [2]
+    assert "--resnet_size=21: is not a supported depth. HINT: use one of 20, 32" in job.stderr(0)
