@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 
 _GPU_ID = re.compile(r"[A-Za-z0-9:._/-]+")
 _NO_GPUS = {"", "NoDevFiles", "none", "None"}
+# More GPUs than any node has; a larger SLURM_GPUS_ON_NODE is garbage, not a list to build.
+MAX_GPUS_PER_NODE = 1024
 
 
 def parse_gpu_ids(text: str | None, name: str) -> tuple[str, ...] | None:
@@ -72,6 +74,13 @@ def node_gpus(
     if not text.isascii() or not text.isdigit():
         raise InputError(
             "SLURM_GPUS_ON_NODE", gpus_on_node, "is not a count", "expect a number such as 2"
+        )
+    if int(text) > MAX_GPUS_PER_NODE:
+        raise InputError(
+            "SLURM_GPUS_ON_NODE",
+            gpus_on_node,
+            f"is more than {MAX_GPUS_PER_NODE} GPUs on one node",
+            "expect the GPU count Slurm set; unset it if you set it by hand",
         )
     return tuple(str(i) for i in range(int(text)))
 

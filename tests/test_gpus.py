@@ -49,6 +49,8 @@ def test_node_gpus_from_ids_or_count() -> None:
     assert node_gpus(None, "SLURM_STEP_GPUS", None) is None
     with pytest.raises(InputError, match="SLURM_GPUS_ON_NODE='x'"):
         node_gpus(None, "SLURM_STEP_GPUS", "x")
+    with pytest.raises(InputError, match="more than 1024 GPUs"):
+        node_gpus(None, "SLURM_STEP_GPUS", "99999999999")
 
 
 SPLITS = [
