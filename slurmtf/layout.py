@@ -7,6 +7,7 @@ variable, its value and a hint. Host order is Slurm's; nothing is ever sorted.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import string
@@ -21,6 +22,8 @@ from slurmtf.hostlists import expand_hostlist, parse_task_counts, short
 
 DISTRIBUTIONS = ("block", "cyclic", "plane", "arbitrary")
 LOCAL_HOST = "localhost"
+# Every rank needs its own port: a step can have at most this many tasks.
+MAX_TASKS = ports.PORT_MAX + 1 - ports.PORT_MIN
 _HOST = re.compile(r"[A-Za-z0-9_.-]+")
 _SRUN_HINT = "launch the task with srun inside the job, and do not edit Slurm's variables"
 
@@ -153,7 +156,7 @@ def build_layout(
     task = _procid(env, ntasks)
     dist, ranks = _place(env, hosts, index_of, counts, ntasks)
     me = ranks[task]
-    local_id = sum(1 for i in ranks[:task] if i == me) if ntasks > 1 else 0
+    local_id = ranks[:task].count(me)
     _cross_check(env, hosts[me], local_id, task, dist)
     common |= {"distribution": dist, "local_id": local_id, "local_tasks": counts[me]}
     if ntasks == 1:
@@ -167,8 +170,9 @@ def build_layout(
         addresses = hosts
     else:
         addresses = [address_template.format(host=host) for host in hosts]
-    workers = tuple([f"{addresses[i]}:{base + rank}" for rank, i in enumerate(ranks)])
-    nodes = tuple([hosts[i] for i in ranks])
+    prefixes = [f"{address}:" for address in addresses]
+    workers = tuple([f"{prefixes[i]}{base + rank}" for rank, i in enumerate(ranks)])
+    nodes = tuple(map(hosts.__getitem__, ranks))
     return ClusterLayout(workers=workers, nodes=nodes, task_index=task, port_base=base, **common)
 
 
@@ -237,6 +241,13 @@ def _task_counts(env: SlurmEnv, nnodes: int) -> list[int]:
     total = sum(counts)
     if total == 0:
         raise InputError(env.tasks_per_node_var, env.tasks_per_node, "counts no task", _SRUN_HINT)
+    if total > MAX_TASKS:
+        raise InputError(
+            env.tasks_per_node_var,
+            short(env.tasks_per_node),
+            f"counts {total} tasks, more than the {MAX_TASKS} distinct ports of a node",
+            "run fewer tasks per step",
+        )
     if env.num_tasks is not None and _count(env.num_tasks, env.num_tasks_var) != total:
         raise InputError(
             env.num_tasks_var,
@@ -280,7 +291,9 @@ def _place(
     if head.startswith("plane="):
         head, plane_text = "plane", head.partition("=")[2]
     if head in {"", "*", "block"}:
-        return "block", [i for i, count in enumerate(counts) for _ in range(count)]
+        return "block", list(
+            itertools.chain.from_iterable(map(itertools.repeat, range(len(counts)), counts))
+        )
     if head == "cyclic":
         return "cyclic", _rounds(counts, 1)
     if head == "plane":
@@ -309,10 +322,21 @@ def _rounds(counts: list[int], size: int) -> list[int]:
     left = list(counts)
     active = [i for i, count in enumerate(counts) if count]
     while active:
-        for i in active:
-            take = min(size, left[i])
-            ranks.extend([i] * take)
-            left[i] -= take
+        # Whole rounds in which every active node takes `size` ranks, in one go.
+        rounds = min(left[i] for i in active) // size
+        if rounds:
+            ranks.extend(
+                itertools.chain.from_iterable(
+                    [[i] * size for i in active] * rounds if size > 1 else [active] * rounds
+                )
+            )
+            for i in active:
+                left[i] -= rounds * size
+        else:  # the last, partial round of the smallest nodes
+            for i in active:
+                take = min(size, left[i])
+                ranks.extend([i] * take)
+                left[i] -= take
         active = [i for i in active if left[i]]
     return ranks
 

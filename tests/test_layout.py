@@ -6,10 +6,12 @@ import json
 import socket
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmtf import ports
 from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.layout import ClusterLayout, check_address_template
+from slurmtf.layout import ClusterLayout, _rounds, check_address_template
 from slurmtf.ports import PortInUseError, derive_port_base, ensure_port_free
 from slurmtf.resolver import resolve
 from tests.conftest import FakeSlurmEnv
@@ -180,6 +182,7 @@ BAD_ENVS = [
     ({"SLURM_STEP_TASKS_PER_NODE": "2(x3)"}, "SLURM_STEP_TASKS_PER_NODE", "for 3 nodes"),
     ({"SLURM_STEP_TASKS_PER_NODE": None}, "SLURM_STEP_TASKS_PER_NODE", "is not set"),
     ({"SLURM_STEP_TASKS_PER_NODE": "0(x2)"}, "SLURM_STEP_TASKS_PER_NODE", "counts no task"),
+    ({"SLURM_STEP_TASKS_PER_NODE": "40000(x2)"}, "SLURM_STEP_TASKS_PER_NODE", "80000 tasks"),
     ({"SLURM_STEP_NUM_TASKS": "5"}, "SLURM_STEP_NUM_TASKS", "does not match"),
     ({"SLURM_STEP_NUM_TASKS": "four"}, "SLURM_STEP_NUM_TASKS", "not a non-negative"),
     ({"SLURM_PROCID": "x"}, "SLURM_PROCID", "not a non-negative"),
@@ -300,3 +303,26 @@ def test_layout_rejects_inconsistent_values() -> None:
         ClusterLayout(workers=("a:1",), nodes=("a",), task_index=1)
     with pytest.raises(InputError):
         ClusterLayout(workers=("a:1",), nodes=())
+
+
+# ------------------------------------------------------------------ placement property
+
+
+def _naive_rounds(counts: list[int], size: int) -> list[int]:
+    """Slurm's cyclic/plane step layout, one rank at a time."""
+    left, ranks = list(counts), []
+    while any(left):
+        for i, _ in enumerate(counts):
+            take = min(size, left[i])
+            ranks += [i] * take
+            left[i] -= take
+    return ranks
+
+
+@settings(max_examples=200, deadline=None, database=None)
+@given(
+    counts=st.lists(st.integers(0, 12), min_size=1, max_size=12).filter(any),
+    size=st.integers(1, 5),
+)
+def test_fast_rounds_match_the_naive_layout(counts: list[int], size: int) -> None:
+    assert _rounds(counts, size) == _naive_rounds(counts, size)

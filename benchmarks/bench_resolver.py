@@ -1,0 +1,119 @@
+"""Resolver speed: in-process resolve, CLI wall time and ``import slurmtf`` time.
+
+Run ``python -m benchmarks.bench_resolver``. Targets (issue 2): a 4,096-node,
+32,768-task step resolves in-process in < 50 ms and through the CLI in < 1 s. Prints a
+table, then one JSON line with every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from slurmtf.resolver import resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+TASKS_PER_NODE = 8
+SWEEP = (1, 8, 64, 512, 4096, 32768)
+BIG = 32768
+_IMPORT = "import time; t = time.perf_counter(); import slurmtf; print(time.perf_counter() - t)"
+
+
+def step_env(ntasks: int, distribution: str = "block") -> dict[str, str]:
+    """The variables of the last rank of a step with 8 tasks per node (fewer if smaller)."""
+    per_node = min(TASKS_PER_NODE, ntasks)
+    nodes = -(-ntasks // per_node)
+    rest = ntasks % per_node
+    counts = f"{per_node}(x{nodes})" if not rest else f"{per_node}(x{nodes - 1}),{rest}"
+    return {
+        "SLURM_JOB_ID": "4242",
+        "SLURM_STEP_NODELIST": f"node[0001-{nodes:04d}]",
+        "SLURM_STEP_TASKS_PER_NODE": counts,
+        "SLURM_STEP_NUM_TASKS": str(ntasks),
+        "SLURM_PROCID": str(ntasks - 1),
+        "SLURM_DISTRIBUTION": distribution,
+    }
+
+
+def timed_ms(func: Callable[[], object], repeat: int) -> tuple[float, float]:
+    """(median, min) wall time of ``func`` in milliseconds."""
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        func()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times), min(times)
+
+
+def python_run(args: Sequence[str], env: dict[str, str]) -> str:
+    """Run a fresh Python with only ``env`` (plus PATH and this checkout); its stdout."""
+    full = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(ROOT), **env}
+    done = subprocess.run(
+        [sys.executable, *args], env=full, cwd=ROOT, check=True, capture_output=True, text=True
+    )
+    return done.stdout
+
+
+def measure(repeat: int, cli_repeat: int) -> dict[str, Any]:
+    sweep: list[dict[str, Any]] = []
+    for ntasks in SWEEP:
+        for dist in ("block", "cyclic"):
+            median, best = timed_ms(functools.partial(resolve, step_env(ntasks, dist)), repeat)
+            sweep.append(
+                {"tasks": ntasks, "distribution": dist, "median_ms": median, "min_ms": best}
+            )
+    layout = resolve(step_env(BIG))
+    if layout.num_workers != BIG or len(set(layout.nodes)) != BIG // TASKS_PER_NODE:
+        raise RuntimeError("the benchmark step did not resolve to 4,096 nodes x 8 tasks")
+    big_env = step_env(BIG)
+    cli = timed_ms(functools.partial(python_run, ["-m", "slurmtf.resolver"], big_env), cli_repeat)
+    startup = timed_ms(functools.partial(python_run, ["-c", "pass"], {}), cli_repeat)
+    imports = [float(python_run(["-c", _IMPORT], {})) * 1000 for _ in range(cli_repeat)]
+    resolve_ms: float = next(
+        r["median_ms"] for r in sweep if r["tasks"] == BIG and r["distribution"] == "block"
+    )
+    return {
+        "sweep": sweep,
+        "resolve_4096_nodes_32768_tasks_ms": resolve_ms,
+        "cli_4096_nodes_32768_tasks_ms": cli[0],
+        "python_startup_ms": startup[0],
+        "import_slurmtf_ms": statistics.median(imports),
+        "targets_met": resolve_ms < 50 and cli[0] < 1000,
+    }
+
+
+def table(results: dict[str, Any]) -> str:
+    lines = [f"{'tasks':>6}  {'dist':<7} {'median ms':>10} {'min ms':>9}"]
+    for row in results["sweep"]:
+        lines.append(
+            f"{row['tasks']:>6}  {row['distribution']:<7} "
+            f"{row['median_ms']:>10.3f} {row['min_ms']:>9.3f}"
+        )
+    for key, value in results.items():
+        if key != "sweep":
+            lines.append(f"{key}: {value:.1f}" if isinstance(value, float) else f"{key}: {value}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Time the slurmtf resolver.")
+    parser.add_argument("--repeat", type=int, default=20, help="runs per in-process timing")
+    parser.add_argument("--cli_repeat", type=int, default=5, help="runs per subprocess timing")
+    args = parser.parse_args(argv)
+    results = measure(args.repeat, args.cli_repeat)
+    print(table(results))
+    print(json.dumps(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
