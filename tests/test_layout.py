@@ -326,3 +326,63 @@ def _naive_rounds(counts: list[int], size: int) -> list[int]:
 )
 def test_fast_rounds_match_the_naive_layout(counts: list[int], size: int) -> None:
     assert _rounds(counts, size) == _naive_rounds(counts, size)
+
+
+# ------------------------------------------------------------------ FACTS.md cases
+
+
+TF_RESOLVER_FAILURES = [
+    # Where TensorFlow's SlurmClusterResolver goes wrong; (env changes, node of each rank).
+    pytest.param({"SLURM_STEP_NODELIST": "node[9-10]"}, ["node9", "node10"], id="node10-vs-node9"),
+    pytest.param(
+        {"SLURM_STEP_NODELIST": "rack[1-2]-n[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x4)"},
+        ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"],
+        id="two-bracket-groups",
+    ),
+    pytest.param({"SLURM_STEP_NODELIST": "n[1-2]-ib"}, ["n1-ib", "n2-ib"], id="suffix"),
+    pytest.param(
+        {"SLURM_STEP_TASKS_PER_NODE": "2(x2)", "SLURM_DISTRIBUTION": "cyclic"},
+        ["node1", "node2", "node1", "node2"],
+        id="cyclic",
+    ),
+    pytest.param(
+        {
+            "SLURM_STEP_NODELIST": None,
+            "SLURM_STEP_TASKS_PER_NODE": None,
+            "SLURM_STEP_NUM_TASKS": None,
+        },
+        ["node1", "node2"],
+        id="job-variables-only",
+    ),
+]
+
+
+@pytest.mark.parametrize(("changes", "expected"), TF_RESOLVER_FAILURES)
+def test_cases_where_tensorflows_resolver_fails(
+    changes: dict[str, str | None], expected: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = step_vars("node[1-2]", "1(x2)", 0, job_id=77)
+    for key, value in changes.items():
+        if value is None:
+            env.pop(key)
+        else:
+            env[key] = value
+    for name in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"):
+        if name in env:
+            env[name] = str(len(expected))
+
+    def no_subprocess(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the resolver must not run a command (nvidia-smi, scontrol)")
+
+    monkeypatch.setattr("subprocess.Popen.__init__", no_subprocess)
+    monkeypatch.setattr("os.posix_spawn", no_subprocess)
+    for rank, node in enumerate(expected):
+        layout = resolve(dict(env, SLURM_PROCID=str(rank), SLURMD_NODENAME=node))
+        assert list(layout.nodes) == expected
+        assert layout.address == node
+        assert layout.task_index == rank
+
+
+def test_reversed_range_is_an_error_not_an_empty_cluster() -> None:
+    with pytest.raises(InputError, match=r"^SLURM_STEP_NODELIST='n\[3-1\]': has the reversed"):
+        resolve(step_vars("n[3-1]", "1(x3)", 0))

@@ -178,3 +178,51 @@ def test_module_cli_error_has_no_traceback() -> None:
 def test_resolver_exports_the_contract() -> None:
     for name in ("resolve", "export_tf_config", "cluster_resolver", "main", "ClusterLayout"):
         assert hasattr(resolver, name)
+
+
+# ------------------------------------------------------------------ runner
+
+
+def test_runner_returns_stdout_and_raises_on_failure() -> None:
+    from slurmtf.errors import SlurmCommandError
+    from slurmtf.runner import SubprocessRunner, default_runner
+
+    assert default_runner([sys.executable, "-c", "print('hi')"]) == "hi\n"
+    assert (
+        default_runner([sys.executable, "-c", "import sys; print(sys.stdin.read())"], input="x")
+        == "x\n"
+    )
+    with pytest.raises(SlurmCommandError) as info:
+        default_runner([sys.executable, "-c", "import sys; sys.exit('sbatch: error: bad')"])
+    assert info.value.returncode == 1
+    assert "sbatch: error: bad" in str(info.value)
+    assert default_runner([sys.executable, "-c", "raise SystemExit(3)"], check=False) == ""
+    with pytest.raises(SlurmCommandError, match="command not found") as info:
+        default_runner(["slurmtf-no-such-command"])
+    assert info.value.returncode == 127
+    with pytest.raises(SlurmCommandError, match="timed out") as info:
+        SubprocessRunner(timeout=0.2)([sys.executable, "-c", "import time; time.sleep(5)"])
+    assert info.value.returncode == 124
+
+
+def test_a_fake_runner_fits_the_protocol() -> None:
+    from collections.abc import Mapping, Sequence
+
+    from slurmtf.runner import Runner
+
+    calls: list[list[str]] = []
+
+    def fake(
+        args: Sequence[str],
+        *,
+        input: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        check: bool = True,
+    ) -> str:
+        calls.append(list(args))
+        return "node1\nnode2\n"
+
+    runner: Runner = fake
+    assert runner(["scontrol", "show", "hostnames", "node[1-2]"]).split() == ["node1", "node2"]
+    assert calls == [["scontrol", "show", "hostnames", "node[1-2]"]]
