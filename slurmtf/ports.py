@@ -75,11 +75,23 @@ def derive_port_base(key: int | None, ntasks: int, name: str = "SLURM_STEP_NUM_T
 
 
 def ensure_port_free(port: int, host: str = "") -> None:
-    """Bind and release ``host:port`` (as gRPC will) to fail early and clearly if taken."""
-    where = f"{host or '0.0.0.0'}:{port}"
+    """Bind and release ``host:port`` (as gRPC will) to fail early and clearly if taken.
+
+    With the default ``host`` the IPv6 wildcard is checked too where the machine has
+    IPv6, since gRPC listens on ``[::]``.
+    """
+    _try_bind(socket.AF_INET, host, port)
+    if not host and socket.has_ipv6:
+        _try_bind(socket.AF_INET6, "::", port, missing_ok=True)
+
+
+def _try_bind(family: socket.AddressFamily, host: str, port: int, missing_ok: bool = False) -> None:
+    where = f"[{host}]:{port}" if family == socket.AF_INET6 else f"{host or '0.0.0.0'}:{port}"
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind((host, port))
     except OSError as exc:
         if exc.errno in {errno.EADDRINUSE, errno.EACCES}:
@@ -87,6 +99,8 @@ def ensure_port_free(port: int, host: str = "") -> None:
                 f"port {where} is already in use ({exc.strerror}): another job or process "
                 f"holds it. HINT: {_OVERRIDE_HINT}, or stop the other process"
             ) from exc
+        if missing_ok and exc.errno in {errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL}:
+            return  # no IPv6 on this machine
         raise PortInUseError(
             f"cannot bind {where} ({exc.strerror}). HINT: {_OVERRIDE_HINT}"
         ) from exc

@@ -22,25 +22,34 @@ from tests.prereqs import require
 SLURM_CONF = "ClusterName=oracle\nSlurmctldHost=localhost\nNodeName=n1\nPartitionName=p Nodes=n1\n"
 
 
+class Scontrol:
+    """``scontrol show hostnames`` with a private minimal slurm.conf."""
+
+    def __init__(self, binary: str, conf: Path) -> None:
+        self.binary = binary
+        self.env = {"PATH": os.environ.get("PATH", ""), "SLURM_CONF": str(conf)}
+
+    def expand(self, text: str) -> list[str]:
+        done = subprocess.run(
+            [self.binary, "show", "hostnames", text],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=30,
+            check=False,
+        )
+        return done.stdout.split()
+
+
 @pytest.fixture(scope="module")
-def scontrol(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """The command prefix that expands a hostlist the way Slurm does."""
+def scontrol(tmp_path_factory: pytest.TempPathFactory) -> Scontrol:
+    """Slurm's own hostlist expansion (needs only the slurm-client binary)."""
     binary = shutil.which("scontrol")
     require(binary is not None, "scontrol (Debian package slurm-client)")
     assert binary is not None
     conf = tmp_path_factory.mktemp("slurm") / "slurm.conf"
     conf.write_text(SLURM_CONF)
-    os.environ.setdefault("SLURMTF_ORACLE_CONF", str(conf))
-    return [binary, "show", "hostnames"]
-
-
-def slurm_expand(scontrol: list[str], text: str) -> list[str]:
-    conf = Path(os.environ["SLURMTF_ORACLE_CONF"])
-    env = {"PATH": os.environ.get("PATH", ""), "SLURM_CONF": str(conf)}
-    done = subprocess.run(
-        [*scontrol, text], capture_output=True, text=True, env=env, timeout=30, check=False
-    )
-    return done.stdout.split()
+    return Scontrol(binary, conf)
 
 
 @st.composite
@@ -74,19 +83,19 @@ def hostlist_items(draw: st.DrawFn) -> str:
 
 
 @settings(
-    max_examples=60,
+    max_examples=150,
     deadline=None,
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(items=st.lists(hostlist_items(), min_size=1, max_size=10))
-def test_expansion_matches_scontrol(scontrol: list[str], items: list[str]) -> None:
+def test_expansion_matches_scontrol(scontrol: Scontrol, items: list[str]) -> None:
     text = ",".join(items)
     ours = expand_hostlist(text)
-    theirs = slurm_expand(scontrol, text)
+    theirs = scontrol.expand(text)
     if ours != theirs:  # narrow the report down to the item that differs
         for item in items:
-            assert expand_hostlist(item) == slurm_expand(scontrol, item), item
+            assert expand_hostlist(item) == scontrol.expand(item), item
     assert ours == theirs
 
 
@@ -111,12 +120,12 @@ FIXED = [
 
 
 @pytest.mark.parametrize("text", FIXED)
-def test_known_cases_match_scontrol(scontrol: list[str], text: str) -> None:
-    assert expand_hostlist(text) == slurm_expand(scontrol, text)
+def test_known_cases_match_scontrol(scontrol: Scontrol, text: str) -> None:
+    assert expand_hostlist(text) == scontrol.expand(text)
 
 
 @pytest.mark.parametrize("text", ["n[3-1]", "n[a-b]", "n[]", "n[[1-2]]", "n[1-2]]", "n[-2]"])
-def test_both_reject(scontrol: list[str], text: str) -> None:
-    assert slurm_expand(scontrol, text) == []
+def test_both_reject(scontrol: Scontrol, text: str) -> None:
+    assert scontrol.expand(text) == []
     with pytest.raises(InputError):
         expand_hostlist(text)

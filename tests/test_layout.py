@@ -298,6 +298,20 @@ def test_ensure_port_free_accepts_a_free_port_and_names_a_taken_one() -> None:
     ensure_port_free(port, "127.0.0.1")  # released now
 
 
+@pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6])
+def test_ensure_port_free_on_all_interfaces_sees_ipv4_and_ipv6_holders(
+    family: socket.AddressFamily,
+) -> None:
+    if family == socket.AF_INET6 and not socket.has_ipv6:
+        pytest.skip("no IPv6 on this machine")
+    with socket.socket(family) as holder:
+        holder.bind(("::" if family == socket.AF_INET6 else "", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        with pytest.raises(PortInUseError, match=f":{port} is already in use"):
+            ensure_port_free(port)
+
+
 def test_layout_rejects_inconsistent_values() -> None:
     with pytest.raises(InputError):
         ClusterLayout(workers=("a:1",), nodes=("a",), task_index=1)
@@ -386,3 +400,29 @@ def test_cases_where_tensorflows_resolver_fails(
 def test_reversed_range_is_an_error_not_an_empty_cluster() -> None:
     with pytest.raises(InputError, match=r"^SLURM_STEP_NODELIST='n\[3-1\]': has the reversed"):
         resolve(step_vars("n[3-1]", "1(x3)", 0))
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(
+    counts=st.lists(st.integers(1, 6), min_size=1, max_size=6),
+    dist=st.sampled_from(["block", "cyclic", "plane"]),
+    plane=st.integers(1, 4),
+    job_id=st.integers(0, 2**32 - 1),
+)
+def test_every_rank_agrees_and_slurms_local_ids_hold(
+    counts: list[int], dist: str, plane: int, job_id: int
+) -> None:
+    text = ",".join(map(str, counts))
+    base = step_vars(
+        f"node[1-{len(counts)}]", text, 0, job_id=job_id, distribution=dist,
+        SLURM_DIST_PLANESIZE=plane,
+    )  # fmt: skip
+    first = resolve(base)
+    per_node = {f"node{i + 1}": count for i, count in enumerate(counts)}
+    assert {n: first.nodes.count(n) for n in per_node} == per_node
+    for rank, (node, local_id) in enumerate(zip(first.nodes, first.local_ids(), strict=True)):
+        env = dict(base, SLURM_PROCID=str(rank), SLURMD_NODENAME=node, SLURM_LOCALID=str(local_id))
+        layout = resolve(env)
+        assert layout.workers == first.workers
+        assert layout.local_tasks == per_node[node]
+    assert len(set(first.workers)) == len(first.workers)
