@@ -367,3 +367,17 @@ def test_unknown_flag_is_a_usage_error(tmp_path: Path, jobs: list[Job]) -> None:
     jobs.append(job)
     assert job.wait(60) == [2]
     assert "--resnet_size=21: is not a supported depth. HINT: use one of 20, 32" in job.stderr(0)
+
+
+def test_dead_peer_ends_the_run_with_a_clear_error(tmp_path: Path, jobs: list[Job]) -> None:
+    job = Job(tmp_path, 2, "dead").start(
+        "mnist", ["--batch_size=8", "--train_steps=100000", "--log_every=5", "--eval_steps=1"]
+    )
+    jobs.append(job)
+    wait_until(lambda: " I step 5/" in job.stderr(0), 120, "step 5", job)
+    os.kill(job.procs[1].pid, signal.SIGKILL)
+    started = time.monotonic()
+    assert job.procs[0].wait(90) == 1, job.logs()
+    assert time.monotonic() - started < 90
+    assert "models.mnist: a peer failed, stalled or timed out" in job.stderr(0)
+    assert "HINT: " in job.stderr(0)

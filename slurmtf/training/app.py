@@ -7,7 +7,6 @@ errors print one ``NAME='value': problem. HINT: fix`` line on stderr and return 
 
 from __future__ import annotations
 
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -19,15 +18,16 @@ from slurmtf.training.loop import ModelSpec, RunInfo, run
 
 FLAGS = flags.FLAGS
 EXIT_USAGE = 2
+EXIT_PEER_FAILURE = 1
+# tf.errors raised when a collective loses or waits too long for a peer.
+PEER_FAILURES = {"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"}
 
 
 def resolve_info() -> RunInfo:
     """This task's rank and peers, from the resolver (a single worker outside Slurm)."""
-    try:
-        resolver = importlib.import_module("slurmtf.resolver")
-    except ImportError:  # the resolver is not in this checkout yet: run as one worker
-        return RunInfo()
-    layout = resolver.resolve()
+    from slurmtf.resolver import resolve
+
+    layout = resolve()
     if not layout.is_single_worker:
         from slurmtf.ports import ensure_port_free
 
@@ -37,7 +37,7 @@ def resolve_info() -> RunInfo:
         num_workers=layout.num_workers,
         is_chief=layout.is_chief,
         workers=tuple(layout.workers),
-        restart_count=int(getattr(layout, "restart_count", 0) or 0),
+        restart_count=layout.restart_count,
         layout=None if layout.is_single_worker else layout,
     )
 
@@ -77,5 +77,17 @@ def main_for(
     except InputError as exc:
         print(f"{program}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except Exception as exc:
+        if type(exc).__name__ not in PEER_FAILURES:
+            raise
+        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
+        print(
+            f"{program}: a peer failed, stalled or timed out ({type(exc).__name__}): {first}. "
+            "HINT: read the other ranks' logs for the first error; rerun (or requeue) to "
+            "resume from the last checkpoint; --collective_timeout and --heartbeat_timeout "
+            "set how long a rank waits",
+            file=sys.stderr,
+        )
+        return EXIT_PEER_FAILURE
     finally:
         FLAGS.unparse_flags()

@@ -58,10 +58,18 @@ class RunInfo:
 
 def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
     """Train (or evaluate) ``spec`` as ``config`` says; returns the process exit code."""
+    watcher = PreemptionWatcher(config.preemption_signal).install()
+    try:
+        return _run(spec, config, info, watcher)
+    finally:
+        watcher.uninstall()
+
+
+def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: PreemptionWatcher) -> int:
+    """The body of :func:`run`; the preemption handler is installed from the start."""
     import keras
     import tensorflow as tf
 
-    watcher = PreemptionWatcher(config.preemption_signal)
     if config.num_threads:
         tf.config.threading.set_intra_op_parallelism_threads(config.num_threads)
         tf.config.threading.set_inter_op_parallelism_threads(config.num_threads)
@@ -163,7 +171,6 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
         _done(info, start, first=None, last=None, model=model, start=start, preempted=False)
         return 0
 
-    watcher.install()
     iterator = iter(
         strategy.distribute_datasets_from_function(lambda ctx: spec.train_dataset(ctx, per_replica))
     )
@@ -173,38 +180,30 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
     step = start
     preempted = False
     t_start = time.monotonic()
-    try:
-        while step < total:
-            out = steps.train_step(iterator, tf.constant(1.0 if watcher.requested else 0.0)).numpy()
-            step += 1
-            last_loss = float(out[0])
-            first_loss = last_loss if first_loss is None else first_loss
-            progress.update(last_loss, float(out[1]))
-            if progress.due(step):  # other ranks: to their log file only
-                values = progress.report(step)
-                summaries.scalars("train", step, {**values, "learning_rate": float(schedule(step))})
-            if out[2] > 0:
-                preempted = True
-                break
-            save = step == total or (
-                config.checkpoint_every and step % config.checkpoint_every == 0
-            )
-            if step % eval_every == 0 or step == total:
-                result = evaluate(step)
-                save = True
-                if (
-                    config.stop_threshold is not None
-                    and result["accuracy"] >= config.stop_threshold
-                ):
-                    logging.info("Reached --stop_threshold=%s; stopping", config.stop_threshold)
-                    step_var.assign(step)
-                    ckpt.save(step)
-                    break
-            if save:
+    while step < total:
+        out = steps.train_step(iterator, tf.constant(1.0 if watcher.requested else 0.0)).numpy()
+        step += 1
+        last_loss = float(out[0])
+        first_loss = last_loss if first_loss is None else first_loss
+        progress.update(last_loss, float(out[1]))
+        if progress.due(step):  # other ranks: to their log file only
+            values = progress.report(step)
+            summaries.scalars("train", step, {**values, "learning_rate": float(schedule(step))})
+        if out[2] > 0:
+            preempted = True
+            break
+        save = step == total or (config.checkpoint_every and step % config.checkpoint_every == 0)
+        if step % eval_every == 0 or step == total:
+            result = evaluate(step)
+            save = True
+            if config.stop_threshold is not None and result["accuracy"] >= config.stop_threshold:
+                logging.info("Reached --stop_threshold=%s; stopping", config.stop_threshold)
                 step_var.assign(step)
                 ckpt.save(step)
-    finally:
-        watcher.uninstall()
+                break
+        if save:
+            step_var.assign(step)
+            ckpt.save(step)
     if preempted:
         step_var.assign(step)
         ckpt.save(step)

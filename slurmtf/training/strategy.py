@@ -99,9 +99,9 @@ def make_strategy(
     )
     resolver = None
     if layout is not None and layout.num_workers > 1:
-        import importlib
+        from slurmtf.resolver import cluster_resolver
 
-        resolver = importlib.import_module("slurmtf.resolver").cluster_resolver(layout)
+        resolver = cluster_resolver(layout)
         if heartbeat_timeout:
             _configure_coordination(resolver.cluster_spec(), heartbeat_timeout)
     return tf.distribute.MultiWorkerMirroredStrategy(

@@ -1,0 +1,107 @@
+"""Training throughput of the bundled models through their real entry points.
+
+Each case runs ``python -m models.<name> ... --use_synthetic_data`` as one worker for
+``2 * interval`` steps and reads the chief's progress line of the SECOND interval, so
+tracing and compilation are left out. Prints one JSON line per case and a table.
+
+    python -m benchmarks.bench_models            # CPU: MNIST, ResNet-20/56, ResNet-50
+    python -m benchmarks.bench_models --gpu      # GPU: bigger batches, bf16/fp16 + XLA
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+_PROGRESS = re.compile(r"step (\d+)/(\d+) loss \S+ accuracy \S+ ([\d.]+) examples/s")
+
+# (name, module, flags, steps per interval)
+CPU_CASES: list[tuple[str, str, list[str], int]] = [
+    ("mnist b100 fp32", "mnist", ["--batch_size=100"], 20),
+    ("resnet20 b128 fp32", "resnet", ["--resnet_size=20", "--batch_size=128"], 5),
+    ("resnet56 b128 fp32", "resnet", ["--resnet_size=56", "--batch_size=128"], 3),
+    ("resnet50 b32 fp32", "resnet", ["--resnet_size=50", "--batch_size=32"], 2),
+]
+GPU_CASES: list[tuple[str, str, list[str], int]] = [
+    ("mnist b1024 bf16+xla", "mnist", ["--batch_size=1024", "--dtype=bf16", "--enable_xla"], 100),
+    (
+        "resnet56 b512 bf16+xla",
+        "resnet",
+        ["--resnet_size=56", "--batch_size=512", "--dtype=bf16", "--enable_xla"],
+        50,
+    ),
+    (
+        "resnet50 b256 bf16+xla",
+        "resnet",
+        ["--resnet_size=50", "--batch_size=256", "--dtype=bf16", "--enable_xla"],
+        50,
+    ),
+    (
+        "resnet50 b256 fp16+xla",
+        "resnet",
+        ["--resnet_size=50", "--batch_size=256", "--dtype=fp16", "--enable_xla"],
+        50,
+    ),
+    ("resnet50 b256 fp32", "resnet", ["--resnet_size=50", "--batch_size=256"], 30),
+]
+
+
+def run_case(module: str, flags: list[str], interval: int, threads: int) -> dict[str, float]:
+    """examples/s and ms/step of the second progress interval of one run."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(REPO)}
+    argv = [
+        sys.executable,
+        "-m",
+        f"models.{module}",
+        *flags,
+        "--use_synthetic_data",
+        f"--train_steps={2 * interval}",
+        f"--log_every={interval}",
+        "--eval_steps=1",
+    ]
+    if threads:
+        argv.append(f"--num_threads={threads}")
+    started = time.monotonic()
+    proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
+    rates = [float(m.group(3)) for m in _PROGRESS.finditer(proc.stderr)]
+    batch = next(int(f.split("=")[1]) for f in flags if f.startswith("--batch_size="))
+    rate = rates[-1]
+    return {
+        "examples_per_s": rate,
+        "ms_per_step": 1000 * batch / rate,
+        "wall_s": time.monotonic() - started,
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpu", action="store_true", help="the GPU cases")
+    parser.add_argument("--only", default="", help="run cases whose name contains this")
+    parser.add_argument("--threads", type=int, default=0, help="--num_threads for TF (0 = all)")
+    args = parser.parse_args(argv)
+    cases = GPU_CASES if args.gpu else CPU_CASES
+    rows = []
+    for name, module, flags, interval in cases:
+        if args.only and args.only not in name:
+            continue
+        result = run_case(module, flags, interval, args.threads)
+        rows.append((name, result))
+        print(json.dumps({"case": name, **result, "load": os.getloadavg()[0]}), flush=True)
+    print("\n| case | examples/s | ms/step |\n| --- | ---: | ---: |")
+    for name, result in rows:
+        print(f"| {name} | {result['examples_per_s']:.1f} | {result['ms_per_step']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
