@@ -7,20 +7,30 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, MutableMapping
+from typing import TYPE_CHECKING
 
 from slurmtf.env import SlurmEnv, read_slurm_env
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
+from slurmtf.gpus import apply_gpu_split
 from slurmtf.layout import ClusterLayout
+from slurmtf.ports import PortInUseError, ensure_port_free
+
+if TYPE_CHECKING:
+    from slurmtf.tf_resolver import SlurmtfClusterResolver
 
 __version__ = "0.1.0"
 
 __all__ = [
     "ClusterLayout",
     "InputError",
+    "PortInUseError",
     "SlurmCommandError",
     "SlurmEnv",
     "SlurmtfError",
     "__version__",
+    "apply_gpu_split",
+    "cluster_resolver",
+    "ensure_port_free",
     "export_tf_config",
     "read_slurm_env",
     "resolve",
@@ -46,3 +56,10 @@ def export_tf_config(layout: ClusterLayout, environ: MutableMapping[str, str] = 
     from slurmtf import resolver
 
     return resolver.export_tf_config(layout, environ)
+
+
+def cluster_resolver(layout: ClusterLayout | None = None) -> SlurmtfClusterResolver:
+    """See :func:`slurmtf.resolver.cluster_resolver` (imports TensorFlow)."""
+    from slurmtf import resolver
+
+    return resolver.cluster_resolver(layout)

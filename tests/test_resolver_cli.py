@@ -178,6 +178,11 @@ def test_module_cli_error_has_no_traceback() -> None:
 def test_resolver_exports_the_contract() -> None:
     for name in ("resolve", "export_tf_config", "cluster_resolver", "main", "ClusterLayout"):
         assert hasattr(resolver, name)
+    import slurmtf
+
+    assert all(hasattr(slurmtf, name) for name in slurmtf.__all__)
+    env = FakeSlurmEnv.step_vars("n[1-2]", "1(x2)", 1)
+    assert slurmtf.resolve(env).workers == resolver.resolve(env).workers
 
 
 # ------------------------------------------------------------------ runner
