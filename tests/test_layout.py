@@ -19,9 +19,9 @@ from tests.conftest import FakeSlurmEnv
 step_vars = FakeSlurmEnv.step_vars
 
 
-def nodes_of(nodelist: str, counts: str, dist: str | None = None, **extra: object) -> list[str]:
+def nodes_of(nodelist: str, counts: str, dist: str | None = None, plane: int = 2) -> list[str]:
     """The node of every rank, as rank 0 resolves it."""
-    env = step_vars(nodelist, counts, 0, distribution=dist, **extra)
+    env = step_vars(nodelist, counts, 0, distribution=dist, SLURM_DIST_PLANESIZE=plane)
     return list(resolve(env).nodes)
 
 
@@ -50,7 +50,7 @@ PLACEMENTS = [
 
 @pytest.mark.parametrize(("nodelist", "counts", "dist", "expected"), PLACEMENTS)
 def test_placement(nodelist: str, counts: str, dist: str | None, expected: list[str]) -> None:
-    assert nodes_of(nodelist, counts, dist, SLURM_DIST_PLANESIZE=2) == expected
+    assert nodes_of(nodelist, counts, dist) == expected
 
 
 def test_arbitrary_distribution_follows_the_hostfile(fake_slurm_env: FakeSlurmEnv) -> None:
