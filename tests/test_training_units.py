@@ -145,3 +145,17 @@ def test_config_synthetic_when_no_data_dir() -> None:
 )
 def test_format_seconds(seconds: float, text: str) -> None:
     assert format_seconds(seconds) == text
+
+
+def test_model_main_is_callable_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """``main(argv)`` without the program name: help exits 0, a bad flag exits 2 (no TF)."""
+    from models import mnist, resnet
+
+    assert mnist.main(["--help"]) == 0
+    assert "--batch_size" in capsys.readouterr().out
+    assert mnist.main(["--batch_sise=3"]) == 2
+    assert "HINT: python -m models.mnist --help" in capsys.readouterr().err
+    assert resnet.main(["--resnet_size=21"]) == 2
+    assert "--resnet_size=21: is not a supported depth" in capsys.readouterr().err
+    assert mnist.main(["--learning_rate=-1"]) == 2
+    assert "--learning_rate=-1.0: must be positive" in capsys.readouterr().err
