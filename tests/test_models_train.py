@@ -370,7 +370,9 @@ def test_unknown_flag_is_a_usage_error(tmp_path: Path, jobs: list[Job]) -> None:
 
 
 def test_dead_peer_ends_the_run_with_a_clear_error(tmp_path: Path, jobs: list[Job]) -> None:
-    job = Job(tmp_path, 2, "dead").start(
+    job = Job(tmp_path, 2, "dead")
+    job.extra = ["--heartbeat_timeout=20"]  # the survivor may learn of the death by heartbeat
+    job.start(
         "mnist", ["--batch_size=8", "--train_steps=100000", "--log_every=5", "--eval_steps=1"]
     )
     jobs.append(job)
@@ -378,6 +380,6 @@ def test_dead_peer_ends_the_run_with_a_clear_error(tmp_path: Path, jobs: list[Jo
     os.kill(job.procs[1].pid, signal.SIGKILL)
     started = time.monotonic()
     assert job.procs[0].wait(90) == 1, job.logs()
-    assert time.monotonic() - started < 90
+    assert time.monotonic() - started < 60
     assert "models.mnist: a peer failed, stalled or timed out" in job.stderr(0)
     assert "HINT: " in job.stderr(0)
