@@ -274,3 +274,14 @@ def test_synthetic_is_deterministic_and_sharded() -> None:
     key = lambda x: sorted(map(bytes, x.reshape(len(x), -1)))  # noqa: E731
     assert key(one[0]) == key(np.concatenate([p[0] for p in parts]))
     np.testing.assert_array_equal(np.sort(one[1]), np.sort(np.concatenate([p[1] for p in parts])))
+
+
+def test_skip_batches_continues_the_stream() -> None:
+    """A resumed pipeline (skip_batches=k) starts where batch k of a fresh one would be."""
+    from models.data import synthetic
+
+    kw: dict[str, Any] = {"shape": (4, 4, 1), "num_classes": 3, "num_examples": 10, "seed": 1}
+    fresh = [b[1].numpy() for b in synthetic.dataset(context(), 4, training=True, **kw).take(6)]
+    resumed = synthetic.dataset(context(), 4, training=True, skip_batches=4, **kw)
+    later = [b[1].numpy() for b in resumed.take(2)]
+    np.testing.assert_array_equal(np.stack(fresh[4:]), np.stack(later))

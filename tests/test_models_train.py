@@ -383,3 +383,29 @@ def test_dead_peer_ends_the_run_with_a_clear_error(tmp_path: Path, jobs: list[Jo
     assert time.monotonic() - started < 60
     assert "models.mnist: a peer failed, stalled or timed out" in job.stderr(0)
     assert "HINT: " in job.stderr(0)
+
+
+def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
+    tmp_path: Path, jobs: list[Job]
+) -> None:
+    """6 steps, stop, 6 more == 12 steps straight: state and data position are restored."""
+    common = ["--batch_size=8", "--seed=3", "--dropout_rate=0", "--eval_steps=1", "--log_every=3"]
+    straight = Job(tmp_path, 1, "straight").start(
+        "mnist", [*common, "--train_steps=12", f"--model_dir={tmp_path / 'a'}"]
+    )
+    first = Job(tmp_path, 1, "first").start(
+        "mnist", [*common, "--train_steps=6", f"--model_dir={tmp_path / 'b'}"]
+    )
+    jobs += [straight, first]
+    assert straight.wait() == [0], straight.logs()
+    assert first.wait() == [0], first.logs()
+    second = Job(tmp_path, 1, "second").start(
+        "mnist", [*common, "--train_steps=12", f"--model_dir={tmp_path / 'b'}"]
+    )
+    jobs.append(second)
+    assert second.wait() == [0], second.logs()
+    assert second.done(0)["start_step"] == 6
+    a, b = checkpoint_values(tmp_path / "a"), checkpoint_values(tmp_path / "b")
+    assert a.keys() == b.keys()
+    worst = max(float(np.max(np.abs(a[n] - b[n]))) for n in a)
+    assert worst < WEIGHT_TOLERANCE, f"max |straight - resumed| = {worst}"

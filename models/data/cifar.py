@@ -47,7 +47,9 @@ def num_examples(data_dir: str, training: bool) -> int:
     return sum(Path(p).stat().st_size // RECORD_BYTES for p in files(data_dir, training))
 
 
-def dataset(ctx: Any, batch: int, *, data_dir: str, training: bool, seed: int) -> Any:
+def dataset(
+    ctx: Any, batch: int, *, data_dir: str, training: bool, seed: int, skip_batches: int = 0
+) -> Any:
     """This worker's CIFAR-10 dataset: normalized float32 [b, 32, 32, 3], int32 labels.
 
     Training adds the standard augmentation: pad to 40, random 32x32 crop, random flip.
@@ -78,5 +80,6 @@ def dataset(ctx: Any, batch: int, *, data_dir: str, training: bool, seed: int) -
         training=training,
         seed=seed,
         read_file=read_file,
+        skip_batches=skip_batches,
         decode=decode,
     )

@@ -27,11 +27,14 @@ def index_pipeline(
     training: bool,
     seed: int,
     make_batch: Callable[[Any], tuple[Any, Any]],
+    skip_batches: int = 0,
 ) -> Any:
     """Indices 0..n-1 (shuffled when training), sharded by data, batched, then looked up.
 
     ``make_batch`` maps a vector of int64 indices to ``(images, labels)``; an example
     depends only on its index, so the split over workers does not change the data.
+    ``skip_batches`` drops that many batches of indices (cheap): a resumed run continues
+    the exact stream an uninterrupted run would have read.
     """
     import tensorflow as tf
 
@@ -40,6 +43,7 @@ def index_pipeline(
         ds = ds.shuffle(num_examples, seed=seed, reshuffle_each_iteration=True)
     ds = ds.repeat()
     ds = ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id)
+    ds = ds.skip(skip_batches * batch)
     ds = ds.batch(batch, drop_remainder=True)
     ds = ds.map(make_batch, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.prefetch(tf.data.AUTOTUNE)
@@ -55,11 +59,17 @@ def file_pipeline(
     read_file: Callable[[Any], Any],
     decode: Callable[[Any], tuple[Any, Any]],
     shuffle_buffer: int = 10_000,
+    skip_batches: int = 0,
 ) -> Any:
     """Records from ``files``: sharded by files when there are at least as many files as
-    workers, else by records; decoded in parallel, batched per replica, prefetched."""
+    workers, else by records; decoded in parallel, batched per replica, prefetched.
+
+    Skipping records would mean reading them, so a resumed run (``skip_batches`` > 0)
+    instead shuffles with a seed moved by ``skip_batches``: a new order, not a replay.
+    """
     import tensorflow as tf
 
+    seed += skip_batches
     n, index = ctx.num_input_pipelines, ctx.input_pipeline_id
     by_files = len(files) >= n
     fds = tf.data.Dataset.from_tensor_slices(list(files))

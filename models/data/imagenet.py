@@ -85,7 +85,14 @@ def preprocess(jpeg: Any, training: bool, size: int, seed: int) -> Any:
 
 
 def dataset(
-    ctx: Any, batch: int, *, data_dir: str, training: bool, seed: int, image_size: int = 224
+    ctx: Any,
+    batch: int,
+    *,
+    data_dir: str,
+    training: bool,
+    seed: int,
+    image_size: int = 224,
+    skip_batches: int = 0,
 ) -> Any:
     """This worker's ImageNet dataset: float32 [b, size, size, 3], int32 labels (1..1000)."""
     import tensorflow as tf
@@ -104,6 +111,7 @@ def dataset(
         training=training,
         seed=seed,
         read_file=read_file,
+        skip_batches=skip_batches,
         decode=decode,
         shuffle_buffer=10_000 if training else 1,
     )

@@ -88,7 +88,9 @@ def load(data_dir: str, training: bool) -> tuple[np.ndarray, np.ndarray]:
     return images, labels
 
 
-def dataset(ctx: Any, batch: int, *, data_dir: str, training: bool, seed: int) -> Any:
+def dataset(
+    ctx: Any, batch: int, *, data_dir: str, training: bool, seed: int, skip_batches: int = 0
+) -> Any:
     """This worker's MNIST dataset: float32 images [b, 28, 28, 1] in [0, 1], int32 labels."""
     import tensorflow as tf
 
@@ -101,7 +103,13 @@ def dataset(ctx: Any, batch: int, *, data_dir: str, training: bool, seed: int) -
         return x[..., None], tf.gather(labels_t, indices)
 
     return index_pipeline(
-        len(images), ctx, batch, training=training, seed=seed, make_batch=make_batch
+        len(images),
+        ctx,
+        batch,
+        training=training,
+        seed=seed,
+        make_batch=make_batch,
+        skip_batches=skip_batches,
     )
 
 

@@ -25,6 +25,7 @@ def dataset(
     training: bool,
     seed: int,
     noise: float = 0.5,
+    skip_batches: int = 0,
 ) -> Any:
     """This worker's synthetic dataset of ``(images[batch, *shape] float32, labels int32)``."""
     import numpy as np
@@ -47,5 +48,11 @@ def dataset(
         return images, labels
 
     return index_pipeline(
-        num_examples, ctx, batch, training=training, seed=seed, make_batch=make_batch
+        num_examples,
+        ctx,
+        batch,
+        training=training,
+        seed=seed,
+        make_batch=make_batch,
+        skip_batches=skip_batches,
     )

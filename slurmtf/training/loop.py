@@ -22,8 +22,9 @@ from slurmtf.training.flags import TrainConfig, check_batch_size, scaled_learnin
 from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
 from slurmtf.training.strategy import describe, make_strategy, plan_strategy
 
-# (input_context, per_replica_batch) -> dataset of (images, labels), batched and repeated
-DatasetFn = Callable[[Any, int], Any]
+# (input_context, per_replica_batch, skip_batches=0) -> dataset of (images, labels),
+# batched per replica and repeated; skip_batches positions it after a resume.
+DatasetFn = Callable[..., Any]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -172,7 +173,14 @@ def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: Preemptio
         return 0
 
     iterator = iter(
-        strategy.distribute_datasets_from_function(lambda ctx: spec.train_dataset(ctx, per_replica))
+        strategy.distribute_datasets_from_function(
+            lambda ctx: spec.train_dataset(
+                ctx,
+                per_replica,
+                # each step takes one batch per replica this pipeline feeds
+                skip_batches=start * (ctx.num_replicas_in_sync // ctx.num_input_pipelines),
+            )
+        )
     )
     progress = events.Progress(total, config.batch_size, config.log_every, start)
     first_loss: float | None = None
