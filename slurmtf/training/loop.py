@@ -86,6 +86,7 @@ def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: Preemptio
         collective_timeout=config.collective_timeout,
         heartbeat_timeout=config.heartbeat_timeout,
     )
+    watcher.install()  # again: the runtime may have taken the signal (TF does for SIGTERM)
     replicas = int(strategy.num_replicas_in_sync)
     per_replica = check_batch_size(config.batch_size, replicas)
     policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[config.dtype]

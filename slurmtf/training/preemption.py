@@ -57,7 +57,11 @@ class PreemptionWatcher:
         self.requested = True
 
     def install(self) -> PreemptionWatcher:
-        self._previous = signal.signal(self.signum, self._handle)
+        """Handle the signal from now on; calling it again re-takes the signal (TensorFlow
+        installs its own SIGTERM handler when a multi-worker runtime starts)."""
+        previous = signal.signal(self.signum, self._handle)
+        if self._previous is None:
+            self._previous = previous
         return self
 
     def uninstall(self) -> None:
