@@ -152,7 +152,9 @@ def test_model_main_is_callable_in_process(capsys: pytest.CaptureFixture[str]) -
     from models import mnist, resnet
 
     assert mnist.main(["--help"]) == 0
-    assert "--batch_size" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "--batch_size" in out
+    assert "--dropout_rate" in out  # the model's own flags too
     assert mnist.main(["--batch_sise=3"]) == 2
     assert "HINT: python -m models.mnist --help" in capsys.readouterr().err
     assert resnet.main(["--resnet_size=21"]) == 2

@@ -56,7 +56,9 @@ def main_for(
     args = list(sys.argv[1:] if argv is None else argv)
     if "--help" in args or "-h" in args or "--helpfull" in args:
         print(f"usage: python -m {program} [--flag=value ...]\n")
-        for module in (program, "slurmtf.training.flags"):
+        # The model's own flags are keyed by how it was started (`-m`: its file path).
+        model_keys = [k for k in FLAGS.flags_by_module_dict() if _is_model_key(k, program)]
+        for module in [*model_keys, "slurmtf.training.flags"]:
             text = FLAGS.module_help(module)
             if text:
                 print(text + "\n")
@@ -91,3 +93,9 @@ def main_for(
         return EXIT_PEER_FAILURE
     finally:
         FLAGS.unparse_flags()
+
+
+def _is_model_key(key: str, program: str) -> bool:
+    """Whether an absl module key names the model ``program`` (``models.mnist``)."""
+    path = program.replace(".", "/") + ".py"
+    return key in (program, "__main__") or key.endswith(path)
