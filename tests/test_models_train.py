@@ -409,3 +409,39 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
     assert a.keys() == b.keys()
     worst = max(float(np.max(np.abs(a[n] - b[n]))) for n in a)
     assert worst < WEIGHT_TOLERANCE, f"max |straight - resumed| = {worst}"
+
+
+def test_mirrored_replicas_end_with_the_weights_of_one_device(
+    tmp_path: Path, jobs: list[Job]
+) -> None:
+    """One worker, 2 devices (the CPU split with --cpu_replicas, as 2 GPUs would be)."""
+    common = [
+        "--batch_size=16",
+        "--seed=5",
+        "--dropout_rate=0",
+        "--eval_steps=1",
+        "--train_steps=8",
+        "--log_every=4",
+    ]
+    two = Job(tmp_path, 1, "mirrored").start(
+        "mnist", [*common, "--cpu_replicas=2", f"--model_dir={tmp_path / 'm2'}"]
+    )
+    one = Job(tmp_path, 1, "device").start("mnist", [*common, f"--model_dir={tmp_path / 'm1'}"])
+    jobs += [two, one]
+    assert two.wait() == [0], two.logs()
+    assert one.wait() == [0], one.logs()
+    cluster = two.events(0, "cluster")[0]
+    assert (cluster["strategy"], cluster["replicas"], cluster["per_replica_batch"]) == (
+        "mirrored",
+        2,
+        8,
+    )
+    a, b = checkpoint_values(tmp_path / "m1"), checkpoint_values(tmp_path / "m2")
+    assert a.keys() == b.keys()
+    worst = max(float(np.max(np.abs(a[n] - b[n]))) for n in a)
+    assert worst < WEIGHT_TOLERANCE, f"max |one device - mirrored| = {worst}"
+
+    bad = Job(tmp_path, 1, "odd").start("mnist", ["--cpu_replicas=2", "--batch_size=15"])
+    jobs.append(bad)
+    assert bad.wait(60) == [2]
+    assert "HINT: use --batch_size=14 (nearest multiple of 2)" in bad.stderr(0)

@@ -111,6 +111,12 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_integer(
         "checkpoint_every", 0, "Also save every N steps (0 = at each evaluation).", flag_values=fv
     )
+    flags.DEFINE_integer(
+        "cpu_replicas",
+        0,
+        "Split the CPU into N devices and mirror over them (multi-device path without GPUs).",
+        flag_values=fv,
+    )
     flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept by the chief.", flag_values=fv)
 
 
@@ -145,6 +151,7 @@ class TrainConfig:
     num_threads: int = 0
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
+    cpu_replicas: int = 0
 
     def __post_init__(self) -> None:
         positive = {"batch_size": self.batch_size, "log_every": self.log_every}
@@ -160,6 +167,7 @@ class TrainConfig:
             "warmup_steps": self.warmup_steps or 0,
             "num_threads": self.num_threads,
             "checkpoint_every": self.checkpoint_every,
+            "cpu_replicas": self.cpu_replicas,
         }
         for name, value in non_negative.items():
             if value < 0:

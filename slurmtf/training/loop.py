@@ -20,7 +20,7 @@ from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import TrainConfig, check_batch_size, scaled_learning_rate
 from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
-from slurmtf.training.strategy import describe, make_strategy, plan_strategy
+from slurmtf.training.strategy import describe, make_strategy, plan_strategy, split_cpu
 
 # (input_context, per_replica_batch, skip_batches=0) -> dataset of (images, labels),
 # batched per replica and repeated; skip_batches positions it after a resume.
@@ -77,9 +77,10 @@ def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: Preemptio
     log_dir = config.log_dir or (f"{config.model_dir}/logs" if config.model_dir else None)
     log_path = events.setup_logging(info.rank, info.is_chief, log_dir, config.log_all_ranks)
     num_gpus = len(tf.config.list_physical_devices("GPU"))
-    choice = plan_strategy(
-        config.distribution_strategy, config.all_reduce_alg, info.num_workers, num_gpus
-    )
+    mode = config.distribution_strategy
+    if config.cpu_replicas > 1:
+        mode = split_cpu(config.cpu_replicas, mode, info.num_workers, num_gpus)
+    choice = plan_strategy(mode, config.all_reduce_alg, info.num_workers, num_gpus)
     strategy = make_strategy(
         choice,
         info.layout,

@@ -86,8 +86,11 @@ def make_strategy(
             else tf.distribute.HierarchicalCopyAllReduce()
         )
         gpus = tf.config.list_logical_devices("GPU")
+        if gpus:
+            return tf.distribute.MirroredStrategy([d.name for d in gpus], cross_device_ops=cross)
+        cpus = tf.config.list_logical_devices("CPU")  # several only with --cpu_replicas
         return tf.distribute.MirroredStrategy(
-            devices=[d.name for d in gpus] or None, cross_device_ops=cross if gpus else None
+            [d.name for d in cpus], cross_device_ops=tf.distribute.ReductionToOneDevice()
         )
     implementation = (
         tf.distribute.experimental.CommunicationImplementation.NCCL
@@ -132,6 +135,28 @@ def _configure_coordination(cluster_spec: Any, heartbeat_timeout: float) -> None
         coordinated_jobs=jobs,
         heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000),
     )
+
+
+def split_cpu(replicas: int, mode: str, num_workers: int, num_gpus: int) -> str:
+    """Split the CPU into ``replicas`` logical devices (``--cpu_replicas``); returns the mode.
+
+    This runs the one-node, several-device path (MirroredStrategy) without GPUs, for
+    tests and for trying a multi-GPU configuration on a laptop. Call before TF starts.
+    """
+    import tensorflow as tf
+
+    if num_gpus or num_workers > 1 or mode not in ("auto", "mirrored"):
+        raise InputError(
+            "--cpu_replicas",
+            replicas,
+            "splits the CPU of a single GPU-less worker for MirroredStrategy only",
+            "drop --cpu_replicas, or run one task with --distribution_strategy=auto|mirrored",
+        )
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
+    )
+    return "mirrored"
 
 
 def describe(strategy: Any) -> str:
