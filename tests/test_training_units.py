@@ -161,3 +161,13 @@ def test_model_main_is_callable_in_process(capsys: pytest.CaptureFixture[str]) -
     assert "--resnet_size=21: is not a supported depth" in capsys.readouterr().err
     assert mnist.main(["--learning_rate=-1"]) == 2
     assert "--learning_rate=-1.0: must be positive" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("mode", "workers", "gpus"), [("auto", 2, 0), ("auto", 1, 1), ("one_device", 1, 0)]
+)
+def test_cpu_replicas_only_for_a_single_gpu_less_worker(mode: str, workers: int, gpus: int) -> None:
+    from slurmtf.training.strategy import split_cpu
+
+    with pytest.raises(InputError, match=r"--cpu_replicas=2: .*HINT: "):
+        split_cpu(2, mode, workers, gpus)

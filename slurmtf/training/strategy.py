@@ -143,8 +143,6 @@ def split_cpu(replicas: int, mode: str, num_workers: int, num_gpus: int) -> str:
     This runs the one-node, several-device path (MirroredStrategy) without GPUs, for
     tests and for trying a multi-GPU configuration on a laptop. Call before TF starts.
     """
-    import tensorflow as tf
-
     if num_gpus or num_workers > 1 or mode not in ("auto", "mirrored"):
         raise InputError(
             "--cpu_replicas",
@@ -152,6 +150,8 @@ def split_cpu(replicas: int, mode: str, num_workers: int, num_gpus: int) -> str:
             "splits the CPU of a single GPU-less worker for MirroredStrategy only",
             "drop --cpu_replicas, or run one task with --distribution_strategy=auto|mirrored",
         )
+    import tensorflow as tf
+
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(replicas)]
