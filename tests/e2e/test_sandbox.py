@@ -10,7 +10,7 @@ import pytest
 
 from slurmtf.sandbox import Sandbox, daemons
 from slurmtf.sandbox import main as sandbox_main
-from tests.e2e.conftest import PYTHON, SlurmSandbox, require_sandbox_prereqs
+from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
 
 pytestmark = pytest.mark.slurm
 
@@ -130,3 +130,25 @@ def test_separate_sandbox_up_down_leaves_nothing(tmp_path_factory: pytest.TempPa
     assert daemons.pids_mentioning(str(sbx_dir)) == []
     assert sandbox_main(["status", "--dir", str(sbx_dir)]) == 3
     assert sandbox_main(["down", "--dir", str(sbx_dir)]) == 0  # down again: harmless
+
+
+@pytest.mark.parametrize("script", ["mnist.sbatch", "resnet.sbatch"])
+def test_job_script_plumbing(slurm_sandbox: SlurmSandbox, tmp_path: Path, script: str) -> None:
+    """Model flags and env vars reach every rank; per-rank logs; `--gres=none` works."""
+    env = {"PYTHON": "/bin/echo", "MODEL_DIR": str(tmp_path / "m"), "LOG_DIR": str(tmp_path / "l")}
+    job = slurm_sandbox.submit(
+        REPO / "jobs" / script, "--train_steps=7", "--name=a b",
+        sbatch_args=["--gres=none", "--ntasks-per-node=2", f"--output={tmp_path}/%x-%j.out"],
+        env=env,
+    )  # fmt: skip
+    assert slurm_sandbox.wait(job, 60) == "COMPLETED", slurm_sandbox.logs(job)
+    model = "models." + script.removesuffix(".sbatch")
+    for rank in range(4):
+        argv = (tmp_path / "l" / f"rank{rank}.out").read_text().strip()
+        assert argv == (
+            f"-m {model} --model_dir={tmp_path}/m --export_dir={tmp_path}/m/export "
+            "--train_steps=7 --name=a b"
+        )
+    job_log = next(tmp_path.glob("*.out")).read_text()
+    assert "2 node(s) node[" in job_log
+    assert "srun exited 0" in job_log
