@@ -25,6 +25,13 @@ CIFAR_SIZES = (20, 32, 44, 56, 110)
 IMAGENET_SIZES = (50,)
 flags.DEFINE_integer("resnet_size", 56, "20|32|44|56|110 (CIFAR-10) or 50 (ImageNet, v1.5).")
 flags.DEFINE_integer("image_size", 224, "ImageNet input side in pixels (ResNet-50 only).")
+flags.DEFINE_boolean(
+    "sync_batch_norm",
+    True,
+    "Batch-norm statistics over the global batch (one all-reduce per layer), so every rank "
+    "keeps identical moving statistics and N workers match one worker on the same global "
+    "batch. --nosync_batch_norm uses each replica's own batch, as the official models do.",
+)
 
 CIFAR_WEIGHT_DECAY = 2e-4
 IMAGENET_WEIGHT_DECAY = 1e-4
@@ -34,10 +41,12 @@ IMAGENET_TRAIN, IMAGENET_EVAL = 1_281_167, 50_000
 SYNTHETIC_TRAIN, SYNTHETIC_EVAL = 10_000, 1_000
 
 
-def _bn(x: Any) -> Any:
+def _bn(x: Any, sync: bool) -> Any:
     import keras
 
-    return keras.layers.BatchNormalization(momentum=BN_MOMENTUM, epsilon=BN_EPSILON)(x)
+    return keras.layers.BatchNormalization(
+        momentum=BN_MOMENTUM, epsilon=BN_EPSILON, synchronized=sync
+    )(x)
 
 
 def _conv(filters: int, kernel: int, strides: int, decay: float) -> Any:
@@ -54,27 +63,27 @@ def _conv(filters: int, kernel: int, strides: int, decay: float) -> Any:
     )
 
 
-def _basic_block(x: Any, filters: int, strides: int, decay: float) -> Any:
+def _basic_block(x: Any, filters: int, strides: int, decay: float, sync: bool) -> Any:
     import keras
 
     shortcut = x
     if strides != 1 or x.shape[-1] != filters:
-        shortcut = _bn(_conv(filters, 1, strides, decay)(x))
-    y = keras.layers.ReLU()(_bn(_conv(filters, 3, strides, decay)(x)))
-    y = _bn(_conv(filters, 3, 1, decay)(y))
+        shortcut = _bn(_conv(filters, 1, strides, decay)(x), sync)
+    y = keras.layers.ReLU()(_bn(_conv(filters, 3, strides, decay)(x), sync))
+    y = _bn(_conv(filters, 3, 1, decay)(y), sync)
     return keras.layers.ReLU()(keras.layers.Add()([y, shortcut]))
 
 
-def _bottleneck(x: Any, filters: int, strides: int, decay: float) -> Any:
+def _bottleneck(x: Any, filters: int, strides: int, decay: float, sync: bool) -> Any:
     """v1.5: the stride sits on the 3x3 convolution, not the first 1x1."""
     import keras
 
     shortcut = x
     if strides != 1 or x.shape[-1] != 4 * filters:
-        shortcut = _bn(_conv(4 * filters, 1, strides, decay)(x))
-    y = keras.layers.ReLU()(_bn(_conv(filters, 1, 1, decay)(x)))
-    y = keras.layers.ReLU()(_bn(_conv(filters, 3, strides, decay)(y)))
-    y = _bn(_conv(4 * filters, 1, 1, decay)(y))
+        shortcut = _bn(_conv(4 * filters, 1, strides, decay)(x), sync)
+    y = keras.layers.ReLU()(_bn(_conv(filters, 1, 1, decay)(x), sync))
+    y = keras.layers.ReLU()(_bn(_conv(filters, 3, strides, decay)(y), sync))
+    y = _bn(_conv(4 * filters, 1, 1, decay)(y), sync)
     return keras.layers.ReLU()(keras.layers.Add()([y, shortcut]))
 
 
@@ -90,31 +99,33 @@ def _head(x: Any, num_classes: int, decay: float) -> Any:
     )(x)
 
 
-def cifar_resnet(depth: int, num_classes: int = 10) -> Any:
+def cifar_resnet(depth: int, num_classes: int = 10, sync_batch_norm: bool = False) -> Any:
     """ResNet-(6n+2) for 32x32 inputs: 3 stages of n basic blocks, 16/32/64 filters."""
     import keras
 
+    sync = sync_batch_norm
     blocks = (depth - 2) // 6
     inputs = keras.Input((32, 32, 3))
-    x = keras.layers.ReLU()(_bn(_conv(16, 3, 1, CIFAR_WEIGHT_DECAY)(inputs)))
+    x = keras.layers.ReLU()(_bn(_conv(16, 3, 1, CIFAR_WEIGHT_DECAY)(inputs), sync))
     for stage, filters in enumerate((16, 32, 64)):
         for block in range(blocks):
             strides = 2 if stage > 0 and block == 0 else 1
-            x = _basic_block(x, filters, strides, CIFAR_WEIGHT_DECAY)
+            x = _basic_block(x, filters, strides, CIFAR_WEIGHT_DECAY, sync)
     return keras.Model(inputs, _head(x, num_classes, CIFAR_WEIGHT_DECAY), name=f"resnet{depth}")
 
 
-def resnet50(num_classes: int = 1001, image_size: int = 224) -> Any:
+def resnet50(num_classes: int = 1001, image_size: int = 224, sync_batch_norm: bool = False) -> Any:
     """ResNet-50 v1.5: 7x7/2 stem, max pool, [3, 4, 6, 3] bottlenecks, 1001 logits."""
     import keras
 
+    sync = sync_batch_norm
     inputs = keras.Input((image_size, image_size, 3))
-    x = keras.layers.ReLU()(_bn(_conv(64, 7, 2, IMAGENET_WEIGHT_DECAY)(inputs)))
+    x = keras.layers.ReLU()(_bn(_conv(64, 7, 2, IMAGENET_WEIGHT_DECAY)(inputs), sync))
     x = keras.layers.MaxPooling2D(3, 2, padding="same")(x)
     for stage, (filters, blocks) in enumerate(((64, 3), (128, 4), (256, 6), (512, 3))):
         for block in range(blocks):
             strides = 2 if stage > 0 and block == 0 else 1
-            x = _bottleneck(x, filters, strides, IMAGENET_WEIGHT_DECAY)
+            x = _bottleneck(x, filters, strides, IMAGENET_WEIGHT_DECAY, sync)
     return keras.Model(inputs, _head(x, num_classes, IMAGENET_WEIGHT_DECAY), name="resnet50")
 
 
@@ -168,7 +179,9 @@ def make_spec(config: TrainConfig) -> ModelSpec:
         n_train, n_eval = cifar.num_examples(data_dir, True), cifar.num_examples(data_dir, False)
     return ModelSpec(
         name=f"resnet{size}",
-        build_model=functools.partial(cifar_resnet, size),
+        build_model=functools.partial(
+            cifar_resnet, size, sync_batch_norm=bool(flags.FLAGS.sync_batch_norm)
+        ),
         input_shape=shape,
         train_dataset=train,
         eval_dataset=evaluate,
@@ -215,7 +228,12 @@ def _imagenet_spec(config: TrainConfig, image_size: int) -> ModelSpec:
         n_eval = IMAGENET_EVAL if len(eval_files) == 128 else imagenet.count_records(eval_files)
     return ModelSpec(
         name="resnet50",
-        build_model=functools.partial(resnet50, imagenet.NUM_CLASSES, image_size),
+        build_model=functools.partial(
+            resnet50,
+            imagenet.NUM_CLASSES,
+            image_size,
+            sync_batch_norm=bool(flags.FLAGS.sync_batch_norm),
+        ),
         input_shape=shape,
         train_dataset=train,
         eval_dataset=evaluate,
