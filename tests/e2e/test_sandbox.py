@@ -61,9 +61,10 @@ def test_node_names_resolve_inside_jobs_only(slurm_sandbox: SlurmSandbox) -> Non
     assert "node3" not in Path("/etc/hosts").read_text()
 
 
-def test_sacct_shim_reports_finished_jobs(slurm_sandbox: SlurmSandbox) -> None:
-    ok = slurm_sandbox.submit("--wrap=srun true", sbatch_args=["-N2"])
-    bad = slurm_sandbox.submit("--wrap=exit 3")
+def test_sacct_shim_reports_finished_jobs(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
+    output = f"--output={tmp_path}/%j.out"
+    ok = slurm_sandbox.submit("--wrap=srun true", sbatch_args=["-N2", output])
+    bad = slurm_sandbox.submit("--wrap=exit 3", sbatch_args=[output])
     assert slurm_sandbox.wait(ok, 60) == "COMPLETED"
     assert slurm_sandbox.wait(bad, 60) == "FAILED"
     out = slurm_sandbox.run(
@@ -103,7 +104,16 @@ def test_separate_sandbox_up_down_leaves_nothing(tmp_path_factory: pytest.TempPa
         assert sandbox.up() is False  # idempotent: already up
         assert sandbox_main(["status", "--dir", str(sbx_dir)]) == 0
         env = sandbox.env()
-        done = sandbox.run(["sbatch", "--parsable", "-N2", "--wrap", "srun sleep 300"])
+        done = sandbox.run(
+            [
+                "sbatch",
+                "--parsable",
+                "-N2",
+                f"--output={sbx_dir}/%j.out",
+                "--wrap",
+                "srun sleep 300",
+            ]
+        )
         job = done.stdout.strip()
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
