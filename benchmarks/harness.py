@@ -146,7 +146,9 @@ def machine_info() -> JSONDict:
     with contextlib.suppress(OSError, ValueError, IndexError):
         first = Path("/proc/meminfo").read_text().splitlines()[0]
         mem_gib = round(int(first.split()[1]) / 2**20, 1)
-    slurm = _run_text(["srun", "--version"])
+    slurm = _run_text(["srun", "--version"]) or _run_text(
+        ["dpkg-query", "-W", "-f=slurm-client ${Version}", "slurm-client"]
+    )
     return {
         "date_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": cpu_model,

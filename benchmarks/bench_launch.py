@@ -1,0 +1,286 @@
+"""Launch overhead on the local Slurm sandbox: sbatch -> first training step of 2-node MNIST.
+
+A 2-node sandbox (``slurmtf.sandbox``) is started in a private directory and stopped at
+the end. In the same run, on the same two nodes, alternating, ``repeats`` times:
+
+* **bare**: ``sbatch -N2 --wrap "srun python -c 'import tensorflow; print(...)'"``: the
+  time from calling sbatch until both tasks have imported TensorFlow;
+* **mnist**: ``sbatch jobs/mnist.sbatch --log_every=1 ...`` (the job script users run):
+  the time until rank 0 has printed its ``cluster`` event (resolver + strategy + peers
+  connected) and then its first ``step 1/`` progress line.
+
+Both are timed the same way: this process polls the tasks' output files every 20 ms
+(accurate to about that). The difference mnist - bare is what slurmtf (resolver,
+strategy set-up, rendezvous, input pipeline, model build, first traced step) adds to a
+bare TensorFlow start. A first warm-up job (Slurm's first scheduling pass) is not timed.
+A job is cancelled once its milestone is seen. Both nodes share this machine's cores.
+
+    python -m benchmarks.bench_launch [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import harness
+from benchmarks.harness import JSONDict
+
+POLL_S = 0.02
+FIRST_STEP = re.compile(r"\bstep 1/\d+ ")
+MNIST_FLAGS = (
+    "--use_synthetic_data",
+    "--batch_size=64",
+    "--train_steps=5",
+    "--log_every=1",
+    "--epochs_between_evals=100000",
+    "--eval_steps=1",
+)
+
+
+def _sbatch(env: dict[str, str], args: Sequence[str], cwd: Path) -> str:
+    done = subprocess.run(
+        ["sbatch", "--parsable", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout.strip().split(";")[0]
+
+
+def _scancel(env: dict[str, str], job: str) -> None:
+    subprocess.run(["scancel", job], env=env, capture_output=True, timeout=30, check=False)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and _queued(env, job):
+        time.sleep(0.2)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def _queued(env: dict[str, str], job: str) -> bool:
+    done = subprocess.run(
+        ["squeue", "-h", "-j", job, "-o", "%T"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    return done.returncode == 0 and bool(done.stdout.strip())
+
+
+def wait_for(
+    checks: dict[str, Any], start: float, timeout: float, alive: Any = None, why: Any = None
+) -> dict[str, float]:
+    """Poll until every check (a no-argument callable) is true; seconds since ``start``.
+
+    ``alive`` (checked about once a second) returning false means the job ended first.
+    """
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + timeout
+    next_alive = time.monotonic() + 1.0
+    while len(seen) < len(checks):
+        now = time.monotonic()
+        for name, check in checks.items():
+            if name not in seen and check():
+                seen[name] = now - start
+        missing = sorted(set(checks) - set(seen))
+        if missing and now > deadline:
+            raise TimeoutError(f"not seen within {timeout:.0f} s: {missing}")
+        if missing and alive is not None and now > next_alive:
+            next_alive = now + 1.0
+            if not alive() and not all(checks[m]() for m in missing):
+                raise RuntimeError(f"job ended before {missing}: {why() if why else ''}")
+        time.sleep(POLL_S)
+    return seen
+
+
+def bare_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
+    out = work / f"bare-{tag}"
+    out.mkdir()
+    code = "import tensorflow; print('imported', flush=True)"
+    wrap = (
+        f"srun --output={shlex.quote(str(out))}/rank%t.out "
+        f"{shlex.quote(harness.python())} -c {shlex.quote(code)}"
+    )
+    start = time.monotonic()
+    job = _sbatch(
+        env,
+        ["-N2", "--ntasks-per-node=1", "--gres=gpu:1", f"--output={out}/job.out", "--wrap", wrap],
+        work,
+    )
+    try:
+        seen = wait_for(
+            {f"rank{r}": (lambda p=out / f"rank{r}.out": "imported" in _read(p)) for r in range(2)},
+            start,
+            timeout=600,
+            alive=lambda: _queued(env, job),
+            why=lambda: _read(out / "job.out")[-2000:],
+        )
+    finally:
+        _scancel(env, job)
+    return {"job": job, "import_s": max(seen.values()), **seen}
+
+
+def mnist_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
+    out = work / f"mnist-{tag}"
+    logs = out / "logs"
+    out.mkdir()
+    job_env = {**env, "LOG_DIR": str(logs), "MODEL_DIR": str(out / "model")}
+    start = time.monotonic()
+    job = _sbatch(
+        job_env,
+        [
+            "-N2",
+            f"--output={out}/job.out",
+            str(harness.REPO / "jobs" / "mnist.sbatch"),
+            *MNIST_FLAGS,
+        ],
+        work,
+    )
+    try:
+        seen = wait_for(
+            {
+                "cluster_s": lambda: '"event": "cluster"' in _read(logs / "rank0.out"),
+                "first_step_s": lambda: bool(FIRST_STEP.search(_read(logs / "rank0.err"))),
+            },
+            start,
+            timeout=600,
+            alive=lambda: _queued(env, job),
+            why=lambda: (_read(out / "job.out") + _read(logs / "rank0.err"))[-2000:],
+        )
+    finally:
+        _scancel(env, job)
+    return {"job": job, **seen}
+
+
+def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
+    from slurmtf.sandbox.core import Sandbox
+
+    repeats = 1 if quick else 3
+    keep = log_dir is not None
+    work = Path(tempfile.mkdtemp(prefix="slurmtf-bench-launch-"))
+    if keep and log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(prefix="launch-", dir=log_dir))
+    sandbox = Sandbox(work / "sandbox", nodes=2, gpus_per_node=1)
+    t0 = time.monotonic()
+    sandbox.up()
+    up_s = time.monotonic() - t0
+    try:
+        env = harness.clean_env({"PYTHON": harness.python(), "SLURMTF_REPO": str(harness.REPO)})
+        env = sandbox.env(env)
+        warm = bare_job(env, work, "warmup")
+        bare: list[JSONDict] = []
+        mnist: list[JSONDict] = []
+        for i in range(repeats):
+            order = ("bare", "mnist") if i % 2 == 0 else ("mnist", "bare")
+            for kind in order:
+                if kind == "bare":
+                    bare.append(bare_job(env, work, str(i)))
+                else:
+                    mnist.append(mnist_job(env, work, str(i)))
+    finally:
+        t1 = time.monotonic()
+        sandbox.down()
+        down_s = time.monotonic() - t1
+    bare_s = harness.median([b["import_s"] for b in bare])
+    cluster_s = harness.median([m["cluster_s"] for m in mnist])
+    first_s = harness.median([m["first_step_s"] for m in mnist])
+    return {
+        "name": "launch",
+        "repeats": repeats,
+        "sandbox_up_s": up_s,
+        "sandbox_down_s": down_s,
+        "warmup_job_s": warm["import_s"],
+        "bare": bare,
+        "mnist": mnist,
+        "median": {
+            "bare_import_s": bare_s,
+            "mnist_cluster_s": cluster_s,
+            "mnist_first_step_s": first_s,
+            "overhead_s": first_s - bare_s,
+        },
+        "mnist_flags": list(MNIST_FLAGS),
+    }
+
+
+def markdown(result: JSONDict) -> str:
+    med = result["median"]
+    rows = [
+        ["sbatch -> `import tensorflow` done on both nodes (bare srun)", med["bare_import_s"]],
+        ["sbatch -> MNIST rank 0 `cluster` event (resolver, strategy, peers)",
+         med["mnist_cluster_s"]],
+        ["sbatch -> MNIST first training step", med["mnist_first_step_s"]],
+        ["**overhead: first step - bare import**", med["overhead_s"]],
+        ["sandbox up (2 nodes) / down", f"{result['sandbox_up_s']:.1f} / "
+         f"{result['sandbox_down_s']:.1f}"],
+    ]  # fmt: skip
+    text = harness.markdown_table([f"median of {result['repeats']} (seconds)", "seconds"], rows)
+    each = [
+        [i + 1, b["import_s"], m["cluster_s"], m["first_step_s"]]
+        for i, (b, m) in enumerate(zip(result["bare"], result["mnist"], strict=True))
+    ]
+    text += "\n" + harness.markdown_table(
+        ["repeat", "bare import (s)", "MNIST cluster (s)", "MNIST first step (s)"], each
+    )
+    return text
+
+
+def plot(result: JSONDict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    med = result["median"]
+    fig, ax = plt.subplots(figsize=(6.4, 2.8))
+    ax.barh(["bare srun\nimport tensorflow"], [med["bare_import_s"]], color="C0")
+    ax.barh(["MNIST via\njobs/mnist.sbatch"], [med["mnist_cluster_s"]], color="C1",
+            label="sbatch -> cluster event")  # fmt: skip
+    rest = med["mnist_first_step_s"] - med["mnist_cluster_s"]
+    ax.barh(["MNIST via\njobs/mnist.sbatch"], [rest], left=[med["mnist_cluster_s"]],
+            color="C2", label="cluster event -> first step")  # fmt: skip
+    ax.set_xlabel("seconds after sbatch (median)")
+    ax.set_title("Launch overhead on the 2-node sandbox")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    path = out_dir / "launch.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_launch", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="one repeat")
+    args = parser.parse_args(argv)
+    result = run(quick=args.quick)
+    print(json.dumps(result, indent=1))
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
