@@ -204,3 +204,93 @@ def test_report_from_json(tmp_path: Path) -> None:
     report = run_all.render_report(tmp_path)
     assert "**PENDING:** no GPU" in report
     assert "python -m x" in report
+
+
+# ---------------------------------------------------------------------------- scaling
+PROGRESS_LOG = """\
+10:00:01 rank0 W Training on SYNTHETIC data (no --data_dir)
+10:00:09 rank0 I step 10/40 loss 0.6 accuracy 0.8 50.0 examples/s ETA 0m20s
+10:00:14 rank0 I step 20/40 loss 0.1 accuracy 1.0 400.0 examples/s ETA 0m11s
+10:00:19 rank0 I step 40/40 loss 0.1 accuracy 1.0 200.0 examples/s ETA 0m00s
+"""
+
+
+def test_steady_rate_skips_the_first_interval_and_weights_by_time() -> None:
+    from benchmarks.bench_scaling import steady_rate
+
+    rate, steps = steady_rate(PROGRESS_LOG, global_batch=100)
+    # 10 steps at 400/s (2.5 s) + 20 steps at 200/s (10 s): 3,000 examples in 12.5 s.
+    assert steps == 30
+    assert rate == pytest.approx(3000 / 12.5)
+
+
+def test_steady_rate_needs_two_lines() -> None:
+    from benchmarks.bench_scaling import steady_rate
+
+    with pytest.raises(ValueError, match="progress lines"):
+        steady_rate(PROGRESS_LOG.splitlines()[1], global_batch=100)
+
+
+@pytest.mark.parametrize(
+    ("cores", "counts"), [(1, [1]), (2, [1, 2]), (3, [1, 2]), (8, [1, 2, 4, 8])]
+)
+def test_worker_counts(cores: int, counts: list[int]) -> None:
+    from benchmarks.bench_scaling import worker_counts
+
+    assert worker_counts(cores) == counts
+
+
+def test_scaling_and_allreduce_tables() -> None:
+    from benchmarks import bench_allreduce, bench_scaling
+
+    scaling = {
+        "worker_counts": [1, 2],
+        "note": "2 cores",
+        "models": [
+            {
+                "model": "MNIST CNN",
+                "per_replica_batch": 100,
+                "rates": {"1": 500.0, "2": 900.0},
+                "efficiency": {"1": 1.0, "2": 0.9},
+            }
+        ],
+    }
+    text = bench_scaling.markdown(scaling)
+    assert "| MNIST CNN | 2 | 100 | 900 | 450 | 0.900 |" in text
+    assert "2 cores." in text
+    mb = bench_allreduce.MB
+    allreduce = {
+        "allreduce": {"results": [{"bytes": 4 * mb, "seconds": 0.04, "busbw_bytes_per_s": 1e8}]},
+        "tcp": {
+            "results": [
+                {"bytes": 4 * mb, "one_way": {"bytes_per_s": 4e9}, "two_way": {"bytes_per_s": 2e9}}
+            ]
+        },
+    }
+    assert bench_allreduce.rows(allreduce) == [[4, 40.0, 0.1, 4.0, 2.0, 0.05]]
+
+
+def test_resolver_markdown() -> None:
+    result = {
+        "sweep": [
+            {"tasks": 8, "distribution": "block", "median_ms": 0.1},
+            {"tasks": 8, "distribution": "cyclic", "median_ms": 0.2},
+        ],
+        "resolve_4096_nodes_32768_tasks_ms": 20.0,
+        "cli_4096_nodes_32768_tasks_ms": 220.0,
+        "python_startup_ms": 110.0,
+        "import_slurmtf_ms": 50.0,
+        "targets_met": True,
+    }
+    text = run_all.resolver_markdown(result)
+    assert "| 8 | 0.1 | 0.2 |" in text
+    assert "Targets met: yes." in text
+
+
+def test_gpu_pending_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks import bench_gpu
+
+    monkeypatch.setattr(bench_gpu, "gpu_names", list)
+    result = bench_gpu.run()
+    assert result["pending"] is True
+    assert "run_all --only gpu" in result["command"]
