@@ -19,11 +19,11 @@ GOLDEN = SandboxConfig(dir=Path("/srv/sbx"), nodes=3, gpus_per_node=2, ctld_port
 
 
 def _golden(name: str, text: str) -> None:
-    """Compare with tests/data/sandbox/NAME; SLURMTF_REGEN=1 rewrites the stored file."""
+    """Compare with tests/data/sandbox/NAME; SLURMTF_REGENERATE=1 rewrites the stored file."""
     path = DATA / name
-    if os.environ.get("SLURMTF_REGEN") == "1":
+    if os.environ.get("SLURMTF_REGENERATE") == "1":
         path.write_text(text)
-    assert text == path.read_text(), f"regenerate with SLURMTF_REGEN=1 if intended: {path}"
+    assert text == path.read_text(), f"regenerate with SLURMTF_REGENERATE=1 if intended: {path}"
 
 
 def test_slurm_conf_matches_stored() -> None:
@@ -75,6 +75,7 @@ def test_distinct_dirs_get_distinct_names_ports_and_job_ids() -> None:
     dirs = [Path(f"/tmp/sbx{i}") for i in range(50)]
     assert len({c.cluster_name_for(d) for d in dirs}) == 50
     assert len({c.first_job_id(d) for d in dirs}) > 40
+    assert len({c.first_job_id(d) % 200 for d in dirs}) > 20  # distinct port slots
     for d in dirs:
         base = c.preferred_port_base(d, 4)
         assert c.PORT_RANGE[0] <= base

@@ -116,8 +116,13 @@ def preferred_port_base(path: Path, nodes: int) -> int:
 
 
 def first_job_id(path: Path) -> int:
-    """A first job id that differs between directories (job ids seed per-job ports)."""
-    return (int(dir_digest(path)[16:24], 16) % 900 + 100) * 1000
+    """A first job id that differs between directories (job ids seed per-job ports).
+
+    The resolver's port base follows ``job_id % 200``; the low digits are spread too, so
+    that two sandboxes on one machine start in different port slots.
+    """
+    digest = int(dir_digest(path)[16:24], 16)
+    return (digest % 900 + 100) * 1000 + (digest // 900) % 200
 
 
 def render_slurm_conf(cfg: SandboxConfig) -> str:
