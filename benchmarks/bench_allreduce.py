@@ -324,6 +324,7 @@ def plot(result: JSONDict, out_dir: Path) -> list[Path]:
     ax.plot(sizes, [r[3] for r in table], "s--", label="loopback TCP, one way")
     ax.plot(sizes, [r[4] for r in table], "^--", label="loopback TCP, both ways (per direction)")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(s) for s in sizes])
     ax.set_xlabel("tensor size (MB)")
     ax.set_ylabel("GB/s")
     ax.set_title("All-reduce bus bandwidth vs loopback TCP (CPU)")

@@ -250,6 +250,7 @@ def plot(result: JSONDict, out_dir: Any) -> list[Any]:
                 label=f"{net}" + (", overlap 0.8" if overlap else ""),
             )
     ax.set_xscale("log", base=2)
+    ax.set_xticks(GPU_COUNTS, [str(n) for n in GPU_COUNTS])
     ax.set_xlabel("GPUs")
     ax.set_ylabel("scaling efficiency")
     ax.set_title("Projected ResNet-50 efficiency (4,000 img/s per GPU, ring)")
