@@ -42,6 +42,7 @@ class SandboxJob:
     run_dir: Path
     job_id: str = ""
     signalled: list[int] = field(default_factory=list)
+    final: str = ""  # kept: squeue forgets a finished job after MinJobAge
 
     @property
     def model_dir(self) -> Path:
@@ -57,16 +58,29 @@ class SandboxJob:
         if nodes:
             sbatch.append(f"--nodelist={nodes}")
         run_env = {"MODEL_DIR": str(self.model_dir), "LOG_DIR": str(self.log_dir), **(env or {})}
+        self.final = ""
         self.job_id = self.sandbox.submit(
             REPO / "jobs" / "mnist.sbatch", *args, sbatch_args=sbatch, env=run_env
         )
         return self.job_id
 
     def state(self) -> str:
-        return self.sandbox.state(self.job_id)
+        if not self.final:
+            state = self.sandbox.state(self.job_id)
+            if state not in TERMINAL:
+                return state
+            self.final = state
+        return self.final
 
     def wait(self, timeout: float) -> str:
-        return self.sandbox.wait(self.job_id, timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.state() in TERMINAL:
+                return self.final
+            time.sleep(0.5)
+        logs = self.report()
+        self.cancel()
+        raise TimeoutError(f"job {self.job_id} still {self.state()!r} after {timeout} s\n{logs}")
 
     def cancel(self) -> None:
         if self.job_id and self.state() not in TERMINAL:
