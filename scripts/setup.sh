@@ -20,7 +20,14 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! comm
 fi
 
 if ! "$PYTHON" -c 'import slurmtf, tensorflow, submitit, hostlist, absl, pytest, hypothesis' 2>/dev/null \
-   || ! "$PYTHON" -m ruff --version >/dev/null 2>&1 || ! "$PYTHON" -m mypy --version >/dev/null 2>&1; then
+   || ! "$PYTHON" - <<'PY' 2>/dev/null
+# The linters pinned in the dev extra ("name==version") are the installed ones.
+import importlib.metadata, tomllib
+extra = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["dev"]
+pins = [r.split("#")[0].split("==") for r in extra if "==" in r]
+assert all(importlib.metadata.version(n.strip()) == v.strip() for n, v in pins)
+PY
+then
     echo "setup: installing slurmtf with the CPU TensorFlow wheel and dev tools"
     "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
         -e ".[cpu,dev]"
