@@ -167,6 +167,8 @@ def _read_hostfile(path: str) -> str:
             data = stream.read(MAX_HOSTFILE_BYTES + 1)
     except OSError as exc:
         raise InputError("SLURM_HOSTFILE", path, f"cannot be read ({exc.strerror})", hint) from exc
+    except ValueError as exc:  # e.g. a NUL byte in the path
+        raise InputError("SLURM_HOSTFILE", path, f"is not a valid path ({exc})", hint) from exc
     if len(data) > MAX_HOSTFILE_BYTES:
         raise InputError("SLURM_HOSTFILE", path, "is larger than 16 MiB", hint)
     try:
