@@ -3,7 +3,8 @@
 :class:`JobSpec` is validated when built: every value that reaches the sbatch script is
 checked here (no control characters, known GPU flag, sane counts), then quoted by
 submitit's own renderer, so hostile names, paths and setup lines cannot inject.
-Everything in this module is a function of values: no environment, no subprocess.
+Everything in this module is a function of values: no environment, and no subprocess
+except ``bash -n`` (parse only) on ``--setup`` lines, see :mod:`slurmtf.shell`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtf.errors import InputError
+from slurmtf.shell import syntax_problem
 
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mnist": ("models.mnist", ()),
@@ -213,6 +215,15 @@ def check_setup(lines: Sequence[str]) -> tuple[str, ...]:
             raise InputError(
                 "--setup", line, f"is not a complete shell line ({exc})", "balance the quotes"
             ) from exc
+        problem = syntax_problem(line)
+        if problem:
+            raise InputError(
+                "--setup",
+                line,
+                f"is not one complete shell command ({problem})",
+                "close every block, quote and here-document on the same line, or use several "
+                "--setup lines that each stand alone",
+            )
     return tuple(lines)
 
 
@@ -426,12 +437,18 @@ def task_command(
 
 
 def render_sbatch(spec: JobSpec, python: str, *, map_count: int | None = None) -> str:
-    """The exact sbatch script submitit writes for ``spec`` (same renderer, same command)."""
+    """The exact sbatch script submitit writes for ``spec`` (same renderer, same command).
+
+    ``python`` is the interpreter's path; it is quoted here, as submitit quotes
+    ``sys.executable``.
+    """
     from submitit.slurm import slurm as submitit_slurm
 
     params = sbatch_parameters(spec)
     if map_count is not None and map_count > 1:
         params["map_count"] = map_count
-    command = " ".join([python, "-u -m submitit.core._submit", shlex.quote(str(spec.folder))])
+    command = " ".join(
+        [shlex.quote(python), "-u -m submitit.core._submit", shlex.quote(str(spec.folder))]
+    )
     text: str = submitit_slurm._make_sbatch_string(command=command, folder=spec.folder, **params)
     return text

@@ -228,7 +228,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     try:
         spec = spec_from_flags(fv, rest)
         if fv.dry_run:
-            dry_run(spec, shlex.quote(sys.executable), out)
+            dry_run(spec, sys.executable, out)
             return 0
         if spec.cluster == "local":
             from slurmtf.local import run_local

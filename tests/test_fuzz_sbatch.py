@@ -107,9 +107,8 @@ SETUP_LINES = [
     "echo ok &&",
     "echo ok |",
 ]
-# Reported to the owner of slurmtf/jobspec.py: check_setup accepts these, and each one
-# swallows the srun line (here-document) or makes the whole script a syntax error.
-_SWALLOW = pytest.mark.xfail(strict=True, reason="check_setup accepts an incomplete command")
+# Each of these would swallow the srun line (here-document) or make the whole script a
+# syntax error: check_setup must refuse them.
 SETUP_LINES_OPEN = [
     "cat <<EOF",
     "cat <<'EOF'",
@@ -120,12 +119,10 @@ SETUP_LINES_OPEN = [
     "for i in 1; do",
 ]
 # sys.executable in practice: a virtual environment may live under a path with blanks.
-# Reported: render_sbatch joins the Python path into the srun line without quoting it.
-_UNQUOTED = pytest.mark.xfail(strict=True, reason="render_sbatch does not quote the Python path")
 PYTHONS = [
     pytest.param("/usr/bin/python3", id="plain"),
-    pytest.param(str(WORK / "my env" / "python"), id="blank", marks=_UNQUOTED),
-    pytest.param(str(WORK / "it's" / "python"), id="quote", marks=_UNQUOTED),
+    pytest.param(str(WORK / "my env" / "python"), id="blank"),
+    pytest.param(str(WORK / "it's" / "python"), id="quote"),
 ]
 
 
@@ -216,15 +213,19 @@ def test_hostile_strings_never_run_in_the_sbatch_script(case: tuple[dict[str, An
     "line",
     [
         *(pytest.param(line, id=f"ok{i}") for i, line in enumerate(SETUP_LINES)),
-        *(
-            pytest.param(line, id=f"open{i}", marks=_SWALLOW)
-            for i, line in enumerate(SETUP_LINES_OPEN)
-        ),
+        *(pytest.param(line, id=f"open{i}") for i, line in enumerate(SETUP_LINES_OPEN)),
     ],
 )
 def test_a_setup_line_cannot_swallow_the_srun_line(line: str) -> None:
     fields = {"kind": "model", "target": "mnist", "setup": (line, "echo after")}
     check_rendering(fields, "/usr/bin/python3")
+
+
+@pytest.mark.parametrize("line", SETUP_LINES_OPEN)
+def test_a_setup_line_that_opens_a_block_is_refused_naming_it(line: str) -> None:
+    with pytest.raises(InputError) as info:
+        jobspec.JobSpec(kind="model", target="mnist", setup=(line,))
+    assert str(info.value).startswith(f"--setup={line!r}"), info.value
 
 
 @pytest.mark.parametrize("python", PYTHONS)
