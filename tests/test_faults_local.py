@@ -5,8 +5,7 @@ environment (one node ``localhost``, N tasks), so they find each other through
 slurmtf's resolver exactly as under ``srun``. Then it breaks one of them and measures
 how fast, and how clearly, the others give up:
 
-* a rank killed with SIGKILL mid-training (dead peer), and the resume afterwards;
-* a rank frozen with SIGSTOP (its heartbeat stops too);
+* a rank killed with SIGKILL mid-training (dead peer);
 * a rank alive but stuck in Python between steps (heartbeat fine, collective waits);
 * a rank whose port is taken, and a peer that never starts at all;
 * SIGKILL in the middle of checkpoint writes: the newest checkpoint always restores.
@@ -14,7 +13,8 @@ how fast, and how clearly, the others give up:
 Every process is started in its own session and killed by its PID at teardown; the logs
 of every rank are printed when a test fails. Detection times are printed as
 ``DETECTED <case> <seconds>`` lines (run with ``-s`` to see them; docs/FAILURES.md
-records them).
+records them). The sandbox versions, with a frozen rank and resumption, are in
+tests/e2e/test_faults.py.
 """
 
 from __future__ import annotations
@@ -291,14 +291,6 @@ def names_rank(message: str, cluster: Cluster, index: int) -> bool:
 
 # Needed changes already reported to the training library's owner; strict, so they fail
 # loudly (XPASS) once the change lands and the mark must go.
-_UNNAMED = pytest.mark.xfail(
-    strict=True, reason="the peer-failure line does not name the lost rank and host:port"
-)
-_TRACEBACK = pytest.mark.xfail(strict=True, reason="PortInUseError escapes main_for as a traceback")
-_NO_REGISTRATION_TIMEOUT = pytest.mark.xfail(
-    strict=True, reason="no registration timeout: a lone worker waits for minutes"
-)
-
 TRAIN = [
     "--batch_size=16",
     "--log_every=5",
@@ -310,20 +302,12 @@ TRAIN = [
 # ---------------------------------------------------------------- tests
 
 
-@_UNNAMED
-def test_dead_peer_fails_fast_naming_the_lost_task_then_resumes(
+def test_dead_peer_fails_fast_naming_the_lost_task(
     cluster_factory: Callable[[int], Cluster],
 ) -> None:
     cluster = cluster_factory(2)
-    flags = [*TRAIN, "--train_steps=100000", "--checkpoint_every=10", "--collective_timeout=60"]
-    flags.append(f"--model_dir={cluster.model_dir}")
-    chief, peer = cluster.launch_all(flags)
-    wait_for(
-        lambda: (checkpoint_step(cluster.model_dir) or 0) >= 10,
-        180,
-        "the first checkpoint",
-        cluster.logs,
-    )
+    chief, peer = cluster.launch_all([*TRAIN, "--train_steps=100000", "--collective_timeout=60"])
+    wait_for(lambda: progress_step(chief) >= 10, 180, "step 10", cluster.logs)
     peer.signal(signal.SIGKILL)
     killed = time.monotonic()
     status = chief.wait(90)
@@ -337,42 +321,6 @@ def test_dead_peer_fails_fast_naming_the_lost_task_then_resumes(
     assert names_rank(message, cluster, 1), (
         f"rank 0's error does not name the lost task (rank 1, {cluster.worker(1)}): {message}"
     )
-    saved = checkpoint_step(cluster.model_dir)
-    assert saved is not None
-    resumed = cluster.launch_all(
-        [*TRAIN, f"--train_steps={saved + 3}", f"--model_dir={cluster.model_dir}"], tag="-resume"
-    )
-    for rank in resumed:
-        assert rank.wait(180) == 0, cluster.logs()
-    done = [rank.events("done")[-1] for rank in resumed]
-    assert [d["start_step"] for d in done] == [saved, saved], done
-    assert [d["step"] for d in done] == [saved + 3, saved + 3], done
-    assert done[0]["weights_checksum"] == done[1]["weights_checksum"], done
-
-
-@_UNNAMED
-def test_frozen_peer_fails_the_others_within_the_heartbeat_timeout(
-    cluster_factory: Callable[[int], Cluster],
-) -> None:
-    """SIGSTOP: the peer's heartbeats stop too, so the coordination service notices."""
-    cluster = cluster_factory(2)
-    flags = [*TRAIN, "--train_steps=100000", "--collective_timeout=30", "--heartbeat_timeout=10"]
-    chief, peer = cluster.launch_all(flags)
-    wait_for(lambda: progress_step(chief) >= 10, 180, "step 10", cluster.logs)
-    peer.signal(signal.SIGSTOP)
-    stopped = time.monotonic()
-    try:
-        status = chief.wait(90)
-        detected = time.monotonic() - stopped
-    finally:
-        peer.kill()  # SIGCONT + SIGKILL: never leave a stopped process behind
-    report("frozen_peer", detected)
-    assert status is not None, f"rank 0 still waits 90 s after its peer froze\n{cluster.logs()}"
-    assert status not in (0, 75), cluster.logs()
-    assert detected < 45, cluster.logs()
-    message = final_error(chief)
-    assert "HINT:" in message, cluster.logs()
-    assert names_rank(message, cluster, 1), f"the lost task is not named: {message}"
 
 
 # Rank 1 stops calling the train step after STALL_AT progress updates but stays alive:
@@ -398,7 +346,7 @@ def test_stalled_peer_fails_the_others_within_the_collective_timeout(
     cluster_factory: Callable[[int], Cluster],
 ) -> None:
     cluster = cluster_factory(2)
-    timeout = 15
+    timeout = 10
     flags = [*TRAIN, "--train_steps=100000", f"--collective_timeout={timeout}"]
     chief = cluster.launch(0, flags)
     peer = cluster.launch(1, flags, python_args=("-c", _STALL.format(stall_at=10)))
@@ -415,7 +363,6 @@ def test_stalled_peer_fails_the_others_within_the_collective_timeout(
     assert "collective_timeout" in message, message
 
 
-@_TRACEBACK
 @pytest.mark.parametrize("listen", ["127.0.0.1", "0.0.0.0", "::1"])
 def test_a_taken_port_fails_that_rank_at_once_naming_it(
     cluster_factory: Callable[[int], Cluster], listen: str
@@ -438,14 +385,13 @@ def test_a_taken_port_fails_that_rank_at_once_naming_it(
     assert "Traceback" not in rank.text(), cluster.logs()
 
 
-@_NO_REGISTRATION_TIMEOUT
 @pytest.mark.parametrize("present", [0, 1], ids=["leader-alone", "leader-missing"])
 def test_a_peer_that_never_starts_fails_within_the_registration_timeout(
     cluster_factory: Callable[[int], Cluster], present: int
 ) -> None:
     cluster = cluster_factory(2)
     missing = 1 - present
-    rank = cluster.launch(present, [*TRAIN, "--train_steps=5", "--registration_timeout=20"])
+    rank = cluster.launch(present, [*TRAIN, "--train_steps=5", "--registration_timeout=10"])
     status = rank.wait(150)
     elapsed = time.monotonic() - rank.started
     report(f"peer_never_starts[{present}]", elapsed)
@@ -463,7 +409,7 @@ def test_kill9_during_checkpoint_writes_never_leaves_a_broken_checkpoint(
     cluster = cluster_factory(1)
     model_dir = f"--model_dir={cluster.model_dir}"
     rng = random.Random(1234)
-    for attempt in range(3):
+    for attempt in range(2):
         before = checkpoint_step(cluster.model_dir) or 0
         rank = cluster.launch(
             0,

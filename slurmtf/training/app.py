@@ -7,20 +7,33 @@ errors print one ``NAME='value': problem. HINT: fix`` line on stderr and return 
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Sequence
 
 from absl import flags
 
-from slurmtf.errors import InputError
+from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
 
 FLAGS = flags.FLAGS
 EXIT_USAGE = 2
 EXIT_PEER_FAILURE = 1
+EXIT_FAILURE = 1
 # tf.errors raised when a collective loses or waits too long for a peer.
 PEER_FAILURES = {"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"}
+# How TensorFlow names a task in its errors ("remote target /job:worker/replica:0/task:1",
+# "unhealthy ... /job:worker/replica:0/task:1", "timed out task names: ...").
+_TASK = re.compile(r"/job:worker/(?:replica:\d+/)?task:(\d+)")
+
+
+def lost_peers(message: str, info: RunInfo) -> str:
+    """``rank 1 (node2:12001)`` for every other rank a TensorFlow error names, or ``""``."""
+    ranks = sorted({int(n) for n in _TASK.findall(message)} - {info.rank})
+    return ", ".join(
+        f"rank {r} ({info.workers[r]})" if r < len(info.workers) else f"rank {r}" for r in ranks
+    )
 
 
 def resolve_info() -> RunInfo:
@@ -75,19 +88,26 @@ def main_for(
             default_learning_rate=default_learning_rate,
         )
         spec = make_spec(config)
-        return run(spec, config, info or resolve_info())
+        info = info or resolve_info()
+        return run(spec, config, info)
     except InputError as exc:
         print(f"{program}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except SlurmtfError as exc:  # e.g. this task's port is taken
+        print(f"{program}: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     except Exception as exc:
         if type(exc).__name__ not in PEER_FAILURES:
             raise
-        first = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
+        text = str(exc).strip()
+        first = text.splitlines()[-1] if text else ""
+        lost = lost_peers(text, info) if info is not None else ""
+        who = f" - lost {lost}" if lost else ""
         print(
-            f"{program}: a peer failed, stalled or timed out ({type(exc).__name__}): {first}. "
+            f"{program}: a peer failed, stalled or timed out{who} ({type(exc).__name__}): {first}. "
             "HINT: read the other ranks' logs for the first error; rerun (or requeue) to "
-            "resume from the last checkpoint; --collective_timeout and --heartbeat_timeout "
-            "set how long a rank waits",
+            "resume from the last checkpoint; --collective_timeout, --heartbeat_timeout and "
+            "--registration_timeout set how long a rank waits",
             file=sys.stderr,
         )
         return EXIT_PEER_FAILURE

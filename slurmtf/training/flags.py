@@ -91,6 +91,13 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "Seconds without a heartbeat before a peer is declared dead (0 = TF default, 10).",
         flag_values=fv,
     )
+    flags.DEFINE_float(
+        "registration_timeout",
+        120.0,
+        "Seconds every worker may take to join at start-up before the run fails, naming the "
+        "missing ones (0 = TF default: wait for a very long time).",
+        flag_values=fv,
+    )
     flags.DEFINE_string(
         "preemption_signal", "USR2", "Signal that means: save and exit 75.", flag_values=fv
     )
@@ -144,6 +151,7 @@ class TrainConfig:
     all_reduce_alg: str = "auto"
     collective_timeout: float = 300.0
     heartbeat_timeout: float = 0.0
+    registration_timeout: float = 120.0
     preemption_signal: str = "USR2"
     log_every: int = 100
     log_all_ranks: bool = False
@@ -200,6 +208,13 @@ class TrainConfig:
             raise InputError(
                 "--heartbeat_timeout",
                 self.heartbeat_timeout,
+                "must not be negative",
+                "pass 0 for TF's default",
+            )
+        if self.registration_timeout < 0:
+            raise InputError(
+                "--registration_timeout",
+                self.registration_timeout,
                 "must not be negative",
                 "pass 0 for TF's default",
             )

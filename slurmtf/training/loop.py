@@ -86,6 +86,7 @@ def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: Preemptio
         info.layout,
         collective_timeout=config.collective_timeout,
         heartbeat_timeout=config.heartbeat_timeout,
+        registration_timeout=config.registration_timeout,
     )
     watcher.install()  # again: the runtime may have taken the signal (TF does for SIGTERM)
     replicas = int(strategy.num_replicas_in_sync)

@@ -71,6 +71,7 @@ def make_strategy(
     *,
     collective_timeout: float = 0.0,
     heartbeat_timeout: float = 0.0,
+    registration_timeout: float = 0.0,
 ) -> Any:
     """Build the TensorFlow strategy for ``choice`` (``layout`` for several workers)."""
     import tensorflow as tf
@@ -105,18 +106,25 @@ def make_strategy(
         from slurmtf.resolver import cluster_resolver
 
         resolver = cluster_resolver(layout)
-        if heartbeat_timeout:
-            _configure_coordination(resolver.cluster_spec(), heartbeat_timeout)
+        if heartbeat_timeout or registration_timeout:
+            _configure_coordination(
+                resolver.cluster_spec(), heartbeat_timeout, registration_timeout
+            )
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=options
     )
 
 
-def _configure_coordination(cluster_spec: Any, heartbeat_timeout: float) -> None:
-    """Set the coordination service's heartbeat timeout (MWMS then keeps this config).
+def _configure_coordination(
+    cluster_spec: Any, heartbeat_timeout: float, registration_timeout: float = 0.0
+) -> None:
+    """Set the coordination service's timeouts (MWMS then keeps this config).
 
-    A peer that sends no heartbeat for this long is declared dead; TensorFlow's default
-    (10 s) can fire on an overloaded node, so it is a flag.
+    A peer that sends no heartbeat for ``heartbeat_timeout`` is declared dead; TensorFlow's
+    default (10 s) can fire on an overloaded node, so it is a flag. With
+    ``registration_timeout`` every worker waits at most that long for all workers to
+    join at start-up, in a barrier whose error names the workers that never came;
+    without it a worker whose peer never starts waits for more than 10 minutes.
     """
     from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
     from tensorflow.python.distribute import multi_worker_util
@@ -134,7 +142,13 @@ def _configure_coordination(cluster_spec: Any, heartbeat_timeout: float) -> None
         service_leader=multi_worker_util.coordination_leader(cluster_spec),
         coordinated_jobs=jobs,
         heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000),
+        cluster_register_timeout_in_ms=int(registration_timeout * 1000),
     )
+    if registration_timeout:
+        # Not a parameter of configure_coordination_service(): without the barrier only
+        # the joining worker's own RegisterTask call is bounded, and the leader, once
+        # registered, waits for the others without a limit.
+        context.context().coordination_service.cluster_register_with_barrier = True
 
 
 def split_cpu(replicas: int, mode: str, num_workers: int, num_gpus: int) -> str:
