@@ -1,6 +1,6 @@
 """Preemption: on the configured signal every rank saves at the same step and exits 75.
 
-Slurm sends the signal (``--signal=B:USR2@60``) to each task at slightly different
+Slurm sends the signal (``--signal=USR2@60``) to each task at slightly different
 times. The handler only raises a local flag; the flag travels with the loss in the
 all-reduce of every train step, so all ranks learn of it after the same step, save one
 checkpoint together and exit with ``EX_TEMPFAIL`` (75) for the requeue.
@@ -41,7 +41,7 @@ class PreemptionWatcher:
                 "--preemption_signal",
                 signame,
                 "cannot be caught",
-                "use USR2 (Slurm: --signal=B:USR2@60)",
+                "use USR2 (Slurm: --signal=USR2@60)",
             )
         self.requested = False
         self._previous: object = None
