@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from slurmtf.resolver import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,6 +90,37 @@ def measure(repeat: int, cli_repeat: int) -> dict[str, Any]:
         "import_slurmtf_ms": statistics.median(imports),
         "targets_met": resolve_ms < 50 and cli[0] < 1000,
     }
+
+
+def run(quick: bool = False, log_dir: Path | None = None) -> dict[str, Any]:
+    """The run_all entry point: :func:`measure` at full or quick size."""
+    del log_dir  # in-process and CLI timings only: no per-process logs
+    return {"name": "resolver", **measure(repeat=5 if quick else 20, cli_repeat=2 if quick else 5)}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """Tables for bench_resolver's numbers (in-process sweep, CLI, import time)."""
+    sweep = result.get("sweep", [])
+    dists = list(dict.fromkeys(r["distribution"] for r in sweep))
+    by_tasks: dict[int, dict[str, float]] = {}
+    for r in sweep:
+        by_tasks.setdefault(r["tasks"], {})[r["distribution"]] = r["median_ms"]
+    text = harness.markdown_table(
+        ["tasks (8 per node)", *[f"{d}: median ms" for d in dists]],
+        [[t, *[by_tasks[t].get(d) for d in dists]] for t in sorted(by_tasks)],
+    )
+    rows = [
+        ["resolve 4,096 nodes / 32,768 tasks in-process (target < 50 ms)",
+         result.get("resolve_4096_nodes_32768_tasks_ms")],
+        ["`python -m slurmtf.resolver` wall time for it (target < 1,000 ms)",
+         result.get("cli_4096_nodes_32768_tasks_ms")],
+        ["bare `python -c pass` start-up, for reference", result.get("python_startup_ms")],
+        ["`import slurmtf` (no TensorFlow)", result.get("import_slurmtf_ms")],
+    ]  # fmt: skip
+    text += "\n" + harness.markdown_table(["measurement", "ms"], rows)
+    if "targets_met" in result:
+        text += f"\nTargets met: {'yes' if result['targets_met'] else 'NO'}.\n"
+    return text
 
 
 def table(results: dict[str, Any]) -> str:

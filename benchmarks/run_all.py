@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import subprocess
 import sys
 import time
 import traceback
@@ -59,60 +58,10 @@ def parse_only(text: str | None) -> list[str]:
 
 def _call_module(name: str, quick: bool, out_dir: Path) -> JSONDict:
     module = importlib.import_module(MODULES[name])
-    log_dir = LOG_ROOT / name
     if name == "projection":
         return module.run(quick=quick, measured_img_s=measured_gpu_img_s(out_dir))  # type: ignore[no-any-return]
-    if name == "resolver":
-        if hasattr(module, "measure"):  # bench_resolver belongs to the resolver: call it
-            measured: JSONDict = module.measure(
-                repeat=5 if quick else 20, cli_repeat=2 if quick else 5
-            )
-            return {"name": "resolver", **measured}
-        return _resolver_via_cli(quick)
-    result: JSONDict = module.run(quick=quick, log_dir=log_dir)
+    result: JSONDict = module.run(quick=quick, log_dir=LOG_ROOT / name)
     return result
-
-
-def _resolver_via_cli(quick: bool) -> JSONDict:
-    """bench_resolver is owned by the resolver; use its CLI and keep its JSON output."""
-    cmd = [harness.python(), "-m", "benchmarks.bench_resolver", *(["--quick"] if quick else [])]
-    done = subprocess.run(
-        cmd,
-        capture_output=True,
-        text=True,
-        cwd=harness.REPO,
-        env=harness.clean_env(),
-        timeout=1200,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr[-2000:]}")
-    return {"name": "resolver", "output": done.stdout}
-
-
-def resolver_markdown(result: JSONDict) -> str:
-    """Tables for bench_resolver's numbers (in-process sweep, CLI, import time)."""
-    sweep = result.get("sweep", [])
-    dists = list(dict.fromkeys(r["distribution"] for r in sweep))
-    by_tasks: dict[int, dict[str, float]] = {}
-    for r in sweep:
-        by_tasks.setdefault(r["tasks"], {})[r["distribution"]] = r["median_ms"]
-    text = harness.markdown_table(
-        ["tasks (8 per node)", *[f"{d}: median ms" for d in dists]],
-        [[t, *[by_tasks[t].get(d) for d in dists]] for t in sorted(by_tasks)],
-    )
-    rows = [
-        ["resolve 4,096 nodes / 32,768 tasks in-process (target < 50 ms)",
-         result.get("resolve_4096_nodes_32768_tasks_ms")],
-        ["`python -m slurmtf.resolver` wall time for it (target < 1,000 ms)",
-         result.get("cli_4096_nodes_32768_tasks_ms")],
-        ["bare `python -c pass` start-up, for reference", result.get("python_startup_ms")],
-        ["`import slurmtf` (no TensorFlow)", result.get("import_slurmtf_ms")],
-    ]  # fmt: skip
-    text += "\n" + harness.markdown_table(["measurement", "ms"], rows)
-    if "targets_met" in result:
-        text += f"\nTargets met: {'yes' if result['targets_met'] else 'NO'}.\n"
-    return text
 
 
 def measured_gpu_img_s(out_dir: Path) -> float | None:
@@ -168,12 +117,10 @@ def render_section(name: str, result: JSONDict, out_dir: Path) -> str:
         lines.append(f"**PENDING:** {result.get('reason', '')}\n")
         lines.append(f"```bash\n{result.get('command', '')}\n```\n")
         return "\n".join(lines) + "\n"
-    markdown = resolver_markdown if name == "resolver" else _module_attr(name, "markdown")
-    if "output" in result:
-        lines.append(f"```\n{result['output'].rstrip()}\n```\n")
-    elif markdown is not None:
+    markdown = _module_attr(name, "markdown")
+    if markdown is not None:
         lines.append(markdown(result))
-    plot = None if name == "resolver" else _module_attr(name, "plot")
+    plot = _module_attr(name, "plot")
     if plot is not None:
         try:
             paths = plot(result, out_dir)

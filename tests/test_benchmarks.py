@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import harness, projection, run_all
+from benchmarks import bench_resolver, harness, projection, run_all
 
 
 # ---------------------------------------------------------------------------- efficiency
@@ -282,7 +282,7 @@ def test_resolver_markdown() -> None:
         "import_slurmtf_ms": 50.0,
         "targets_met": True,
     }
-    text = run_all.resolver_markdown(result)
+    text = bench_resolver.markdown(result)
     assert "| 8 | 0.1 | 0.2 |" in text
     assert "Targets met: yes." in text
 

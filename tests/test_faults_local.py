@@ -289,8 +289,6 @@ def names_rank(message: str, cluster: Cluster, index: int) -> bool:
     )
 
 
-# Needed changes already reported to the training library's owner; strict, so they fail
-# loudly (XPASS) once the change lands and the mark must go.
 TRAIN = [
     "--batch_size=16",
     "--log_every=5",
