@@ -3,23 +3,28 @@
 :class:`JobSpec` is validated when built: every value that reaches the sbatch script is
 checked here (no control characters, known GPU flag, sane counts), then quoted by
 submitit's own renderer, so hostile names, paths and setup lines cannot inject.
-Everything in this module is a function of values: no environment, and no subprocess
-except ``bash -n`` (parse only) on ``--setup`` lines, see :mod:`slurmtf.shell`.
+Everything in this module is a function of values: no environment, no subprocess (the
+single values are checked by :mod:`slurmtf.jobvalues`).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import re
 import shlex
-import signal
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from slurmtf.errors import InputError
-from slurmtf.shell import syntax_problem
+from slurmtf.jobvalues import (
+    check_sbatch_value,
+    check_setup,
+    check_text,
+    parse_extra,
+    parse_signal,
+    sweep_grid,
+)
 
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "mnist": ("models.mnist", ()),
@@ -31,200 +36,7 @@ KINDS = ("model", "module", "function", "command")
 GPU_FLAGS = ("gres", "gpus-per-node", "gpus-per-task")
 CLUSTERS = ("slurm", "local")
 EXIT_PREEMPTED = 75
-# sbatch options slurmtf sets itself: set them through their own flag instead.
-_MANAGED = {
-    "nodes": "--nodes",
-    "ntasks-per-node": "--gpus_per_node (tasks per node = GPUs per node)",
-    "ntasks": "--nodes and --gpus_per_node",
-    "output": "--log_dir",
-    "error": "--log_dir",
-    "array": "--sweep",
-    "signal": "--signal and --signal_delay_s",
-    "job-name": "--job_name",
-    "gres": "--gpus_per_node",
-    "gpus-per-node": "--gpus_per_node --gpu_flag=gpus-per-node",
-    "gpus-per-task": "--gpus_per_node --gpu_flag=gpus-per-task",
-    "time": "--time",
-    "partition": "--partition",
-    "account": "--account",
-    "qos": "--qos",
-    "constraint": "--constraint",
-    "exclusive": "--exclusive",
-    "mem": "--mem",
-    "cpus-per-task": "--cpus_per_task",
-    "open-mode": "nothing (slurmtf appends to the logs across requeues)",
-    "requeue": "--max_requeues (0 turns requeueing off)",
-    "no-requeue": "--max_requeues=0",
-}
-_SBATCH_KEY = re.compile(r"^[a-z][a-z0-9-]*$")
-_SWEEP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _MEM = re.compile(r"^[0-9]+[KMGT]?B?$", re.IGNORECASE)
-_TIME_FORMS = (
-    re.compile(r"^(?P<m>\d+)$"),
-    re.compile(r"^(?P<m>\d+):(?P<s>\d+)$"),
-    re.compile(r"^(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)$"),
-    re.compile(r"^(?P<d>\d+)-(?P<h>\d+)$"),
-    re.compile(r"^(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)$"),
-    re.compile(r"^(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)$"),
-)
-_REFUSED_SIGNALS = {
-    "USR1": "NCCL reserves SIGUSR1; use USR2 (the default)",
-    "KILL": "SIGKILL cannot be caught; use USR2",
-    "STOP": "SIGSTOP cannot be caught; use USR2",
-}
-
-
-def check_text(name: str, value: str, *, allow_empty: bool = False) -> str:
-    """Refuse control characters (newlines above all) and, unless allowed, empty text."""
-    if not value and not allow_empty:
-        raise InputError(name, value, "is empty", f"give {name} a value or leave the flag out")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
-        raise InputError(
-            name, value, "contains a newline or control character", "use one line of printable text"
-        )
-    return value
-
-
-def check_sbatch_value(name: str, value: str, *, allow_empty: bool = False) -> str:
-    """A value for an ``#SBATCH`` line: one line, and no backslash.
-
-    sbatch reads ``#SBATCH`` lines with its own parser, which treats a backslash as an
-    escape even inside single quotes, so ``'a\\'`` is refused as unmatched quoting.
-    """
-    check_text(name, value, allow_empty=allow_empty)
-    if "\\" in value:
-        raise InputError(
-            name, value, "contains a backslash, which sbatch's #SBATCH parser mangles", "drop it"
-        )
-    return value
-
-
-def parse_time(value: str) -> int:
-    """Slurm time (``30``, ``1:30:00``, ``2-12``...) -> whole minutes, at least 1."""
-    text = value.strip()
-    for form in _TIME_FORMS:
-        match = form.match(text)
-        if match:
-            parts = {k: int(v) for k, v in match.groupdict().items() if v is not None}
-            seconds = (
-                parts.get("d", 0) * 86400
-                + parts.get("h", 0) * 3600
-                + parts.get("m", 0) * 60
-                + parts.get("s", 0)
-            )
-            if seconds <= 0:
-                break
-            return max(1, -(-seconds // 60))
-    raise InputError(
-        "--time", value, "is not a positive Slurm time", "minutes (30), HH:MM:SS or D-HH:MM"
-    )
-
-
-def parse_signal(value: str) -> str:
-    """``USR2``/``SIGUSR2``/``12`` -> ``USR2``; refuses USR1 (NCCL), KILL and STOP."""
-    text = value.strip().upper()
-    try:
-        sig = (
-            signal.Signals(int(text))
-            if text.isdigit()
-            else signal.Signals["SIG" + text.removeprefix("SIG")]
-        )
-    except (KeyError, ValueError) as exc:
-        raise InputError("--signal", value, "is not a signal", "e.g. USR2 (default), TERM") from exc
-    name = sig.name.removeprefix("SIG")
-    if name in _REFUSED_SIGNALS:
-        raise InputError(
-            "--signal", value, "cannot be the preemption signal", _REFUSED_SIGNALS[name]
-        )
-    return name
-
-
-def parse_sweep(items: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``["lr=0.1,0.01", "batch_size=32,64"]`` -> ``(("lr", ("0.1", "0.01")), ...)``."""
-    out: list[tuple[str, tuple[str, ...]]] = []
-    for item in items:
-        name, sep, values = item.partition("=")
-        name = name.strip().removeprefix("--")
-        if not sep or not _SWEEP_NAME.match(name):
-            raise InputError(
-                "--sweep", item, "is not NAME=V1,V2,...", "e.g. --sweep=learning_rate=0.1,0.01"
-            )
-        vals = tuple(v.strip() for v in values.split(","))
-        if not all(vals):
-            raise InputError(
-                "--sweep", item, "has an empty value", "separate values by single commas"
-            )
-        for v in vals:
-            check_text("--sweep", v)
-        if len(set(vals)) != len(vals):
-            raise InputError("--sweep", item, "repeats a value", "list each value once")
-        if name in dict(out):
-            raise InputError("--sweep", item, f"sweeps {name} twice", "give each name one --sweep")
-        out.append((name, vals))
-    return tuple(out)
-
-
-def sweep_grid(sweep: Sequence[tuple[str, Sequence[str]]]) -> list[dict[str, str]]:
-    """The grid, first name slowest (like nested loops in flag order); ``[{}]`` without sweep."""
-    names = [name for name, _ in sweep]
-    return [
-        dict(zip(names, combo, strict=True)) for combo in itertools.product(*(v for _, v in sweep))
-    ]
-
-
-def parse_extra(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
-    """``["mail-type=END", "requeue"]`` -> validated ``(key, value)``; ``""`` is a bare flag."""
-    out: list[tuple[str, str]] = []
-    for item in items:
-        key, _, value = item.partition("=")
-        key = key.strip().removeprefix("--").replace("_", "-")
-        if not _SBATCH_KEY.match(key):
-            raise InputError(
-                "--sbatch_extra",
-                item,
-                "is not KEY=VALUE with an sbatch option name",
-                "e.g. mail-type=END",
-            )
-        if key in _MANAGED:
-            raise InputError(
-                "--sbatch_extra",
-                item,
-                f"sets --{key}, which slurmtf manages",
-                f"use {_MANAGED[key]}",
-            )
-        check_sbatch_value("--sbatch_extra", value, allow_empty=True)
-        out.append((key, value))
-    return tuple(out)
-
-
-def check_setup(lines: Sequence[str]) -> tuple[str, ...]:
-    """Each ``--setup`` is one complete shell line (quotes balanced, no ``#SBATCH``)."""
-    for line in lines:
-        check_text("--setup", line)
-        if line.lstrip().upper().startswith("#SBATCH"):
-            raise InputError(
-                "--setup", line, "would be read as an sbatch option", "use --sbatch_extra"
-            )
-        if line.rstrip().endswith("\\"):
-            raise InputError(
-                "--setup", line, "ends with a line continuation", "give one complete line"
-            )
-        try:
-            shlex.split(line, comments=True)
-        except ValueError as exc:
-            raise InputError(
-                "--setup", line, f"is not a complete shell line ({exc})", "balance the quotes"
-            ) from exc
-        problem = syntax_problem(line)
-        if problem:
-            raise InputError(
-                "--setup",
-                line,
-                f"is not one complete shell command ({problem})",
-                "close every block, quote and here-document on the same line, or use several "
-                "--setup lines that each stand alone",
-            )
-    return tuple(lines)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -36,7 +36,8 @@ from types import FrameType
 from typing import Any
 
 from slurmtf.errors import SlurmtfError
-from slurmtf.jobspec import EXIT_PREEMPTED, JobSpec, parse_signal, task_command
+from slurmtf.jobspec import EXIT_PREEMPTED, JobSpec, task_command
+from slurmtf.jobvalues import parse_signal
 from slurmtf.runner import Runner, default_runner
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued

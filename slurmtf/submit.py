@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from absl import flags
 
-from slurmtf import jobspec
+from slurmtf import jobspec, jobvalues
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.jobspec import JobSpec
 from slurmtf.watch import follow, log_paths
@@ -130,20 +130,20 @@ def spec_from_flags(fv: flags.FlagValues, rest: Sequence[str]) -> JobSpec:
         gpu_flag=fv.gpu_flag,
         cpus_per_task=fv.cpus_per_task,
         mem=fv.mem,
-        time_min=jobspec.parse_time(fv.time),
+        time_min=jobvalues.parse_time(fv.time),
         partition=fv.partition,
         account=fv.account,
         qos=fv.qos,
         constraint=fv.constraint,
         exclusive=fv.exclusive,
-        setup=jobspec.check_setup(fv.setup),
-        sbatch_extra=jobspec.parse_extra(fv.sbatch_extra),
+        setup=jobvalues.check_setup(fv.setup),
+        sbatch_extra=jobvalues.parse_extra(fv.sbatch_extra),
         job_name=fv.job_name,
         log_dir=fv.log_dir,
-        signal=jobspec.parse_signal(fv.signal),
+        signal=jobvalues.parse_signal(fv.signal),
         signal_delay_s=fv.signal_delay_s,
         max_requeues=fv.max_requeues,
-        sweep=jobspec.parse_sweep(fv.sweep),
+        sweep=jobvalues.parse_sweep(fv.sweep),
         array_parallelism=fv.array_parallelism,
         cluster=fv.cluster,
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobspec, submit
+from slurmtf import jobspec, jobvalues, submit
 from slurmtf.errors import InputError
 
 
@@ -61,33 +61,33 @@ def test_help_exits_0() -> None:
     [("30", 30), ("1:30", 2), ("02:00:00", 120), ("1-0", 1440), ("1-2:03", 1563), ("0:0:30", 1)],
 )
 def test_parse_time(text: str, minutes: int) -> None:
-    assert jobspec.parse_time(text) == minutes
+    assert jobvalues.parse_time(text) == minutes
 
 
 @pytest.mark.parametrize(("text", "name"), [("USR2", "USR2"), ("sigterm", "TERM"), ("12", "USR2")])
 def test_parse_signal(text: str, name: str) -> None:
-    assert jobspec.parse_signal(text) == name
+    assert jobvalues.parse_signal(text) == name
 
 
 def test_sweep_grid_order_and_size() -> None:
-    sweep = jobspec.parse_sweep(["lr=0.1,0.01", "--batch_size=32,64,128"])
-    grid = jobspec.sweep_grid(sweep)
+    sweep = jobvalues.parse_sweep(["lr=0.1,0.01", "--batch_size=32,64,128"])
+    grid = jobvalues.sweep_grid(sweep)
     assert len(grid) == 6
     assert grid[0] == {"lr": "0.1", "batch_size": "32"}
     assert grid[1] == {"lr": "0.1", "batch_size": "64"}
     assert grid[-1] == {"lr": "0.01", "batch_size": "128"}
-    assert jobspec.sweep_grid(()) == [{}]
+    assert jobvalues.sweep_grid(()) == [{}]
 
 
 def test_sweep_values_may_contain_equals_and_spaces_stripped() -> None:
-    assert jobspec.parse_sweep(["opt=a=b, c"]) == (("opt", ("a=b", "c")),)
+    assert jobvalues.parse_sweep(["opt=a=b, c"]) == (("opt", ("a=b", "c")),)
 
 
 def test_extra_keys_normalized() -> None:
-    pairs = jobspec.parse_extra(["--mail_type=END", "overcommit"])
+    pairs = jobvalues.parse_extra(["--mail_type=END", "overcommit"])
     assert pairs == (("mail-type", "END"), ("overcommit", ""))
     with pytest.raises(InputError, match="--log_dir"):
-        jobspec.parse_extra(["output=x"])
+        jobvalues.parse_extra(["output=x"])
 
 
 def test_spec_round_trips_through_json() -> None:
