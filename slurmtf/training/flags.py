@@ -93,9 +93,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     )
     flags.DEFINE_float(
         "registration_timeout",
-        120.0,
+        300.0,
         "Seconds every worker may take to join at start-up before the run fails, naming the "
-        "missing ones (0 = TF default: wait for a very long time).",
+        "missing ones; importing TensorFlow from a shared file system on many nodes can take "
+        "minutes (0 = TF default: wait for a very long time).",
         flag_values=fv,
     )
     flags.DEFINE_string(
@@ -151,7 +152,7 @@ class TrainConfig:
     all_reduce_alg: str = "auto"
     collective_timeout: float = 300.0
     heartbeat_timeout: float = 0.0
-    registration_timeout: float = 120.0
+    registration_timeout: float = 300.0
     preemption_signal: str = "USR2"
     log_every: int = 100
     log_all_ranks: bool = False
