@@ -7,6 +7,7 @@ errors print one ``NAME='value': problem. HINT: fix`` line on stderr and return 
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -36,7 +37,7 @@ def lost_peers(message: str, info: RunInfo) -> str:
     )
 
 
-def resolve_info() -> RunInfo:
+def resolve_info(program: str = "slurmtf") -> RunInfo:
     """This task's rank and peers, from the resolver (a single worker outside Slurm)."""
     from slurmtf.resolver import resolve
 
@@ -52,6 +53,7 @@ def resolve_info() -> RunInfo:
         workers=tuple(layout.workers),
         restart_count=layout.restart_count,
         layout=None if layout.is_single_worker else layout,
+        program=program,
     )
 
 
@@ -88,7 +90,7 @@ def main_for(
             default_learning_rate=default_learning_rate,
         )
         spec = make_spec(config)
-        info = info or resolve_info()
+        info = dataclasses.replace(info, program=program) if info else resolve_info(program)
         return run(spec, config, info)
     except InputError as exc:
         print(f"{program}: {exc}", file=sys.stderr)
@@ -106,7 +108,7 @@ def main_for(
         print(
             f"{program}: a peer failed, stalled or timed out{who} ({type(exc).__name__}): {first}. "
             "HINT: read the other ranks' logs for the first error; rerun (or requeue) to "
-            "resume from the last checkpoint; --collective_timeout, --heartbeat_timeout and "
+            "resume from the last checkpoint; --stall_timeout, --heartbeat_timeout and "
             "--registration_timeout set how long a rank waits",
             file=sys.stderr,
         )

@@ -80,9 +80,24 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         flag_values=fv,
     )
     flags.DEFINE_float(
+        "stall_timeout",
+        120.0,
+        "Fail the run when no training step finished for max(this, --stall_factor x the "
+        "slowest recent step) seconds, naming the ranks that look stuck (0 = never).",
+        flag_values=fv,
+    )
+    flags.DEFINE_float(
+        "stall_factor",
+        20.0,
+        "Multiple of the slowest recent step a rank may wait (see --stall_timeout).",
+        flag_values=fv,
+    )
+    flags.DEFINE_float(
         "collective_timeout",
-        300.0,
-        "Seconds a collective may wait for a peer before the run fails (0 = forever).",
+        0.0,
+        "Seconds one collective may wait for a peer (0 = no per-op limit). Costs one sleeping "
+        "thread per collective op for that long: long runs exhaust threads; prefer "
+        "--stall_timeout.",
         flag_values=fv,
     )
     flags.DEFINE_float(
@@ -150,7 +165,9 @@ class TrainConfig:
     seed: int = 0
     distribution_strategy: str = "auto"
     all_reduce_alg: str = "auto"
-    collective_timeout: float = 300.0
+    stall_timeout: float = 120.0
+    stall_factor: float = 20.0
+    collective_timeout: float = 0.0
     heartbeat_timeout: float = 0.0
     registration_timeout: float = 300.0
     preemption_signal: str = "USR2"
@@ -197,6 +214,14 @@ class TrainConfig:
                 self.learning_rate,
                 "must be positive",
                 "e.g. --learning_rate=0.1",
+            )
+        if self.stall_timeout < 0:
+            raise InputError(
+                "--stall_timeout", self.stall_timeout, "must not be negative", "pass 0 for none"
+            )
+        if self.stall_factor < 1:
+            raise InputError(
+                "--stall_factor", self.stall_factor, "must be at least 1", "e.g. --stall_factor=20"
             )
         if self.collective_timeout < 0:
             raise InputError(

@@ -8,6 +8,7 @@ models train with Keras layers driven by ``strategy.run`` and
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from collections.abc import Callable
@@ -15,7 +16,7 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf.training import events
+from slurmtf.training import events, progress_watch
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import TrainConfig, check_batch_size, scaled_learning_rate
@@ -55,18 +56,54 @@ class RunInfo:
     workers: tuple[str, ...] = ()
     restart_count: int = 0
     layout: Any = None
+    program: str = "slurmtf"  # prefix of the one-line errors (e.g. models.mnist)
 
 
 def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
     """Train (or evaluate) ``spec`` as ``config`` says; returns the process exit code."""
     watcher = PreemptionWatcher(config.preemption_signal).install()
+    watch = progress_watch.from_config(
+        config, info.rank, info.workers, _log_dir(config), info.program
+    )
     try:
-        return _run(spec, config, info, watcher)
+        return _run(spec, config, info, watcher, watch or _NO_WATCH)
     finally:
         watcher.uninstall()
+        if watch is not None:
+            watch.stop()
 
 
-def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: PreemptionWatcher) -> int:
+def _log_dir(config: TrainConfig) -> str | None:
+    """Per-rank logs and progress records: ``--log_dir``, else ``<model_dir>/logs``."""
+    return config.log_dir or (f"{config.model_dir}/logs" if config.model_dir else None)
+
+
+class _NoWatch:
+    """Stands in for the watchdog with ``--stall_timeout=0``."""
+
+    def start(self) -> _NoWatch:
+        return self
+
+    def enter(self, phase: str, step: int) -> None:
+        del phase, step
+
+    def finished(self, step: int, *, is_train_step: bool = True) -> None:
+        del step, is_train_step
+
+    def paused(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+
+_NO_WATCH = _NoWatch()
+
+
+def _run(
+    spec: ModelSpec,
+    config: TrainConfig,
+    info: RunInfo,
+    watcher: PreemptionWatcher,
+    watch: Any,
+) -> int:
     """The body of :func:`run`; the preemption handler is installed from the start."""
     import keras
     import tensorflow as tf
@@ -74,8 +111,9 @@ def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: Preemptio
     if config.num_threads:
         tf.config.threading.set_intra_op_parallelism_threads(config.num_threads)
         tf.config.threading.set_inter_op_parallelism_threads(config.num_threads)
-    log_dir = config.log_dir or (f"{config.model_dir}/logs" if config.model_dir else None)
-    log_path = events.setup_logging(info.rank, info.is_chief, log_dir, config.log_all_ranks)
+    log_path = events.setup_logging(
+        info.rank, info.is_chief, _log_dir(config), config.log_all_ranks
+    )
     num_gpus = len(tf.config.list_physical_devices("GPU"))
     mode = config.distribution_strategy
     if config.cpu_replicas > 1:
@@ -89,6 +127,7 @@ def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: Preemptio
         registration_timeout=config.registration_timeout,
     )
     watcher.install()  # again: the runtime may have taken the signal (TF does for SIGTERM)
+    watch.start()  # peers have joined; model building and the first step get a grace
     replicas = int(strategy.num_replicas_in_sync)
     per_replica = check_batch_size(config.batch_size, replicas)
     policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[config.dtype]
@@ -155,7 +194,9 @@ def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: Preemptio
         )
         totals = [0.0, 0.0, 0.0]
         for _ in range(eval_steps):
+            watch.enter("eval", step)
             out = steps.eval_step(iterator).numpy()
+            watch.finished(step, is_train_step=False)
             totals = [a + float(b) for a, b in zip(totals, out, strict=True)]
         result = {"loss": totals[0] / max(totals[2], 1), "accuracy": totals[1] / max(totals[2], 1)}
         if info.is_chief:
@@ -192,8 +233,10 @@ def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: Preemptio
     preempted = False
     t_start = time.monotonic()
     while step < total:
+        watch.enter("step", step)
         out = steps.train_step(iterator, tf.constant(1.0 if watcher.requested else 0.0)).numpy()
         step += 1
+        watch.finished(step)
         last_loss = float(out[0])
         first_loss = last_loss if first_loss is None else first_loss
         progress.update(last_loss, float(out[1]))
@@ -209,23 +252,29 @@ def _run(spec: ModelSpec, config: TrainConfig, info: RunInfo, watcher: Preemptio
             save = True
             if config.stop_threshold is not None and result["accuracy"] >= config.stop_threshold:
                 logging.info("Reached --stop_threshold=%s; stopping", config.stop_threshold)
-                step_var.assign(step)
-                ckpt.save(step)
+                _save(ckpt, step_var, step, watch)
                 break
         if save:
-            step_var.assign(step)
-            ckpt.save(step)
+            _save(ckpt, step_var, step, watch)
     if preempted:
-        step_var.assign(step)
-        ckpt.save(step)
+        _save(ckpt, step_var, step, watch)
         logging.warning("Preempted at step %d: checkpoint saved, exiting %d", step, EXIT_PREEMPTED)
     logging.info("%d steps in %.1f s", step - start, time.monotonic() - t_start)
     if config.export_dir and info.is_chief and not preempted:
-        export_saved_model(config.export_dir, spec.build_model, model, spec.input_shape)
+        with watch.paused():
+            export_saved_model(config.export_dir, spec.build_model, model, spec.input_shape)
     _done(
         info, step, first=first_loss, last=last_loss, model=model, start=start, preempted=preempted
     )
     return EXIT_PREEMPTED if preempted else 0
+
+
+def _save(ckpt: Checkpointer, step_var: Any, step: int, watch: Any) -> None:
+    """Save a checkpoint at ``step`` (the chief writes); the watchdog sees the save phase."""
+    watch.enter("save", step)
+    step_var.assign(step)
+    ckpt.save(step)
+    watch.finished(step, is_train_step=False)
 
 
 def _done(
