@@ -27,10 +27,11 @@ flags.DEFINE_integer("resnet_size", 56, "20|32|44|56|110 (CIFAR-10) or 50 (Image
 flags.DEFINE_integer("image_size", 224, "ImageNet input side in pixels (ResNet-50 only).")
 flags.DEFINE_boolean(
     "sync_batch_norm",
-    True,
-    "Batch-norm statistics over the global batch (one all-reduce per layer), so every rank "
-    "keeps identical moving statistics and N workers match one worker on the same global "
-    "batch. --nosync_batch_norm uses each replica's own batch, as the official models do.",
+    False,
+    "Normalise with statistics of the GLOBAL batch (one all-reduce per batch-norm layer and "
+    "step), so N workers match one worker on the same global batch. Default: each "
+    "replica's own batch, as TensorFlow's official models do (faster; the moving statistics "
+    "are averaged over replicas at every evaluation and checkpoint).",
 )
 
 CIFAR_WEIGHT_DECAY = 2e-4
@@ -190,6 +191,7 @@ def make_spec(config: TrainConfig) -> ModelSpec:
         reference_batch=128,
         make_optimizer=_sgd,
         decay_epochs=(91, 136),
+        replica_local_state=not flags.FLAGS.sync_batch_norm,
     )
 
 
@@ -242,6 +244,7 @@ def _imagenet_spec(config: TrainConfig, image_size: int) -> ModelSpec:
         reference_batch=256,
         make_optimizer=_sgd,
         decay_epochs=(30, 60, 80),
+        replica_local_state=not flags.FLAGS.sync_batch_norm,
         warmup_epochs=5,
     )
 

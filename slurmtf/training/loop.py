@@ -44,6 +44,10 @@ class ModelSpec:
     decay_epochs: tuple[int, ...] = ()
     decay_factor: float = 0.1
     warmup_epochs: int = 0  # used when --warmup_steps is not given
+    # Non-trainable state each replica updates on its own (per-replica batch-norm
+    # statistics): averaged over all replicas before every evaluation and checkpoint, so
+    # every rank evaluates, saves and ends with the same weights.
+    replica_local_state: bool = False
 
 
 @dataclasses.dataclass
@@ -183,10 +187,12 @@ def _run(
     restored = ckpt.restore_latest()
     start = int(step_var.numpy())
     steps = _Steps(strategy, model, optimizer, config.batch_size, config.enable_xla)
+    sync_state = steps.state_sync() if spec.replica_local_state else _nothing
     steps.check_same_step(start)
     summaries = Summaries(config.model_dir, info.is_chief)
 
     def evaluate(step: int) -> dict[str, float]:
+        sync_state()
         iterator = iter(
             strategy.distribute_datasets_from_function(
                 lambda ctx: spec.eval_dataset(ctx, per_replica)
@@ -252,12 +258,12 @@ def _run(
             save = True
             if config.stop_threshold is not None and result["accuracy"] >= config.stop_threshold:
                 logging.info("Reached --stop_threshold=%s; stopping", config.stop_threshold)
-                _save(ckpt, step_var, step, watch)
+                _save(ckpt, step_var, step, watch, sync_state)
                 break
         if save:
-            _save(ckpt, step_var, step, watch)
+            _save(ckpt, step_var, step, watch, sync_state)
     if preempted:
-        _save(ckpt, step_var, step, watch)
+        _save(ckpt, step_var, step, watch, sync_state)
         logging.warning("Preempted at step %d: checkpoint saved, exiting %d", step, EXIT_PREEMPTED)
     logging.info("%d steps in %.1f s", step - start, time.monotonic() - t_start)
     if config.export_dir and info.is_chief and not preempted:
@@ -269,8 +275,11 @@ def _run(
     return EXIT_PREEMPTED if preempted else 0
 
 
-def _save(ckpt: Checkpointer, step_var: Any, step: int, watch: Any) -> None:
+def _save(
+    ckpt: Checkpointer, step_var: Any, step: int, watch: Any, sync_state: Callable[[], None]
+) -> None:
     """Save a checkpoint at ``step`` (the chief writes); the watchdog sees the save phase."""
+    sync_state()
     watch.enter("save", step)
     step_var.assign(step)
     ckpt.save(step)
@@ -317,6 +326,7 @@ class _Steps:
         import tensorflow as tf
 
         self._strategy = strategy
+        self._model = model
 
         def forward_backward(images: Any, labels: Any) -> Any:
             with tf.GradientTape() as tape:
@@ -361,6 +371,38 @@ class _Steps:
         self.train_step = tf.function(train_step)
         self.eval_step = tf.function(eval_step)
 
+    def state_sync(self) -> Callable[[], None]:
+        """A function that averages the model's float non-trainable variables over replicas.
+
+        One all-reduce of the moving statistics, run at evaluations and checkpoints only.
+        """
+        import numpy as np
+        import tensorflow as tf
+
+        strategy = self._strategy
+        state = [v for v in self._model.non_trainable_variables if "float" in str(v.dtype)]
+        if not state or strategy.num_replicas_in_sync == 1:
+            return _nothing
+
+        sizes = [int(np.prod(v.shape)) for v in state]
+
+        def replica_values() -> Any:
+            return tf.concat([tf.reshape(tf.cast(v.value, tf.float32), [-1]) for v in state], 0)
+
+        def sync() -> None:
+            flat = strategy.reduce(
+                tf.distribute.ReduceOp.MEAN, strategy.run(replica_values), axis=None
+            )
+            for variable, mean in zip(state, tf.split(flat, sizes), strict=True):
+                variable.assign(tf.cast(tf.reshape(mean, variable.shape), variable.dtype))
+
+        compiled = tf.function(sync)
+
+        def run() -> None:
+            compiled()
+
+        return run
+
     def check_same_step(self, step: int) -> None:
         """Fail clearly when ranks resumed from different checkpoints (unshared --model_dir)."""
         import tensorflow as tf
@@ -383,6 +425,10 @@ class _Steps:
                 f"ranks resumed at different steps (this one at {step})",
                 "put --model_dir on a file system every node shares",
             )
+
+
+def _nothing() -> None:
+    """No replica-local state to average."""
 
 
 def _correct(labels: Any, logits: Any) -> Any:

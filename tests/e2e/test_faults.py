@@ -209,7 +209,7 @@ def test_dead_peer_fails_the_job_fast_and_a_resubmission_resumes(
     slurm_sandbox: SlurmSandbox, jobs: list[SandboxJob], tmp_path: Path
 ) -> None:
     job = new_job(jobs, slurm_sandbox, tmp_path, "dead")
-    job.submit([*LONG, "--collective_timeout=60", "--heartbeat_timeout=10"])
+    job.submit([*LONG, "--heartbeat_timeout=10"])
     wait_until(job, lambda: (checkpoint_step(job.model_dir) or 0) >= 10, 240, "a checkpoint")
     job.signal_rank(1, signal.SIGKILL)
     killed = time.monotonic()
@@ -235,7 +235,7 @@ def test_frozen_peer_fails_the_job_within_the_heartbeat_timeout(
     slurm_sandbox: SlurmSandbox, jobs: list[SandboxJob], tmp_path: Path
 ) -> None:
     job = new_job(jobs, slurm_sandbox, tmp_path, "frozen")
-    job.submit([*LONG, "--collective_timeout=60", "--heartbeat_timeout=10"])
+    job.submit([*LONG, "--heartbeat_timeout=10"])
     wait_until(job, lambda: job.progress() >= 10, 240, "step 10")
     job.signal_rank(1, signal.SIGSTOP)
     stopped = time.monotonic()

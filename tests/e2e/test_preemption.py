@@ -47,7 +47,6 @@ ARGS = [
     "--log_every=1",
     f"--train_steps={STEPS}",
     f"--checkpoint_every={INTERVAL}",
-    "--collective_timeout=60",
     "--heartbeat_timeout=10",
 ]
 COUNT = int(os.environ.get("SLURMTF_PREEMPTIONS", "2"))

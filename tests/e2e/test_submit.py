@@ -78,7 +78,6 @@ def test_two_node_mnist_trains_and_wait_reports(
         "--",
         "--train_steps=20",
         "--eval_steps=2",
-        "--collective_timeout=120",
     )
     assert done.returncode == 0, done.stdout + done.stderr
     jid = job_id(done.stdout)
@@ -206,7 +205,6 @@ def test_preempted_job_requeues_and_resumes_to_the_same_step(
         f"--train_steps={steps}",
         "--log_every=10",
         "--eval_steps=1",
-        "--collective_timeout=120",
     ]
     common = ["--model=mnist", "--nodes=2", "--time=10", "--max_requeues=2"]
     done = submit(slurm_sandbox, *common, f"--log_dir={tmp_path}", "--", *model)
