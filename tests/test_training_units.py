@@ -171,3 +171,24 @@ def test_cpu_replicas_only_for_a_single_gpu_less_worker(mode: str, workers: int,
 
     with pytest.raises(InputError, match=r"--cpu_replicas=2: .*HINT: "):
         split_cpu(2, mode, workers, gpus)
+
+
+@pytest.mark.parametrize(
+    ("batch", "is_default", "replicas", "expected"),
+    [
+        (100, True, 8, 96),  # MNIST's default on 4 nodes x 2 tasks
+        (100, True, 16, 96),
+        (100, True, 3, 99),
+        (100, True, 4, 100),  # already splits
+        (128, True, 6, 126),
+        (2, True, 4, 4),  # never below one example per replica
+        (100, False, 8, 100),  # the user's choice is kept (and refused later, naming the fix)
+    ],
+)
+def test_a_default_batch_fits_any_worker_count(
+    batch: int, is_default: bool, replicas: int, expected: int
+) -> None:
+    from slurmtf.training.flags import fit_default_batch
+
+    config = TrainConfig(batch_size=batch, batch_size_is_default=is_default)
+    assert fit_default_batch(config, replicas).batch_size == expected

@@ -178,6 +178,7 @@ class TrainConfig:
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
     cpu_replicas: int = 0
+    batch_size_is_default: bool = False  # no --batch_size given: the model's default
 
     def __post_init__(self) -> None:
         positive = {"batch_size": self.batch_size, "log_every": self.log_every}
@@ -262,23 +263,40 @@ def config_from_flags(
     default_learning_rate: float,
 ) -> TrainConfig:
     """Build a :class:`TrainConfig` from parsed flags and the model's defaults."""
-    names = [f.name for f in dataclasses.fields(TrainConfig)]
+    names = [f.name for f in dataclasses.fields(TrainConfig) if f.name != "batch_size_is_default"]
     values: dict[str, Any] = {name: flag_values[name].value for name in names}
     if not values["batch_size"]:
         values["batch_size"] = default_batch_size
+        values["batch_size_is_default"] = True
     if values["learning_rate"] is None:
         values["learning_rate"] = default_learning_rate
     return TrainConfig(**values)
+
+
+def nearest_batch(batch_size: int, replicas: int) -> int:
+    """The multiple of ``replicas`` nearest to ``batch_size`` (the lower one on a tie)."""
+    lower = batch_size // replicas * replicas
+    upper = lower + replicas
+    nearest = [v for v in (lower, upper) if v > 0]
+    return min(nearest, key=lambda v: (abs(v - batch_size), v))
+
+
+def fit_default_batch(config: TrainConfig, replicas: int) -> TrainConfig:
+    """The model's default global batch, moved to the nearest multiple of ``replicas``.
+
+    A batch the user chose is never changed (:func:`check_batch_size` names the fix);
+    the default must work on any number of workers.
+    """
+    if not config.batch_size_is_default or config.batch_size % replicas == 0:
+        return config
+    return dataclasses.replace(config, batch_size=nearest_batch(config.batch_size, replicas))
 
 
 def check_batch_size(batch_size: int, replicas: int) -> int:
     """Return the per-replica batch; the global batch must split evenly over the replicas."""
     if batch_size % replicas == 0:
         return batch_size // replicas
-    lower = batch_size // replicas * replicas
-    upper = lower + replicas
-    nearest = [v for v in (lower, upper) if v > 0]
-    best = min(nearest, key=lambda v: (abs(v - batch_size), v))
+    best = nearest_batch(batch_size, replicas)
     raise InputError(
         "--batch_size",
         batch_size,

@@ -19,7 +19,12 @@ from absl import logging
 from slurmtf.training import events, progress_watch
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
-from slurmtf.training.flags import TrainConfig, check_batch_size, scaled_learning_rate
+from slurmtf.training.flags import (
+    TrainConfig,
+    check_batch_size,
+    fit_default_batch,
+    scaled_learning_rate,
+)
 from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
 from slurmtf.training.strategy import describe, make_strategy, plan_strategy, split_cpu
 
@@ -133,6 +138,16 @@ def _run(
     watcher.install()  # again: the runtime may have taken the signal (TF does for SIGTERM)
     watch.start()  # peers have joined; model building and the first step get a grace
     replicas = int(strategy.num_replicas_in_sync)
+    fitted = fit_default_batch(config, replicas)
+    if fitted.batch_size != config.batch_size:
+        logging.warning(
+            "The default global batch %d does not split over %d replicas: using %d "
+            "(--batch_size sets it)",
+            config.batch_size,
+            replicas,
+            fitted.batch_size,
+        )
+        config = fitted
     per_replica = check_batch_size(config.batch_size, replicas)
     policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[config.dtype]
     keras.mixed_precision.set_dtype_policy(policy)
@@ -248,6 +263,8 @@ def _run(
         progress.update(last_loss, float(out[1]))
         if progress.due(step):  # other ranks: to their log file only
             values = progress.report(step)
+            if info.is_chief:
+                events.emit("progress", step=step, total=total, **values)
             summaries.scalars("train", step, {**values, "learning_rate": float(schedule(step))})
         if out[2] > 0:
             preempted = True

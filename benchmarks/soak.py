@@ -1,0 +1,334 @@
+"""Soak: a bundled model as a real sandbox job for N minutes, every rank sampled from /proc.
+
+    python -m benchmarks.soak --model=mnist --minutes=30             # 2 nodes x 2 tasks
+    python -m benchmarks.soak --model=resnet20 --minutes=30 --out=docs/benchmarks
+    python -m benchmarks.soak --model=resnet20 --minutes=3 -- --sync_batch_norm
+
+It starts a local Slurm sandbox (or uses ``--sandbox_dir`` of a running one), submits
+``jobs/<script>.sbatch`` with default model flags and an endless ``--train_steps``, and
+every ``--sample_every`` seconds reads each rank's thread count (``/proc/PID/task``),
+resident memory (``VmRSS``) and open file descriptors (``/proc/PID/fd``). Every rank of a
+sandbox job is a process on this machine. After ``--minutes`` the job must still be
+running; it is cancelled, and the trends after ``--warmup`` seconds are judged: threads
+and fds flat (growth within a few), RSS growth under 5 %. Writes ``soak-<model>.json``
+and ``soak-<model>.png``; exits 1 when the job died or a resource grew.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness import REPO, JSONDict, machine_info, markdown_table, parse_events
+
+MODELS = {  # name -> (job script, model flags)
+    "mnist": ("mnist.sbatch", ()),
+    "resnet20": ("resnet.sbatch", ("--resnet_size=20",)),
+}
+ENDLESS = "--train_steps=1000000000"
+# Allowed growth after warm-up (last fifth against first fifth of the samples).
+MAX_THREAD_GROWTH = 8
+MAX_FD_GROWTH = 8
+MAX_RSS_GROWTH = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class Usage:
+    """One rank's resources at one moment."""
+
+    threads: int
+    rss_kb: int
+    fds: int
+
+
+def read_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
+    """Threads, VmRSS (kB) and open fds of ``pid``; ``None`` once it is gone."""
+    base = proc / str(pid)
+    try:
+        threads = sum(1 for _ in (base / "task").iterdir())
+        fds = sum(1 for _ in (base / "fd").iterdir())
+        status = (base / "status").read_text()
+    except OSError:
+        return None
+    rss = next(
+        (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0
+    )
+    return Usage(threads=threads, rss_kb=rss, fds=fds)
+
+
+def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
+    """``{rank: pid}`` of the Python training processes of job ``job_id`` on this machine."""
+    found: dict[int, int] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if not any(arg.startswith(b"models.") for arg in cmdline):
+            continue
+        env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
+        if env.get(b"SLURM_JOB_ID") == job_id.encode() and b"SLURM_PROCID" in env:
+            found[int(env[b"SLURM_PROCID"])] = int(entry.name)
+    return found
+
+
+def trend(times: Sequence[float], values: Sequence[float], warmup: float) -> JSONDict:
+    """Start, end, growth and least-squares slope per hour of ``values`` after ``warmup``.
+
+    Growth compares the mean of the last fifth of the samples with the mean of the first
+    fifth (after warm-up), so one noisy sample neither hides nor fakes a trend.
+    """
+    points = [(t, v) for t, v in zip(times, values, strict=True) if t >= warmup]
+    if len(points) < 5:
+        raise ValueError(f"need at least 5 samples after the warm-up, got {len(points)}")
+    fifth = max(1, len(points) // 5)
+    first = sum(v for _, v in points[:fifth]) / fifth
+    last = sum(v for _, v in points[-fifth:]) / fifth
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_v = sum(v for _, v in points) / len(points)
+    var_t = sum((t - mean_t) ** 2 for t, _ in points)
+    cov = sum((t - mean_t) * (v - mean_v) for t, v in points)
+    return {
+        "start": first,
+        "end": last,
+        "growth": last - first,
+        "growth_fraction": (last - first) / first if first else 0.0,
+        "slope_per_hour": cov / var_t * 3600 if var_t else 0.0,
+        "min": min(v for _, v in points),
+        "max": max(v for _, v in points),
+    }
+
+
+def verdict(ranks: JSONDict) -> list[str]:
+    """The problems in per-rank trends (empty: flat)."""
+    problems = []
+    for rank, t in sorted(ranks.items()):
+        if t["threads"]["growth"] > MAX_THREAD_GROWTH:
+            problems.append(f"rank {rank}: threads grew by {t['threads']['growth']:.0f}")
+        if t["fds"]["growth"] > MAX_FD_GROWTH:
+            problems.append(f"rank {rank}: open fds grew by {t['fds']['growth']:.0f}")
+        if t["rss_kb"]["growth_fraction"] > MAX_RSS_GROWTH:
+            grown = 100 * t["rss_kb"]["growth_fraction"]
+            problems.append(f"rank {rank}: RSS grew by {grown:.1f} %")
+    return problems
+
+
+@dataclasses.dataclass(frozen=True)
+class SoakPlan:
+    """What to soak, for how long, and how it is sampled."""
+
+    model: str = "mnist"
+    minutes: float = 30.0
+    nodes: int = 2
+    tasks_per_node: int = 2
+    sample_every: float = 5.0
+    warmup: float = 120.0  # seconds left out of the trends
+    model_flags: tuple[str, ...] = ()
+
+    def sbatch_args(self, work: Path) -> list[str]:
+        script, flags = MODELS[self.model]
+        return [
+            "sbatch", "--parsable", f"--nodes={self.nodes}",
+            f"--ntasks-per-node={self.tasks_per_node}", "--gres=none",
+            f"--time={int(self.minutes) + 15}", f"--output={work}/job-%j.out",
+            str(REPO / "jobs" / script), *flags, ENDLESS, *self.model_flags,
+        ]  # fmt: skip
+
+
+def run(plan: SoakPlan, *, sandbox: Any = None, work_dir: Path | None = None) -> JSONDict:
+    """Run the soak and return its result (samples, trends, problems).
+
+    ``sandbox`` is a running :class:`slurmtf.sandbox.Sandbox` with enough nodes; without
+    one, a sandbox of ``plan.nodes`` nodes is started in ``work_dir`` and stopped after.
+    """
+    from slurmtf.sandbox import Sandbox
+
+    work = Path(work_dir or tempfile.mkdtemp(prefix=f"soak-{plan.model}-"))
+    own = sandbox is None
+    if own:
+        sandbox = Sandbox(work / "sandbox", nodes=plan.nodes, gpus_per_node=0)
+        sandbox.up()
+    try:
+        return _soak(sandbox, plan, work)
+    finally:
+        if own:
+            sandbox.down()
+
+
+def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
+    env = {**sandbox.env(), "MODEL_DIR": str(work / "model"), "LOG_DIR": str(work / "logs")}
+    done = subprocess.run(
+        plan.sbatch_args(work), env=env, cwd=REPO, capture_output=True, text=True, check=True
+    )
+    job = done.stdout.strip().split(";")[0]
+    started = time.monotonic()
+    try:
+        pids = _wait_for_ranks(job, plan.nodes * plan.tasks_per_node, sandbox)
+        samples, died = _sample(pids, plan)
+    finally:
+        state = _job_state(sandbox, job)
+        sandbox.run(["scancel", job], check=False)
+    rank_out = work / "logs" / "rank0.out"
+    text = rank_out.read_text(errors="replace") if rank_out.exists() else ""
+    progress = [e for e in parse_events(text) if e["event"] == "progress"]
+    ended = died or ("" if state == "RUNNING" else f"job {job} {state or 'gone'}")
+    return {
+        "name": "soak",
+        "model": plan.model,
+        "model_flags": [*MODELS[plan.model][1], *plan.model_flags],
+        "nodes": plan.nodes,
+        "tasks_per_node": plan.tasks_per_node,
+        "minutes": plan.minutes,
+        "warmup_s": plan.warmup,
+        "job_id": job,
+        "wall_s": time.monotonic() - started,
+        "steps": progress[-1]["step"] if progress else 0,
+        "examples_per_sec": [(e["step"], e["examples_per_sec"]) for e in progress],
+        "machine": machine_info(),
+        "samples": samples,
+        **_summarise(samples, plan.warmup, ended),
+    }
+
+
+def _sample(pids: dict[int, int], plan: SoakPlan) -> tuple[list[JSONDict], str]:
+    """Sample every rank until ``plan.minutes`` pass; (samples, why it stopped early)."""
+    samples: list[JSONDict] = []
+    t0 = time.monotonic()
+    while (now := time.monotonic() - t0) < plan.minutes * 60:
+        for rank, pid in sorted(pids.items()):
+            usage = read_usage(pid)
+            if usage is None:
+                return samples, f"rank {rank} (pid {pid}) exited after {now:.0f} s"
+            samples.append({"t": now, "rank": rank, **dataclasses.asdict(usage)})
+        time.sleep(plan.sample_every)
+    return samples, ""
+
+
+def _wait_for_ranks(job: str, count: int, sandbox: Any, timeout: float = 300) -> dict[int, int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = rank_pids(job)
+        if len(pids) == count:
+            return pids
+        state = _job_state(sandbox, job)
+        if state not in ("", "PENDING", "CONFIGURING", "RUNNING"):
+            raise RuntimeError(f"job {job} ended ({state}) before all {count} ranks started")
+        time.sleep(1)
+    raise RuntimeError(f"job {job}: {len(rank_pids(job))} of {count} ranks after {timeout} s")
+
+
+def _job_state(sandbox: Any, job: str) -> str:
+    done = sandbox.run(["squeue", "-h", "-t", "all", "-j", job, "-o", "%T"], check=False)
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+
+
+def _summarise(samples: list[JSONDict], warmup: float, died: str) -> JSONDict:
+    ranks: JSONDict = {}
+    for rank in sorted({s["rank"] for s in samples}):
+        mine = [s for s in samples if s["rank"] == rank]
+        times = [s["t"] for s in mine]
+        try:
+            ranks[str(rank)] = {
+                key: trend(times, [s[key] for s in mine], warmup)
+                for key in ("threads", "rss_kb", "fds")
+            }
+        except ValueError as exc:
+            died = died or f"rank {rank}: {exc}"
+    problems = ([died] if died else []) + verdict(ranks)
+    return {"ranks": ranks, "problems": problems, "passed": not problems}
+
+
+def markdown(result: JSONDict) -> str:
+    """The per-rank table: start, end and slope of threads, RSS and fds after warm-up."""
+    rows = []
+    for rank, t in sorted(result["ranks"].items(), key=lambda kv: int(kv[0])):
+        th, rss, fds = t["threads"], t["rss_kb"], t["fds"]
+        rows.append([
+            rank,
+            f"{th['start']:.0f} -> {th['end']:.0f} ({th['slope_per_hour']:+.1f}/h)",
+            f"{rss['start'] / 1024:.0f} -> {rss['end'] / 1024:.0f} MB "
+            f"({100 * rss['growth_fraction']:+.2f} %, {rss['slope_per_hour'] / 1024:+.1f} MB/h)",
+            f"{fds['start']:.0f} -> {fds['end']:.0f} ({fds['slope_per_hour']:+.1f}/h)",
+        ])  # fmt: skip
+    table = markdown_table(["rank", "threads", "RSS", "open fds"], rows)
+    verdict_line = "PASS: flat" if result["passed"] else "FAIL: " + "; ".join(result["problems"])
+    return (
+        f"{result['model']} ({' '.join(result['model_flags']) or 'default flags'}), "
+        f"{result['nodes']} nodes x "
+        f"{result['tasks_per_node']} tasks, {result['minutes']:g} min, {result['steps']} steps; "
+        f"after a {result['warmup_s']:g} s warm-up:\n\n{table}\n\n{verdict_line}\n"
+    )
+
+
+def plot(result: JSONDict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(7.0, 7.5), sharex=True)
+    keys = (("threads", "threads", 1), ("rss_kb", "RSS (MB)", 1024), ("fds", "open fds", 1))
+    for ax, (key, label, scale) in zip(axes, keys, strict=True):
+        for rank in sorted({s["rank"] for s in result["samples"]}):
+            mine = [s for s in result["samples"] if s["rank"] == rank]
+            ax.plot(
+                [s["t"] / 60 for s in mine], [s[key] / scale for s in mine], label=f"rank {rank}"
+            )
+        ax.axvline(result["warmup_s"] / 60, color="gray", ls="--", lw=1)
+        ax.set_ylabel(label)
+        ax.set_ylim(bottom=0)
+    axes[0].legend(fontsize=8, ncol=4)
+    axes[-1].set_xlabel("minutes (dashed: end of warm-up)")
+    axes[0].set_title(
+        f"Soak: {result['model']}, {result['nodes']}x{result['tasks_per_node']} ranks"
+    )
+    fig.tight_layout()
+    path = out_dir / f"soak-{result['model']}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.soak", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--model", choices=sorted(MODELS), default="mnist")
+    parser.add_argument("--minutes", type=float, default=30.0)
+    parser.add_argument("--nodes", type=int, default=2)
+    parser.add_argument("--tasks_per_node", type=int, default=2)
+    parser.add_argument("--sample_every", type=float, default=5.0, help="seconds")
+    parser.add_argument("--warmup", type=float, default=120.0, help="seconds left out")
+    parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
+    parser.add_argument("model_flags", nargs="*", help="after --: flags for the model")
+    args = parser.parse_args(argv)
+    plan = SoakPlan(
+        args.model,
+        args.minutes,
+        args.nodes,
+        args.tasks_per_node,
+        args.sample_every,
+        args.warmup,
+        tuple(args.model_flags),
+    )
+    result = run(plan)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"soak-{args.model}.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, args.out)
+    print(markdown(result))
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
