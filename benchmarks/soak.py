@@ -135,14 +135,19 @@ class SoakPlan:
     sample_every: float = 5.0
     warmup: float = 120.0  # seconds left out of the trends
     model_flags: tuple[str, ...] = ()
+    sbatch_options: tuple[str, ...] = ("--gres=none",)
+    # Sample until the job ends by itself (its --train_steps), which must be COMPLETED
+    # within ``minutes``; otherwise the job must still run after ``minutes``.
+    until_done: bool = False
 
     def sbatch_args(self, work: Path) -> list[str]:
         script, flags = MODELS[self.model]
         return [
             "sbatch", "--parsable", f"--nodes={self.nodes}",
-            f"--ntasks-per-node={self.tasks_per_node}", "--gres=none",
+            f"--ntasks-per-node={self.tasks_per_node}", *self.sbatch_options,
             f"--time={int(self.minutes) + 15}", f"--output={work}/job-%j.out",
-            str(REPO / "jobs" / script), *flags, ENDLESS, *self.model_flags,
+            str(REPO / "jobs" / script), *flags, *([] if self.until_done else [ENDLESS]),
+            *self.model_flags,
         ]  # fmt: skip
 
 
@@ -176,13 +181,18 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
     try:
         pids = _wait_for_ranks(job, plan.nodes * plan.tasks_per_node, sandbox)
         samples, died = _sample(pids, plan)
-    finally:
         state = _job_state(sandbox, job)
+        if plan.until_done:
+            state, died = _final_state(sandbox, job, died)
+    finally:
         sandbox.run(["scancel", job], check=False)
     rank_out = work / "logs" / "rank0.out"
     text = rank_out.read_text(errors="replace") if rank_out.exists() else ""
     progress = [e for e in parse_events(text) if e["event"] == "progress"]
-    ended = died or ("" if state == "RUNNING" else f"job {job} {state or 'gone'}")
+    expected = "COMPLETED" if plan.until_done else "RUNNING"
+    # A rank ending is the job finishing in until_done mode; else always a failure.
+    ended = "" if plan.until_done and state == expected else died
+    ended = ended or ("" if state == expected else f"job {job} {state or 'gone'}")
     return {
         "name": "soak",
         "model": plan.model,
@@ -201,8 +211,19 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
     }
 
 
+def _final_state(sandbox: Any, job: str, died: str, timeout: float = 120) -> tuple[str, str]:
+    """Wait for the job to leave the queue's active states; (state, why it ended early)."""
+    deadline = time.monotonic() + timeout
+    while (state := _job_state(sandbox, job)) in ("RUNNING", "COMPLETING", "CONFIGURING"):
+        if time.monotonic() > deadline:
+            return state, f"job {job} still {state} {timeout:.0f} s after its ranks ended"
+        time.sleep(1)
+    return state, died
+
+
 def _sample(pids: dict[int, int], plan: SoakPlan) -> tuple[list[JSONDict], str]:
-    """Sample every rank until ``plan.minutes`` pass; (samples, why it stopped early)."""
+    """Sample every rank until ``plan.minutes`` pass (or, ``until_done``, until the ranks
+    end); (samples, why it stopped)."""
     samples: list[JSONDict] = []
     t0 = time.monotonic()
     while (now := time.monotonic() - t0) < plan.minutes * 60:
@@ -310,6 +331,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--tasks_per_node", type=int, default=2)
     parser.add_argument("--sample_every", type=float, default=5.0, help="seconds")
     parser.add_argument("--warmup", type=float, default=120.0, help="seconds left out")
+    parser.add_argument(
+        "--sbatch_option",
+        action="append",
+        help="an sbatch option for the job (repeat; default --gres=none)",
+    )
+    parser.add_argument(
+        "--until_done",
+        action="store_true",
+        help="the model flags set --train_steps: sample until the job ends, which must be "
+        "COMPLETED within --minutes",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
     parser.add_argument("model_flags", nargs="*", help="after --: flags for the model")
     args = parser.parse_args(argv)
@@ -321,6 +353,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.sample_every,
         args.warmup,
         tuple(args.model_flags),
+        tuple(args.sbatch_option or SoakPlan.sbatch_options),
+        args.until_done,
     )
     result = run(plan)
     args.out.mkdir(parents=True, exist_ok=True)
