@@ -75,7 +75,9 @@ def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
-        if not any(arg.startswith(b"models.") for arg in cmdline):
+        # The Python of the rank itself, not srun (whose command line also names the model).
+        is_python = b"python" in cmdline[0].rsplit(b"/", 1)[-1]
+        if not is_python or not any(arg.startswith(b"models.") for arg in cmdline):
             continue
         env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
         if env.get(b"SLURM_JOB_ID") == job_id.encode() and b"SLURM_PROCID" in env:
