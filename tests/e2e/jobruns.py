@@ -27,16 +27,18 @@ class JobRun:
     nodes: int
     tasks: int
     timeout: float = 400.0  # several TensorFlow jobs share 2 cores
+    model_path: Path | None = None  # default: run_dir/model
+    logs_path: Path | None = None  # default: run_dir/logs
     state: str = ""
     events: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def model_dir(self) -> Path:
-        return self.run_dir / "model"
+        return self.model_path or self.run_dir / "model"
 
     @property
     def log_dir(self) -> Path:
-        return self.run_dir / "logs"
+        return self.logs_path or self.run_dir / "logs"
 
     def finish(self) -> str:
         if not self.state:
