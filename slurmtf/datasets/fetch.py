@@ -176,6 +176,9 @@ def download(
             failures.append(f"{url}: wrong size or checksum")
             mismatch = exc
             continue
+        except urllib.error.HTTPError as exc:
+            failures.append(f"{url}: HTTP {exc.code} {exc.reason}")
+            continue
         except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
             failures.append(f"{url}: {getattr(exc, 'reason', None) or exc}")
             continue

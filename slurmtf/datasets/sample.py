@@ -7,8 +7,9 @@ MNIST's own four IDX files: each digit scaled to 20x20 (bilinear) and centred in
 as MNIST centres its digits in a 20x20 box, grey levels 0..16 stretched to 0..255. The
 split is fixed and needs no random numbers: the first 1,437 digits (80 %) train, the last
 360 are held out, as scikit-learn's own digits example splits without shuffling. The
-files are byte-identical on every machine (gzip without a timestamp) and a
-``MANIFEST.json`` records their SHA-256, the source and the licence.
+scaling is integer arithmetic, so the IDX content is the same on every machine (and the
+gzip bytes too with the same zlib: no timestamp); ``MANIFEST.json`` records the files'
+SHA-256, the source and the licence.
 
 scikit-learn is an optional extra (``pip install "slurmtf[data]"``); nothing here imports
 it until :func:`load_digits` runs.
@@ -56,14 +57,19 @@ def load_digits() -> tuple[np.ndarray, np.ndarray, str]:
 
 
 def _resize_matrix(src: int, dst: int) -> np.ndarray:
-    """``[dst, src]`` weights of bilinear resampling with pixel centres aligned."""
-    weights = np.zeros((dst, src))
-    centres = np.clip((np.arange(dst) + 0.5) * src / dst - 0.5, 0, src - 1)
-    low = np.floor(centres).astype(int)
-    high = np.minimum(low + 1, src - 1)
-    frac = centres - low
-    weights[np.arange(dst), low] += 1 - frac
-    weights[np.arange(dst), high] += frac
+    """``[dst, src]`` bilinear weights (pixel centres aligned) as integers over ``2 * dst``.
+
+    Integers keep the result exact, so the files are the same bytes with any BLAS.
+    """
+    den = 2 * dst
+    weights = np.zeros((dst, src), np.int64)
+    for o in range(dst):
+        centre = (2 * o + 1) * src - dst  # the source position, times den
+        centre = min(max(centre, 0), (src - 1) * den)
+        low, frac = divmod(centre, den)
+        weights[o, low] += den - frac
+        if frac:
+            weights[o, low + 1] += frac
     return weights
 
 
@@ -71,10 +77,12 @@ def to_mnist_images(images: np.ndarray, levels: int = 16) -> np.ndarray:
     """``[n, h, w]`` grey levels 0..``levels`` -> uint8 ``[n, 28, 28]`` like MNIST's."""
     n, height, width = images.shape
     rows, cols = _resize_matrix(height, BOX), _resize_matrix(width, BOX)
-    scaled = np.einsum("ih,nhw,jw->nij", rows, images.astype(np.float64), cols)
+    scaled = rows @ images.astype(np.int64) @ cols.T  # [20, h] @ [n, h, w] @ [w, 20]
+    den = (2 * BOX) ** 2 * levels
+    grey = (2 * scaled * 255 + den) // (2 * den)  # round half up, exactly
     out = np.zeros((n, SIDE, SIDE), np.uint8)
     pad = (SIDE - BOX) // 2
-    out[:, pad : pad + BOX, pad : pad + BOX] = np.clip(np.rint(scaled * 255 / levels), 0, 255)
+    out[:, pad : pad + BOX, pad : pad + BOX] = np.clip(grey, 0, 255)
     return out
 
 
