@@ -169,6 +169,22 @@ def test_files_without_a_manifest_are_read_unchecked(tmp_path: Path) -> None:
     assert mnist_reader.load(str(tmp_path), False)[0].shape == (40, 28, 28)
 
 
+def test_a_parent_manifest_covers_only_the_folders_it_lists(tmp_path: Path) -> None:
+    (tmp_path / "cifar-10-batches-bin").mkdir()
+    batch = tmp_path / "cifar-10-batches-bin" / "test_batch.bin"
+    batch.write_bytes(b"x" * cifar.RECORD_BYTES)
+    digest = hashlib.sha256(batch.read_bytes()).hexdigest()
+    listed = {"cifar-10-batches-bin/test_batch.bin": digest}
+    manifest.write(tmp_path, manifest.Manifest("cifar10", "d", "s", "l", listed))
+    sample.write_mnist_sample(tmp_path / "mnist", tiny_digits())
+    (tmp_path / "mnist" / manifest.NAME).unlink()  # the user's own files, beside CIFAR-10
+    assert mnist_reader.load(str(tmp_path / "mnist"), True)[0].shape == (1437, 28, 28)
+    assert cifar.files(str(tmp_path), False) == [str(batch)]
+    batch.write_bytes(b"y" * cifar.RECORD_BYTES)
+    with pytest.raises(InputError, match="does not match"):
+        cifar.files(str(tmp_path), False)
+
+
 @pytest.mark.parametrize(
     "text", ["{", '{"format": "other/9", "files": {}}', '{"format": "slurmtf-data-manifest/1"}']
 )

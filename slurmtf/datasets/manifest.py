@@ -111,11 +111,14 @@ def write(directory: str | Path, manifest: Manifest) -> Path:
 
 
 def find(path: str | Path) -> Path | None:
-    """The manifest covering ``path``: in its directory or that directory's parent."""
+    """The manifest covering ``path``: in its directory, or in the parent directory when
+    that one lists files of this folder (``cifar-10-batches-bin/...``)."""
     folder = Path(path).parent
-    for candidate in (folder / NAME, folder.parent / NAME):
-        if candidate.is_file():
-            return candidate
+    if (folder / NAME).is_file():
+        return folder / NAME
+    parent = folder.parent / NAME
+    if parent.is_file() and any(k.startswith(f"{folder.name}/") for k in load(parent)["files"]):
+        return parent
     return None
 
 
