@@ -163,6 +163,16 @@ def test_reader_refuses_files_the_manifest_does_not_list(tmp_path: Path) -> None
         mnist_reader.load(str(tmp_path), True)
 
 
+def test_a_linked_data_file_is_checked_under_its_own_name(tmp_path: Path) -> None:
+    sample.write_mnist_sample(tmp_path / "data", tiny_digits())
+    stored = tmp_path / "store" / "labels.gz"
+    stored.parent.mkdir()
+    labels = tmp_path / "data" / "t10k-labels-idx1-ubyte.gz"
+    labels.replace(stored)
+    labels.symlink_to(stored)
+    assert len(mnist_reader.load(str(tmp_path / "data"), False)[1]) == 40
+
+
 def test_files_without_a_manifest_are_read_unchecked(tmp_path: Path) -> None:
     sample.write_mnist_sample(tmp_path, tiny_digits())
     (tmp_path / manifest.NAME).unlink()

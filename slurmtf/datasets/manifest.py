@@ -156,7 +156,9 @@ def verify(paths: Iterable[str | Path]) -> Path | None:
             continue
         found = manifest_path
         files = load(manifest_path)["files"]
-        relative = Path(path).resolve().relative_to(manifest_path.parent.resolve()).as_posix()
+        # folders resolved, not the file: a linked data file keeps its name here
+        where = Path(path).parent.resolve() / Path(path).name
+        relative = where.relative_to(manifest_path.parent.resolve()).as_posix()
         if relative not in files:
             raise InputError(
                 str(path),
