@@ -19,7 +19,7 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! comm
         slurmctld slurmd slurm-client munge iproute2 util-linux procps >/dev/null
 fi
 
-if ! "$PYTHON" -c 'import slurmtf, tensorflow, submitit, hostlist, absl, pytest, hypothesis' 2>/dev/null \
+if ! "$PYTHON" -c 'import slurmtf, tensorflow, submitit, hostlist, absl, pytest, hypothesis, sklearn' 2>/dev/null \
    || ! "$PYTHON" - <<'PY' 2>/dev/null
 # The linters pinned in the dev extra ("name==version") are the installed ones.
 import importlib.metadata, tomllib

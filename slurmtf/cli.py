@@ -14,6 +14,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("slurmtf.watch", "show the state of a job"),
     "logs": ("slurmtf.watch", "print or follow a job's per-rank logs"),
     "cancel": ("slurmtf.watch", "cancel a job"),
+    "data": ("slurmtf.datasets.cli", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
 }
 
 # Subcommands whose module takes the subcommand name as its first argument.

@@ -321,6 +321,8 @@ def test_mixed_precision_builds_and_steps(
     done = job.done(0)
     assert np.isfinite(done["last_loss"])
     assert job.events(0, "cluster")[0]["dtype"] == extra[0].split("=")[1]
+    # an accuracy on synthetic data says so
+    assert re.search(r"eval at step 3: .* accuracy [\d.]+ \(SYNTHETIC data\)", job.stderr(0))
 
 
 def test_resnet20_trains_on_tiny_cifar_files(tmp_path: Path, jobs: list[Job]) -> None:

@@ -123,6 +123,19 @@ def test_follow_prints_rank0_until_the_end_and_summarizes(tmp_path: Path) -> Non
     assert "COMPLETED" in text
 
 
+def test_summary_labels_an_accuracy_on_synthetic_data(tmp_path: Path) -> None:
+    lines = [{"event": "eval", "step": 60, "accuracy": 1.0}]
+    (tmp_path / "8_0_log.out").write_text(
+        "\n".join(json.dumps(e) for e in [{"event": "cluster", "synthetic": True}, *lines])
+    )
+    (tmp_path / "9_0_log.out").write_text(
+        "\n".join(json.dumps(e) for e in [{"event": "cluster", "synthetic": False}, *lines])
+    )
+    synthetic = watch.summary("8", tmp_path, 1, 0)
+    assert "final accuracy 1.0000 (step 60) on SYNTHETIC data" in synthetic
+    assert "SYNTHETIC" not in watch.summary("9", tmp_path, 1, 0)
+
+
 def test_follow_exits_with_the_job_status(tmp_path: Path) -> None:
     fake = FakeSlurm({"scontrol": [scontrol("FAILED", "75:0")]})
     out = io.StringIO()

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from models.data.common import file_pipeline
+from slurmtf.datasets import manifest
 from slurmtf.errors import InputError
 
 HEIGHT = WIDTH = 32
@@ -20,7 +21,10 @@ STD = (0.2470, 0.2435, 0.2616)
 
 
 def files(data_dir: str, training: bool) -> list[str]:
-    """The split's files; ``data_dir`` is ``cifar-10-batches-bin`` or its parent."""
+    """The split's files; ``data_dir`` is ``cifar-10-batches-bin`` or its parent.
+
+    Files covered by a ``MANIFEST.json`` must match their SHA-256 in it.
+    """
     root = Path(data_dir)
     if (root / "cifar-10-batches-bin").is_dir():
         root = root / "cifar-10-batches-bin"
@@ -39,6 +43,7 @@ def files(data_dir: str, training: bool) -> list[str]:
                 f"is not a whole number of {RECORD_BYTES}-byte records",
                 "use the CIFAR-10 *binary* version, not the python pickles",
             )
+    manifest.verify(found)  # against MANIFEST.json, where `slurmtf data fetch` wrote one
     return found
 
 

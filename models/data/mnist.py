@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from models.data.common import index_pipeline
+from slurmtf.datasets import manifest
 from slurmtf.errors import InputError
 
 FILES = {
@@ -54,7 +55,11 @@ def read_idx(path: str | Path) -> np.ndarray:
 
 
 def find(data_dir: str, training: bool) -> tuple[Path, Path]:
-    """Paths of the image and label files, accepting ``name`` or ``name.gz``."""
+    """Paths of the image and label files, accepting ``name`` or ``name.gz``.
+
+    Where ``data_dir`` has a ``MANIFEST.json`` (``slurmtf data``), both files must match
+    their SHA-256 in it.
+    """
     found = []
     for stem in FILES[training]:
         candidates = [
@@ -71,6 +76,7 @@ def find(data_dir: str, training: bool) -> tuple[Path, Path]:
                 "point it at the directory holding the four MNIST IDX files",
             )
         found.append(match)
+    manifest.verify(found)
     return found[0], found[1]
 
 

@@ -226,7 +226,11 @@ def _run(
             )
         summaries.scalars("eval", step, result)
         logging.info(
-            "eval at step %d: loss %.4f accuracy %.4f", step, result["loss"], result["accuracy"]
+            "eval at step %d: loss %.4f accuracy %.4f%s",
+            step,
+            result["loss"],
+            result["accuracy"],
+            " (SYNTHETIC data)" if config.synthetic else "",
         )
         return result
 

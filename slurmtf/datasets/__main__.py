@@ -1,0 +1,9 @@
+"""``python -m slurmtf.datasets``: same as ``slurmtf data``."""
+
+from __future__ import annotations
+
+import sys
+
+from slurmtf.datasets.cli import main
+
+sys.exit(main())

@@ -1,0 +1,76 @@
+"""``slurmtf data sample-mnist|fetch|verify``: write, download or check a ``--data_dir``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from slurmtf.datasets import manifest
+from slurmtf.errors import InputError, SlurmtfError
+
+EPILOG = """examples:
+  slurmtf data sample-mnist runs/data/mnist-sample   # real digits, offline (scikit-learn)
+  slurmtf data fetch mnist /shared/data/mnist        # full MNIST (internet on this node)
+  slurmtf data fetch cifar10 /shared/data/cifar10 --mirror=https://host/copy/
+  slurmtf data verify /shared/data/mnist             # check every file's SHA-256
+then: python -m models.mnist --data_dir=DIR ..."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slurmtf data",
+        description="Data sets for the bundled models, in their official formats, with a "
+        "MANIFEST.json of SHA-256 checksums, source and licence that the readers check.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sample = commands.add_parser(
+        "sample-mnist",
+        help="write 1,797 real handwritten digits (UCI, via scikit-learn) as MNIST IDX files",
+    )
+    sample.add_argument("dir", type=Path, metavar="DIR", help="folder to write (created)")
+    fetch = commands.add_parser(
+        "fetch", help="download full MNIST or CIFAR-10 and verify the published checksums"
+    )
+    fetch.add_argument("dataset", choices=["mnist", "cifar10"], help="which data set")
+    fetch.add_argument("dir", type=Path, metavar="DIR", help="folder to fill (created)")
+    fetch.add_argument("--mirror", default=None, help="base URL of a copy (default: published)")
+    fetch.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
+    verify = commands.add_parser("verify", help="check every file against DIR/MANIFEST.json")
+    verify.add_argument("dir", type=Path, metavar="DIR", help="a folder written by this command")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        if args.command == "sample-mnist":
+            from slurmtf.datasets.sample import write_mnist_sample
+
+            write_mnist_sample(args.dir)
+            print(f"wrote {args.dir}: {manifest.describe(manifest.verify_directory(args.dir))}")
+        elif args.command == "fetch":
+            from slurmtf.datasets.fetch import fetch
+
+            fetch(
+                args.dataset,
+                args.dir,
+                mirror=args.mirror,
+                timeout=args.timeout,
+                log=lambda line: print(line, file=sys.stderr),
+            )
+            print(f"fetched {args.dir}: {manifest.describe(manifest.verify_directory(args.dir))}")
+        else:
+            record = manifest.verify_directory(args.dir)
+            print(f"{args.dir}: {len(record['files'])} files match {manifest.NAME}")
+            print(f"data: {manifest.describe(record)}")
+    except InputError as exc:
+        print(f"slurmtf data {args.command}: {exc}", file=sys.stderr)
+        return 2
+    except SlurmtfError as exc:
+        print(f"slurmtf data {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
