@@ -138,6 +138,7 @@ class SoakPlan:
     warmup: float = 120.0  # seconds left out of the trends
     model_flags: tuple[str, ...] = ()
     sbatch_options: tuple[str, ...] = ("--gres=none",)
+    gpus_per_node: int = 0  # fake GPUs of the sandbox the soak starts itself
     # Sample until the job ends by itself (its --train_steps), which must be COMPLETED
     # within ``minutes``; otherwise the job must still run after ``minutes``.
     until_done: bool = False
@@ -164,7 +165,7 @@ def run(plan: SoakPlan, *, sandbox: Any = None, work_dir: Path | None = None) ->
     work = Path(work_dir or tempfile.mkdtemp(prefix=f"soak-{plan.model}-"))
     own = sandbox is None
     if own:
-        sandbox = Sandbox(work / "sandbox", nodes=plan.nodes, gpus_per_node=0)
+        sandbox = Sandbox(work / "sandbox", nodes=plan.nodes, gpus_per_node=plan.gpus_per_node)
         sandbox.up()
     try:
         return _soak(sandbox, plan, work)
@@ -331,6 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--tasks_per_node", type=int, default=2)
+    parser.add_argument(
+        "--gpus_per_node", type=int, default=0, help="fake GPUs per node of the soak's sandbox"
+    )
     parser.add_argument("--sample_every", type=float, default=5.0, help="seconds")
     parser.add_argument("--warmup", type=float, default=120.0, help="seconds left out")
     parser.add_argument(
@@ -348,15 +352,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("model_flags", nargs="*", help="after --: flags for the model")
     args = parser.parse_args(argv)
     plan = SoakPlan(
-        args.model,
-        args.minutes,
-        args.nodes,
-        args.tasks_per_node,
-        args.sample_every,
-        args.warmup,
-        tuple(args.model_flags),
-        tuple(args.sbatch_option or SoakPlan.sbatch_options),
-        args.until_done,
+        model=args.model,
+        minutes=args.minutes,
+        nodes=args.nodes,
+        tasks_per_node=args.tasks_per_node,
+        sample_every=args.sample_every,
+        warmup=args.warmup,
+        model_flags=tuple(args.model_flags),
+        sbatch_options=tuple(args.sbatch_option or SoakPlan.sbatch_options),
+        gpus_per_node=args.gpus_per_node,
+        until_done=args.until_done,
     )
     result = run(plan)
     args.out.mkdir(parents=True, exist_ok=True)
