@@ -30,7 +30,7 @@ from typing import Any
 
 from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
 
-__all__ = ["EXIT_PREEMPTED", "PreemptionCheckpoint"]
+__all__ = ["EXIT_PREEMPTED"]  # and PreemptionCheckpoint, built on first use (__getattr__)
 
 _classes: dict[str, Any] = {}
 
@@ -113,7 +113,7 @@ def _preemption_checkpoint_class() -> Any:
                 return self._watcher.requested
             if self._agree is None:
 
-                @tf.function
+                @tf.function  # type: ignore[untyped-decorator]
                 def agree(flag: Any) -> Any:
                     per_replica = strategy.run(tf.identity, args=(flag,))
                     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)

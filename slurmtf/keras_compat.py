@@ -36,6 +36,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from slurmtf.errors import SlurmtfError
@@ -187,8 +188,8 @@ def worker_tmpdir() -> str:
 
 def _private(path: str) -> str:
     """``path`` moved under this worker's temporary folder (same relative name)."""
-    relative = os.path.relpath(os.path.abspath(path), "/")
-    return os.path.join(worker_tmpdir(), relative)
+    relative = Path(path).absolute().relative_to("/")
+    return str(Path(worker_tmpdir()) / relative)
 
 
 def _checkpoint_path(original: Any) -> Any:
