@@ -86,7 +86,9 @@ def _preemption_checkpoint_class() -> Any:
             self._watcher.install()
             super().on_train_begin(logs)
             strategy = self.model.distribute_strategy
-            initial = int(getattr(self.model, "_initial_epoch", 0) or 0)
+            # Keras 3 resumes at model._initial_epoch; tf_keras keeps it elsewhere (null).
+            known = hasattr(self.model, "_initial_epoch")
+            initial = int(self.model._initial_epoch or 0) if known else None
             _emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:

@@ -1,7 +1,8 @@
 """Step rate of Keras 3 ``model.fit`` on the bundled MNIST CNN, to compare with the loop.
 
     python tests/scripts/fit_step_rate.py --steps=80 --global_batch=64
-    python -m slurmtf.submit --cluster=local --nodes=2 --command="python tests/scripts/fit_step_rate.py"
+    python -m slurmtf.submit --cluster=local --nodes=2 \
+        --command="python tests/scripts/fit_step_rate.py"
 
 Prints ``{"event": "fit_rate", "steps_per_sec": ...}`` (median step time after
 ``--warmup`` steps). The custom loop's rate on the same model and batch:
@@ -59,6 +60,7 @@ def main() -> None:
                 "num_workers": layout.num_workers,
                 "global_batch": args.global_batch,
                 "steps_per_sec": 1.0 / statistics.median(steps),
+                "jit_compile": bool(model.jit_compile),
             }
         ),
         flush=True,
