@@ -14,9 +14,8 @@ from typing import Any
 
 from absl import flags
 
-from slurmtf.training.app import main_for
-from slurmtf.training.flags import TrainConfig
-from slurmtf.training.loop import ModelSpec
+from slurmtf.train import ModelSpec, TrainConfig
+from slurmtf.train import main as train_main
 
 flags.DEFINE_float("dropout_rate", 0.4, "Dropout before the last layer (official: 0.4).")
 
@@ -101,9 +100,7 @@ def make_spec(config: TrainConfig) -> ModelSpec:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m models.mnist`` (argv without the program name); returns the exit code."""
-    return main_for(
-        "models.mnist", argv, make_spec, default_batch_size=100, default_learning_rate=1e-3
-    )
+    return train_main("models.mnist", make_spec, argv, batch_size=100, learning_rate=1e-3)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,8 @@ from typing import Any
 from absl import flags
 
 from slurmtf.errors import InputError
-from slurmtf.training.app import main_for
-from slurmtf.training.flags import TrainConfig
-from slurmtf.training.loop import ModelSpec
+from slurmtf.train import ModelSpec, TrainConfig
+from slurmtf.train import main as train_main
 
 CIFAR_SIZES = (20, 32, 44, 56, 110)
 IMAGENET_SIZES = (50,)
@@ -253,12 +252,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m models.resnet`` (argv without the program name); returns the exit code."""
     size = _peek_size(argv)
     imagenet = size in IMAGENET_SIZES
-    return main_for(
+    return train_main(
         "models.resnet",
-        argv,
         make_spec,
-        default_batch_size=256 if imagenet else 128,
-        default_learning_rate=0.1,
+        argv,
+        batch_size=256 if imagenet else 128,
+        learning_rate=0.1,
     )
 
 

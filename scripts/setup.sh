@@ -32,3 +32,16 @@ then
     "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
         -e ".[cpu,dev]"
 fi
+
+if ! "$PYTHON" -c 'import tensorboard' 2>/dev/null; then
+    echo "setup: installing tensorboard (the Keras TensorBoard callback tests)"
+    "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+        "tensorboard>=2.16"
+fi
+# tf_keras (the keras2 extra) for the tf.keras tests: --no-deps, or pip would pull the full
+# `tensorflow` wheel next to tensorflow-cpu.
+if ! "$PYTHON" -c 'import tf_keras' 2>/dev/null; then
+    echo "setup: installing tf-keras (no dependencies: TensorFlow is already here)"
+    "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
+        --no-deps "tf-keras==2.21.0"
+fi

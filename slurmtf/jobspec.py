@@ -36,6 +36,7 @@ KINDS = ("model", "module", "function", "command")
 GPU_FLAGS = ("gres", "gpus-per-node", "gpus-per-task")
 CLUSTERS = ("slurm", "local")
 EXIT_PREEMPTED = 75
+LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 _MEM = re.compile(r"^[0-9]+[KMGT]?B?$", re.IGNORECASE)
 
 
@@ -67,6 +68,7 @@ class JobSpec:
     sweep: tuple[tuple[str, tuple[str, ...]], ...] = ()
     array_parallelism: int = 256
     cluster: str = "slurm"
+    legacy_keras: bool = False  # TF_USE_LEGACY_KERAS=1 in every task: tf.keras is tf_keras
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

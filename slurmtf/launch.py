@@ -36,7 +36,7 @@ from types import FrameType
 from typing import Any
 
 from slurmtf.errors import SlurmtfError
-from slurmtf.jobspec import EXIT_PREEMPTED, JobSpec, task_command
+from slurmtf.jobspec import EXIT_PREEMPTED, LEGACY_KERAS_ENV, JobSpec, task_command
 from slurmtf.jobvalues import parse_signal
 from slurmtf.runner import Runner, default_runner
 
@@ -57,13 +57,16 @@ def job_id_of(environ: Mapping[str, str]) -> str:
     return environ.get("SLURM_JOB_ID", "local")
 
 
-def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The child's environment: ours plus TF_CONFIG for this task (explicit export)."""
+def child_environment(environ: Mapping[str, str], *, legacy_keras: bool = False) -> dict[str, str]:
+    """The child's environment: ours plus TF_CONFIG for this task (explicit export), and
+    ``TF_USE_LEGACY_KERAS=1`` for ``--legacy_keras``."""
     from slurmtf import resolver
 
     env = dict(environ)
     layout = resolver.resolve(env)
     resolver.export_tf_config(layout, env)
+    if legacy_keras:
+        env[LEGACY_KERAS_ENV] = "1"
     return env
 
 
@@ -90,7 +93,7 @@ def run_task(
     rank = int(environ.get("SLURM_PROCID", "0") or 0)
     job = job_id_of(environ)
     command = task_command(spec, params, python=python, job_id=job)
-    env = child_environment(environ)
+    env = child_environment(environ, legacy_keras=spec.legacy_keras)
     emit(
         "launch",
         rank=rank,

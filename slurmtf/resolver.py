@@ -62,14 +62,25 @@ def export_tf_config(layout: ClusterLayout, environ: MutableMapping[str, str] = 
     return value
 
 
-def cluster_resolver(layout: ClusterLayout | None = None) -> SlurmtfClusterResolver:
+def cluster_resolver(
+    layout: ClusterLayout | None = None, *, keras_fit: bool = True
+) -> SlurmtfClusterResolver:
     """A TensorFlow ``ClusterResolver`` for ``layout`` (resolved now when not given).
 
     Imports TensorFlow; use as ``tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=...)``.
+    With ``keras_fit`` (and Keras 3 as ``tf.keras``) it also applies
+    :func:`slurmtf.keras_compat.enable_multiworker_fit`, so that ``model.fit`` works
+    under that strategy (docs/BRING_YOUR_OWN.md).
     """
     from slurmtf.tf_resolver import SlurmtfClusterResolver
 
-    return SlurmtfClusterResolver(resolve() if layout is None else layout)
+    resolver = SlurmtfClusterResolver(resolve() if layout is None else layout)
+    if keras_fit:
+        from slurmtf import keras_compat
+
+        if not keras_compat.legacy_keras_selected():
+            keras_compat.enable_multiworker_fit()
+    return resolver
 
 
 def export_lines(layout: ClusterLayout) -> str:

@@ -95,6 +95,12 @@ def define_flags(fv: flags.FlagValues) -> None:
         flag_values=fv,
     )
     i("array_parallelism", 256, "Array tasks running at once.", flag_values=fv)
+    b(
+        "legacy_keras",
+        False,
+        "Set TF_USE_LEGACY_KERAS=1 in every task (tf.keras is tf_keras; slurmtf[keras2]).",
+        flag_values=fv,
+    )
     flags.DEFINE_enum(
         "cluster", "slurm", jobspec.CLUSTERS, "slurm, or local processes.", flag_values=fv
     )
@@ -146,6 +152,7 @@ def spec_from_flags(fv: flags.FlagValues, rest: Sequence[str]) -> JobSpec:
         sweep=jobvalues.parse_sweep(fv.sweep),
         array_parallelism=fv.array_parallelism,
         cluster=fv.cluster,
+        legacy_keras=fv.legacy_keras,
     )
 
 
@@ -161,6 +168,8 @@ def dry_run(spec: JobSpec, python: str, out: TextIO) -> None:
         print(f"# job array of {array} tasks", file=out)
     print(jobspec.render_sbatch(spec, python, map_count=array), file=out)
     print("# per-task command (TF_CONFIG is set per task by slurmtf.resolver):", file=out)
+    if spec.legacy_keras:
+        print(f"# every task runs with {jobspec.LEGACY_KERAS_ENV}=1", file=out)
     for index, params in enumerate(grid):
         label = f"array task {index} {params}: " if array else ""
         job = "%A_%a" if array else "%j"

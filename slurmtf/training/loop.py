@@ -53,6 +53,9 @@ class ModelSpec:
     # statistics): averaged over all replicas before every evaluation and checkpoint, so
     # every rank evaluates, saves and ends with the same weights.
     replica_local_state: bool = False
+    # The spec reads its own data (slurmtf.train users): --data_dir and the synthetic-data
+    # warning do not apply.
+    own_data: bool = False
 
 
 @dataclasses.dataclass
@@ -164,11 +167,11 @@ def _run(
         global_batch=config.batch_size,
         per_replica_batch=per_replica,
         dtype=config.dtype,
-        synthetic=config.synthetic,
+        synthetic=config.synthetic and not spec.own_data,
         restart_count=info.restart_count,
         log_file=log_path,
     )
-    if config.synthetic:
+    if config.synthetic and not spec.own_data:
         logging.warning(
             "Training on SYNTHETIC data (%s)", "asked" if config.data_dir else "no --data_dir"
         )

@@ -1,0 +1,128 @@
+"""Preemption for ``model.fit`` scripts: save, exit 75, let the job script requeue, resume.
+
+``PreemptionCheckpoint(backup_dir)`` is Keras's ``BackupAndRestore`` (of ``tf.keras``:
+Keras 3, or ``tf_keras`` with ``TF_USE_LEGACY_KERAS=1``) plus a handler for the
+preemption signal (USR2, as ``jobs/*.sbatch`` and ``slurmtf submit`` ask Slurm to send
+before the time limit)::
+
+    from slurmtf.fit import PreemptionCheckpoint
+
+    model.fit(dataset, epochs=20, steps_per_epoch=500,
+              callbacks=[PreemptionCheckpoint(os.path.join(os.environ["MODEL_DIR"], "backup"))])
+
+* It saves the model and optimizer at the end of every epoch (the chief writes; with
+  Keras 3 through :mod:`slurmtf.keras_compat`) and restores them when a requeued job
+  starts ``fit`` again, which then continues at the next epoch.
+* On the signal, every rank learns of it after the same batch (the flag is summed over
+  the workers after each batch), prints ``{"event": "preempted", ...}`` and exits 75
+  (``EX_TEMPFAIL``); ``jobs/train.sbatch`` and ``slurmtf submit`` requeue the job.
+* The resume point is the last completed epoch: up to one epoch of steps is computed
+  again, so choose ``steps_per_epoch`` for the work you accept to redo. An epoch that
+  reads the same data each time (a finite dataset, or ``steps_per_epoch`` times the
+  batch equal to its size) resumes to exactly the weights of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
+
+__all__ = ["EXIT_PREEMPTED"]  # and PreemptionCheckpoint, built on first use (__getattr__)
+
+_classes: dict[str, Any] = {}
+
+
+def __getattr__(name: str) -> Any:
+    """``PreemptionCheckpoint`` is built on first use, on the ``tf.keras`` in use."""
+    if name == "PreemptionCheckpoint":
+        return _preemption_checkpoint_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _emit(event: str, **fields: Any) -> None:
+    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+    sys.stdout.flush()
+
+
+def _rank(strategy: Any) -> int:
+    resolver = getattr(strategy, "cluster_resolver", None)
+    task_id = getattr(resolver, "task_id", None)
+    return int(task_id) if task_id is not None else 0
+
+
+def _preemption_checkpoint_class() -> Any:
+    import tensorflow as tf
+
+    base = tf.keras.callbacks.BackupAndRestore
+    key = f"{base.__module__}.{base.__qualname__}"
+    if key in _classes:
+        return _classes[key]
+    if base.__module__.startswith("keras"):
+        from slurmtf import keras_compat
+
+        keras_compat.enable_multiworker_fit()  # chief-only backup files
+
+    class PreemptionCheckpoint(base):  # type: ignore[misc, valid-type]
+        """``BackupAndRestore`` that exits 75 on the preemption signal (module doc)."""
+
+        def __init__(
+            self, backup_dir: str, *, signal: str = "USR2", check_every: int = 1, **kwargs: Any
+        ) -> None:
+            if check_every < 1:
+                from slurmtf.errors import InputError
+
+                raise InputError("check_every", check_every, "must be at least 1", "pass 1")
+            super().__init__(backup_dir, **kwargs)
+            self._watcher = PreemptionWatcher(signal)
+            self._check_every = check_every
+            self._batches = 0
+            self._epoch = 0
+            self._agree: Any = None
+
+        def on_train_begin(self, logs: Any = None) -> None:
+            self._watcher.install()
+            super().on_train_begin(logs)
+            strategy = self.model.distribute_strategy
+            # Keras 3 resumes at model._initial_epoch; tf_keras keeps it elsewhere (null).
+            known = hasattr(self.model, "_initial_epoch")
+            initial = int(self.model._initial_epoch or 0) if known else None
+            _emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
+
+        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+            self._epoch = epoch
+            super().on_epoch_begin(epoch, logs)
+
+        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+            super().on_train_batch_end(batch, logs)
+            self._batches += 1
+            if self._batches % self._check_every == 0 and self._preempted():
+                strategy = self.model.distribute_strategy
+                _emit("preempted", rank=_rank(strategy), epoch=self._epoch, batch=batch)
+                self._watcher.uninstall()
+                raise SystemExit(EXIT_PREEMPTED)
+
+        def on_train_end(self, logs: Any = None) -> None:
+            self._watcher.uninstall()
+            super().on_train_end(logs)
+
+        def _preempted(self) -> bool:
+            """Whether any worker got the signal: one small all-reduce across the job."""
+            strategy = self.model.distribute_strategy
+            if strategy.num_replicas_in_sync == 1:
+                return self._watcher.requested
+            if self._agree is None:
+
+                @tf.function  # type: ignore[untyped-decorator]
+                def agree(flag: Any) -> Any:
+                    per_replica = strategy.run(tf.identity, args=(flag,))
+                    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+                self._agree = agree
+            flag = tf.constant(1.0 if self._watcher.requested else 0.0)
+            return float(self._agree(flag)) > 0
+
+    _classes[key] = PreemptionCheckpoint
+    return PreemptionCheckpoint

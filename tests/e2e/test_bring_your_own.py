@@ -1,0 +1,253 @@
+"""End-to-end: your own training scripts through jobs/train.sbatch on 2 sandbox nodes.
+
+The three examples (Keras 3 ``model.fit`` with only the README lines, tf_keras
+``model.fit`` with ``LEGACY_KERAS=1``, and the custom loop of ``slurmtf.train``) and the
+``model.fit`` feature script (metrics, validation data, evaluate, predict,
+ModelCheckpoint, BackupAndRestore, TensorBoard) are submitted together; each must end,
+on every rank, with the weights of a one-worker run of the same script (same global
+batch and seed), run meanwhile as a plain process. Then a ``model.fit`` job with
+``slurmtf.fit.PreemptionCheckpoint`` gets USR2, exits 75, is requeued and resumes, and
+ends with the weights of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
+from tests.e2e.jobruns import JobRun
+from tests.prereqs import require
+
+pytestmark = [pytest.mark.slurm, pytest.mark.tf]
+
+FIT_CHECKS = REPO / "tests" / "scripts" / "fit_checks.py"
+CUSTOM_ARGS = ["--train_steps=16", "--eval_steps=2", "--num_threads=1", "--seed=1", "--log_every=4"]
+SCRIPTS: dict[str, tuple[Path, list[str], dict[str, str]]] = {
+    "keras3": (REPO / "examples" / "keras3_fit.py", [], {}),
+    "tf_keras": (REPO / "examples" / "tf_keras_fit.py", [], {"LEGACY_KERAS": "1"}),
+    "custom": (REPO / "examples" / "custom_loop.py", CUSTOM_ARGS, {}),
+    "features": (FIT_CHECKS, [], {}),
+}
+
+
+@dataclass
+class Pair:
+    """A 2-node sandbox job and the one-worker run of the same script."""
+
+    job: JobRun
+    reference: subprocess.Popen[str]
+    reference_out: Path
+
+    def reference_events(self) -> list[dict[str, Any]]:
+        self.reference.wait(timeout=400)
+        text = self.reference_out.read_text()
+        assert self.reference.returncode == 0, text[-3000:]
+        return [json.loads(x) for x in text.splitlines() if x.startswith("{")]
+
+
+def submit(
+    sandbox: SlurmSandbox,
+    root: Path,
+    name: str,
+    script: Path,
+    *,
+    args: Sequence[str],
+    env: dict[str, str],
+) -> JobRun:
+    run_dir = root / name
+    run_dir.mkdir()
+    job_env = {"MODEL_DIR": str(run_dir / "model"), "LOG_DIR": str(run_dir / "logs"), **env}
+    job_id = sandbox.submit(
+        REPO / "jobs" / "train.sbatch", str(script), *args,
+        sbatch_args=["-N2", "--ntasks-per-node=1", f"--job-name={name}",
+                     f"--output={run_dir}/%x-%j.out"],
+        env=job_env,
+    )  # fmt: skip
+    return JobRun(sandbox, job_id, run_dir, nodes=2, tasks=2)
+
+
+def one_worker(
+    sandbox: SlurmSandbox,
+    root: Path,
+    name: str,
+    script: Path,
+    *,
+    args: Sequence[str],
+    env: dict[str, str],
+) -> tuple[subprocess.Popen[str], Path]:
+    """The same script as one plain process: no Slurm variables, a single local worker."""
+    clean = {k: v for k, v in sandbox.env.items() if not k.startswith(("SLURM", "TF_CONFIG"))}
+    if env.get("LEGACY_KERAS") == "1":
+        clean["TF_USE_LEGACY_KERAS"] = "1"
+    clean["PYTHONPATH"] = str(REPO)
+    out = root / f"{name}-one-worker.out"
+    with out.open("w") as sink:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(
+            [PYTHON, "-u", str(script), *args],
+            cwd=root, env=clean, stdout=sink, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+    return proc, out
+
+
+def model_dir_args(name: str, root: Path, *, one: bool) -> list[str]:
+    """``--model_dir`` for the scripts that write one (the one-worker run: its own)."""
+    if name not in ("custom", "features"):
+        return []
+    return [f"--model_dir={root / (name + ('-1w' if one else '')) / 'model'}"]
+
+
+@pytest.fixture(scope="module")
+def pairs(
+    slurm_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Pair]]:
+    require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
+    require(importlib.util.find_spec("tf_keras") is not None, "tf_keras (scripts/setup.sh)")
+    require(importlib.util.find_spec("tensorboard") is not None, "tensorboard (scripts/setup.sh)")
+    root = tmp_path_factory.mktemp("byo")
+    result: dict[str, Pair] = {}
+    for name, (script, args, env) in SCRIPTS.items():
+        job = submit(
+            slurm_sandbox, root, name, script,
+            args=[*args, *model_dir_args(name, root, one=False)], env=env,
+        )  # fmt: skip
+        proc, out = one_worker(
+            slurm_sandbox, root, name, script,
+            args=[*args, *model_dir_args(name, root, one=True)], env=env,
+        )  # fmt: skip
+        result[name] = Pair(job, proc, out)
+    yield result
+    for pair in result.values():
+        if not pair.job.state:
+            slurm_sandbox.run(["scancel", pair.job.job_id], check=False)
+        if pair.reference.poll() is None:
+            pair.reference.kill()
+            pair.reference.wait()
+
+
+def final(events: list[dict[str, Any]], event: str = "done") -> dict[str, Any]:
+    found = [e for e in events if e.get("event") == event]
+    assert found, f"no {event} event in {events}"
+    return found[-1]
+
+
+def check_same_weights(pair: Pair) -> list[dict[str, Any]]:
+    """Both ranks end with the one-worker run's weights; returns the ranks' done events."""
+    assert pair.job.finish() == "COMPLETED", pair.job.report()
+    assert sorted(pair.job.events) == [0, 1], pair.job.report()
+    dones = [final(pair.job.events[r]) for r in (0, 1)]
+    reference = final(pair.reference_events())
+    assert dones[0]["weights_checksum"] == dones[1]["weights_checksum"], dones
+    # One all-reduced mean of two half-batch gradients vs one full-batch gradient:
+    # equal up to float32 rounding.
+    assert math.isclose(
+        dones[0]["weights_checksum"], reference["weights_checksum"], rel_tol=1e-6
+    ), (dones, reference)
+    assert "srun exited 0" in next(pair.job.run_dir.glob("*.out")).read_text()
+    return dones
+
+
+@pytest.mark.parametrize("name", ["keras3", "tf_keras", "custom"])
+def test_example_on_two_nodes_matches_one_worker(pairs: dict[str, Pair], name: str) -> None:
+    dones = check_same_weights(pairs[name])
+    if name != "custom":
+        assert [d["num_workers"] for d in dones] == [2, 2]
+    if name == "tf_keras":
+        assert dones[0]["keras"] == "tf_keras"
+    if name == "custom":
+        clusters = [final(pairs[name].job.events[r], "cluster") for r in (0, 1)]
+        assert [c["num_workers"] for c in clusters] == [2, 2]
+        assert all(c["synthetic"] is False for c in clusters)
+        assert (pairs[name].job.run_dir.parent / "custom" / "model" / "checkpoints").is_dir()
+
+
+def test_fit_features_on_two_nodes(pairs: dict[str, Pair]) -> None:
+    """fit (metrics, validation), evaluate and predict agree with one worker; only the
+    chief writes ModelCheckpoint, BackupAndRestore and TensorBoard files."""
+    pair = pairs["features"]
+    check_same_weights(pair)
+    reference = pair.reference_events()
+    for rank in (0, 1):
+        events = pair.job.events[rank]
+        history = final(events, "fit")["history"]
+        expected = final(reference, "fit")["history"]
+        assert sorted(history) == ["accuracy", "loss", "val_accuracy", "val_loss"]
+        for key, values in history.items():
+            assert values == pytest.approx(expected[key], rel=1e-5), key
+        evaluated, ref_eval = final(events, "evaluate"), final(reference, "evaluate")
+        assert evaluated["loss"] == pytest.approx(ref_eval["loss"], rel=1e-5)
+        predicted = final(events, "predict")
+        assert predicted["shape"] == [64, 4]
+        assert predicted["max_abs_error"] < 1e-5
+    model = pair.job.run_dir.parent / "features" / "model"
+    assert sorted(p.name for p in (model / "ckpt").iterdir()) == [
+        "epoch1.weights.h5", "epoch2.weights.h5", "epoch3.weights.h5"
+    ]  # fmt: skip
+    assert sorted(p.name for p in (model / "backup").iterdir()) == [
+        "latest.weights.h5", "training_metadata.json"
+    ]  # fmt: skip
+    for split in ("train", "validation"):
+        writers = list((model / "tb" / split).glob("events.out.tfevents.*"))
+        assert len(writers) == 1, f"not one TensorBoard writer in {split}: {writers}"
+
+
+def test_preempted_fit_job_requeues_and_resumes(
+    slurm_sandbox: SlurmSandbox, pairs: dict[str, Pair], tmp_path: Path
+) -> None:
+    """USR2 mid-epoch: every rank exits 75 after the same batch, train.sbatch requeues,
+    the new run restores the last epoch's backup and ends with the uninterrupted weights."""
+    for pair in pairs.values():  # run alone: the others would slow it down
+        pair.job.finish()
+        pair.reference.wait(timeout=400)
+    args = ["--mode=preempt", "--epochs=6", "--steps=4"]
+    env = {"MAX_REQUEUES": "2"}
+    job = submit(
+        slurm_sandbox, tmp_path, "fitpreempt", FIT_CHECKS,
+        args=[*args, "--sleep=0.25", f"--model_dir={tmp_path / 'fitpreempt' / 'model'}"], env=env,
+    )  # fmt: skip
+    reference, reference_out = one_worker(
+        slurm_sandbox, tmp_path, "fitpreempt", FIT_CHECKS,
+        args=[*args, f"--model_dir={tmp_path / 'reference'}"], env={},
+    )  # fmt: skip
+    chief_out = job.log_dir / "rank0.out"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        text = chief_out.read_text(errors="replace") if chief_out.exists() else ""
+        if '"epoch": 1}' in text or slurm_sandbox.state(job.job_id) in TERMINAL:
+            break
+        time.sleep(0.3)
+    else:
+        slurm_sandbox.run(["scancel", job.job_id], check=False)
+        pytest.fail(f"training never finished epoch 2\n{job.report()}")
+    slurm_sandbox.run(["scancel", "--signal=USR2", job.job_id])
+    assert job.finish() == "COMPLETED", job.report()
+
+    for rank in (0, 1):
+        events = job.events[rank]
+        starts = [e["initial_epoch"] for e in events if e["event"] == "fit_start"]
+        (preempted,) = [e for e in events if e["event"] == "preempted"]
+        assert len(starts) == 2, job.report()
+        assert starts[0] == 0
+        assert starts[1] == preempted["epoch"] >= 2, job.report()  # resumed after epoch 1+
+    job_log = next(job.run_dir.glob("*.out")).read_text()
+    assert "requeueing job" in job_log, job_log
+    assert f"job {job.job_id} restart 1" in job_log, job_log
+    dones = [final(job.events[r]) for r in (0, 1)]
+    reference.wait(timeout=400)
+    expected = final(
+        [json.loads(x) for x in reference_out.read_text().splitlines() if x.startswith("{")]
+    )
+    for done in dones:
+        assert math.isclose(done["weights_checksum"], expected["weights_checksum"], rel_tol=1e-6), (
+            dones,
+            expected,
+        )
