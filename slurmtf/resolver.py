@@ -63,18 +63,24 @@ def export_tf_config(layout: ClusterLayout, environ: MutableMapping[str, str] = 
 
 
 def cluster_resolver(
-    layout: ClusterLayout | None = None, *, keras_fit: bool = True
+    layout: ClusterLayout | None = None, *, keras_fit: bool = True, flat_memory: bool = True
 ) -> SlurmtfClusterResolver:
     """A TensorFlow ``ClusterResolver`` for ``layout`` (resolved now when not given).
 
     Imports TensorFlow; use as ``tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=...)``.
     With ``keras_fit`` (and Keras 3 as ``tf.keras``) it also applies
     :func:`slurmtf.keras_compat.enable_multiworker_fit`, so that ``model.fit`` works
-    under that strategy (docs/BRING_YOUR_OWN.md).
+    under that strategy (docs/BRING_YOUR_OWN.md). With ``flat_memory`` it applies
+    :func:`slurmtf.collectives.reuse_collective_instance_keys`, without which memory
+    grows with every collective op a long run executes.
     """
     from slurmtf.tf_resolver import SlurmtfClusterResolver
 
     resolver = SlurmtfClusterResolver(resolve() if layout is None else layout)
+    if flat_memory:
+        from slurmtf.collectives import reuse_collective_instance_keys
+
+        reuse_collective_instance_keys()
     if keras_fit:
         from slurmtf import keras_compat
 

@@ -8,12 +8,10 @@ one GPU -> ``OneDeviceStrategy('/gpu:0')``; no GPU -> ``OneDeviceStrategy('/cpu:
 from __future__ import annotations
 
 import dataclasses
-import logging
 from typing import Any, Protocol
 
+from slurmtf.collectives import reuse_collective_instance_keys
 from slurmtf.errors import InputError
-
-log = logging.getLogger(__name__)
 
 
 class Layout(Protocol):
@@ -117,32 +115,6 @@ def make_strategy(
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=resolver, communication_options=options
     )
-
-
-def reuse_collective_instance_keys() -> bool:
-    """Keep a multi-worker process's memory flat however many steps it runs.
-
-    By default TensorFlow gives every *call* of a ``tf.function`` fresh collective
-    instance keys, and its collective parameter resolver keeps a record per key for the
-    life of the process: about 1.6 KB per collective op executed (2 GB/h for ResNet-20
-    with synchronised batch norm on two CPU workers, measured). Keys assigned when the
-    function is traced are reused by every call, and memory stays flat. That is
-    TensorFlow's own alternative (``_prefer_unique_instance_key``); it needs every rank
-    to trace its collective functions in the same order, which a training loop that runs
-    the same code on every rank does. Call before the first collective; returns whether
-    the switch exists in this TensorFlow (it is logged when it does not).
-    """
-    from tensorflow.python.distribute import cross_device_utils
-
-    launcher = cross_device_utils.CollectiveReplicaLauncher
-    if not hasattr(launcher, "_prefer_unique_instance_key"):
-        log.warning(
-            "This TensorFlow has no CollectiveReplicaLauncher._prefer_unique_instance_key: "
-            "memory may grow with every collective op in long multi-worker runs"
-        )
-        return False
-    launcher._prefer_unique_instance_key = False
-    return True
 
 
 def _configure_coordination(
