@@ -248,7 +248,9 @@ def node_shares(layout: ClusterLayout) -> tuple[tuple[str, ...] | None, ...]:
         own = plan_gpus(layout).visible
     except InputError:
         own = None
-    node = layout.cuda_visible_devices if layout.gpu_split == "force" else layout.node_gpus
+    node, current = layout.node_gpus, layout.cuda_visible_devices
+    if current is not None and (layout.gpu_split == "force" or len(current) == len(node or ())):
+        node = current  # the node's GPUs as CUDA numbers them (cgroups renumber them)
     shares: list[tuple[str, ...] | None] = [None] * tasks
     if own is not None and node is not None and layout.gpu_split != "off":
         per = len(own)

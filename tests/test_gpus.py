@@ -158,6 +158,16 @@ def test_every_form_gives_each_rank_of_a_node_its_own_gpu(
     assert [",".join(s) if s is not None else "?" for s in seen] == shares
 
 
+def test_explain_view_uses_cuda_numbers_when_cgroups_renumber() -> None:
+    layout = resolve(
+        FakeSlurmEnv.step_vars(
+            "n[1-2]", "2(x2)", 1, SLURM_LOCALID=1, CUDA_VISIBLE_DEVICES="0,1",
+            SLURM_STEP_GPUS="6,7",
+        )
+    )  # fmt: skip
+    assert node_shares(layout) == (("0",), ("1",))
+
+
 def test_one_task_per_node_keeps_all_four() -> None:
     for rank in (0, 1):
         layout = resolve(_rank_vars("one-task-per-node", rank, tasks_per_node=1))

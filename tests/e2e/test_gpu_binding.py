@@ -23,7 +23,8 @@ import pytest
 
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import REPO, SlurmSandbox, require_sandbox_prereqs
-from tests.e2e.jobruns import JobRun, submit_job
+from tests.e2e.jobruns import JobRun
+from tests.e2e.test_submit import free_port_base
 from tests.prereqs import require
 
 pytestmark = pytest.mark.slurm
@@ -83,16 +84,35 @@ def _check(seen: dict[int, dict[str, Any]], tasks: int, gpus: list[str], report:
         assert len(set(held)) == len(held), f"two workers of a node share a GPU\n{report}"
 
 
+def _sbatch(
+    sbx: SlurmSandbox, run_dir: Path, tasks: int, options: list[str], args: list[str]
+) -> JobRun:
+    """``sbatch jobs/mnist.sbatch`` on 2 nodes; ports of its own (jobs run side by side,
+    and other sandboxes on this machine number their jobs alike)."""
+    name = run_dir.name
+    run_dir.mkdir()
+    env = {
+        "MODEL_DIR": str(run_dir / "model"), "LOG_DIR": str(run_dir / "logs"),
+        "SLURMTF_PORT_BASE": free_port_base(NODES * tasks),
+    }  # fmt: skip
+    job_id = sbx.submit(
+        REPO / "jobs" / "mnist.sbatch", *args,
+        sbatch_args=[f"-N{NODES}", f"--ntasks-per-node={tasks}", f"--job-name={name}",
+                     f"--output={run_dir}/%x-%j.out", *options],
+        env=env,
+    )  # fmt: skip
+    return JobRun(sbx, job_id, run_dir, nodes=NODES, tasks=NODES * tasks, timeout=400)
+
+
 @pytest.fixture(scope="module")
 def train_run(
     gpu_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[JobRun]:
     """A real 2-node MNIST job, 2 tasks per node with 2 GPUs each; submitted first."""
     require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
-    run = submit_job(
-        gpu_sandbox, tmp_path_factory.mktemp("train"), "train", script="mnist.sbatch",
-        nodes=NODES, tasks_per_node=2, args=TRAIN, sbatch_args=["--gres=gpu:4"], timeout=400,
-    )  # fmt: skip
+    run = _sbatch(
+        gpu_sandbox, tmp_path_factory.mktemp("train"), "train", 2, ["--gres=gpu:4"], TRAIN
+    )
     yield run
     if not run.state:
         gpu_sandbox.run(["scancel", run.job_id], check=False)
@@ -105,17 +125,7 @@ def sbatch_runs(
     """Every sbatch form, submitted at once (they queue for two nodes), after training."""
     root = tmp_path_factory.mktemp("sbatch_forms")
     return {
-        name: submit_job(
-            gpu_sandbox,
-            root,
-            name,
-            script="mnist.sbatch",
-            nodes=NODES,
-            tasks_per_node=tasks,
-            args=["--placement_only"],
-            sbatch_args=options,
-            timeout=180,
-        )
+        name: _sbatch(gpu_sandbox, root / name, tasks, options, ["--placement_only"])
         for name, options, tasks, _ in SBATCH_FORMS
     }
 
@@ -141,7 +151,7 @@ def submit_runs(
         done = gpu_sandbox.run(
             [PY, "-m", "slurmtf.submit", "--model=mnist", f"--nodes={NODES}", "--time=5",
              f"--log_dir={logs}", *options, "--", "--placement_only"],
-            timeout=120,
+            timeout=120, env={"SLURMTF_PORT_BASE": free_port_base(NODES * GPUS)},
         )  # fmt: skip
         match = re.search(r"submitted job (\d+)", done.stdout)
         assert match, done.stdout + done.stderr
@@ -176,7 +186,7 @@ def test_srun_without_a_binding_is_split_by_the_entry_point(gpu_sandbox: SlurmSa
     done = gpu_sandbox.run(
         ["srun", f"-N{NODES}", "--ntasks-per-node=4", "--gres=gpu:4", "bash", "-c",
          'echo "$CUDA_VISIBLE_DEVICES" >&2; exec "$0" -m models.mnist --placement_only', PY],
-        timeout=120, env={"PYTHONPATH": str(REPO)},
+        timeout=120, env={"PYTHONPATH": str(REPO), "SLURMTF_PORT_BASE": free_port_base()},
     )  # fmt: skip
     assert set(done.stderr.split()) == {"0,1,2,3"}, done.stderr  # what Slurm gave each task
     placed = [json.loads(x) for x in done.stdout.splitlines() if '"placement"' in x]
