@@ -110,9 +110,8 @@ def train_run(
 ) -> Iterator[JobRun]:
     """A real 2-node MNIST job, 2 tasks per node with 2 GPUs each; submitted first."""
     require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
-    run = _sbatch(
-        gpu_sandbox, tmp_path_factory.mktemp("train"), "train", 2, ["--gres=gpu:4"], TRAIN
-    )
+    root = tmp_path_factory.mktemp("train")
+    run = _sbatch(gpu_sandbox, root / "train", 2, ["--gres=gpu:4"], TRAIN)
     yield run
     if not run.state:
         gpu_sandbox.run(["scancel", run.job_id], check=False)
