@@ -62,6 +62,8 @@ class SlurmEnv:
     slurm_gpus: str | None = None
     slurm_gpus_var: str = "SLURM_STEP_GPUS"
     gpus_on_node: str | None = None
+    job_gpus: str | None = None
+    gpu_split: str | None = None
 
     def __post_init__(self) -> None:
         if self.scope not in {"step", "job", "none"}:
@@ -145,6 +147,8 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
         slurm_gpus=get(slurm_gpus_var),
         slurm_gpus_var=slurm_gpus_var,
         gpus_on_node=get("SLURM_GPUS_ON_NODE"),
+        job_gpus=get("SLURM_JOB_GPUS"),
+        gpu_split=get("SLURMTF_GPU_SPLIT"),
     )
     if scope == "none":
         log.debug("no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: not in a Slurm step")

@@ -1,10 +1,21 @@
-"""Which GPUs a task uses, without ``nvidia-smi``: Slurm's variables only.
+"""Which GPUs each task uses, without ``nvidia-smi``: Slurm's variables only.
 
-* Slurm's per-task binding (``--gpus-per-task``, ``--gres-flags``...) shows up as a
-  ``CUDA_VISIBLE_DEVICES`` narrower than the node's GPUs; it is always kept.
-* When several tasks of a node share all its GPUs, :func:`apply_gpu_split` (explicit,
-  opt-in) gives each local task its share by ``SLURM_LOCALID``. It refuses to change a
-  ``CUDA_VISIBLE_DEVICES`` it cannot prove is the node-wide one, unless ``force=True``.
+One worker per task, and never two workers of a node on one GPU:
+
+* Slurm's per-task binding (``--gpus-per-task``, ``--gpu-bind``) shows up as a
+  ``CUDA_VISIBLE_DEVICES`` narrower than the step's GPUs on the node
+  (``SLURM_GPUS_ON_NODE``); it is kept.
+* When the tasks of a node all see the node's GPUs (``--gres=gpu:N`` or
+  ``--gpus-per-node=N`` without a binding), :func:`plan_gpus` gives local task ``i`` of
+  ``n`` the ``i``-th of ``n`` equal consecutive shares (by ``SLURM_LOCALID``).
+* One task on a node keeps every GPU it sees: one worker, several local replicas.
+* Fewer GPUs than tasks, or a ``CUDA_VISIBLE_DEVICES`` that Slurm's variables cannot
+  explain, is a one-line :class:`~slurmtf.errors.InputError` naming the variables.
+
+``SLURMTF_GPU_SPLIT`` changes the policy: ``auto`` (default), ``off`` (keep
+``CUDA_VISIBLE_DEVICES`` as found, no checks) or ``force`` (split what is visible by
+``SLURM_LOCALID`` even when Slurm does not say which GPUs the node has).
+:func:`apply_gpu_split` writes the plan (explicitly, before TensorFlow starts).
 """
 
 from __future__ import annotations
@@ -27,6 +38,11 @@ _GPU_ID = re.compile(r"[A-Za-z0-9:._/-]+")
 _NO_GPUS = {"", "NoDevFiles", "none", "None"}
 # More GPUs than any node has; a larger SLURM_GPUS_ON_NODE is garbage, not a list to build.
 MAX_GPUS_PER_NODE = 1024
+GPU_SPLIT_MODES = ("auto", "off", "force")
+_ASK_SLURM = (
+    "give every task its own GPUs: --gres=gpu:N (or --gpus-per-node=N) with "
+    "--ntasks-per-node=N, or --gpus-per-task=1"
+)
 
 
 def parse_gpu_ids(text: str | None, name: str) -> tuple[str, ...] | None:
@@ -61,36 +77,63 @@ def parse_visible_devices(text: str | None) -> tuple[str, ...] | None:
     return tuple(visible)
 
 
-def node_gpus(
-    slurm_gpus: str | None, slurm_gpus_var: str, gpus_on_node: str | None
-) -> tuple[str, ...] | None:
-    """The GPUs Slurm gave this step (or job) on this node; ``None`` when Slurm is silent."""
-    ids = parse_gpu_ids(slurm_gpus, slurm_gpus_var)
-    if ids is not None:
-        return ids
-    if gpus_on_node is None:
+def parse_gpu_count(text: str | None, name: str = "SLURM_GPUS_ON_NODE") -> int | None:
+    """``SLURM_GPUS_ON_NODE`` as a number; ``None`` when unset."""
+    if text is None:
         return None
-    text = gpus_on_node.strip()
-    if not text.isascii() or not text.isdigit():
+    value = text.strip()
+    if not value.isascii() or not value.isdigit():
+        raise InputError(name, text, "is not a count", "expect a number such as 2")
+    if int(value) > MAX_GPUS_PER_NODE:
         raise InputError(
-            "SLURM_GPUS_ON_NODE", gpus_on_node, "is not a count", "expect a number such as 2"
-        )
-    if int(text) > MAX_GPUS_PER_NODE:
-        raise InputError(
-            "SLURM_GPUS_ON_NODE",
-            gpus_on_node,
+            name,
+            text,
             f"is more than {MAX_GPUS_PER_NODE} GPUs on one node",
             "expect the GPU count Slurm set; unset it if you set it by hand",
         )
-    return tuple(str(i) for i in range(int(text)))
+    return int(value)
+
+
+def parse_split_mode(text: str | None, name: str = "SLURMTF_GPU_SPLIT") -> str:
+    """``SLURMTF_GPU_SPLIT``: ``auto`` (default), ``off`` or ``force``."""
+    mode = (text or "auto").strip().lower()
+    if mode not in GPU_SPLIT_MODES:
+        raise InputError(
+            name, text, "is not a GPU split policy", f"use one of {', '.join(GPU_SPLIT_MODES)}"
+        )
+    return mode
+
+
+def node_gpus(
+    slurm_gpus: str | None,
+    slurm_gpus_var: str,
+    gpus_on_node: str | None,
+    job_gpus: str | None = None,
+) -> tuple[str, ...] | None:
+    """The GPUs Slurm gave this step on this node; ``None`` when Slurm is silent.
+
+    Under a per-task binding Slurm narrows ``SLURM_STEP_GPUS`` to the task's own GPUs
+    but keeps ``SLURM_GPUS_ON_NODE`` the step's count on the node: a list shorter than
+    that count is not the node's, so the job's list (``SLURM_JOB_GPUS``) is tried, and
+    then ``0..count-1``.
+    """
+    ids = parse_gpu_ids(slurm_gpus, slurm_gpus_var)
+    count = parse_gpu_count(gpus_on_node)
+    if count is None:
+        return ids
+    if ids is not None and len(ids) == count:
+        return ids
+    job = parse_gpu_ids(job_gpus, "SLURM_JOB_GPUS")
+    if job is not None and len(job) == count:
+        return job
+    return tuple(str(i) for i in range(count))
 
 
 def split_gpus(visible: Sequence[str], local_id: int, local_tasks: int) -> tuple[str, ...]:
     """The share of local task ``local_id`` out of ``local_tasks`` tasks.
 
-    With at least one GPU per task, each task gets ``len(visible) // local_tasks``
-    consecutive GPUs (a remainder stays unused); with fewer GPUs than tasks, tasks share
-    them round-robin (task ``i`` gets GPU ``i % len(visible)``).
+    Each task gets ``len(visible) // local_tasks`` consecutive GPUs (a remainder stays
+    unused). Fewer GPUs than tasks is an error: two workers would share a GPU.
     """
     if not 0 <= local_id < local_tasks:
         raise InputError(
@@ -99,76 +142,143 @@ def split_gpus(visible: Sequence[str], local_id: int, local_tasks: int) -> tuple
     if not visible:
         return ()
     if len(visible) < local_tasks:
-        return (visible[local_id % len(visible)],)
+        raise InputError(
+            "CUDA_VISIBLE_DEVICES",
+            ",".join(visible),
+            f"holds {len(visible)} GPU(s) for the {local_tasks} tasks of this node, so "
+            "workers would share a GPU",
+            f"{_ASK_SLURM}; or SLURMTF_GPU_SPLIT=off to share them on purpose",
+        )
     per_task = len(visible) // local_tasks
     return tuple(visible[local_id * per_task : (local_id + 1) * per_task])
 
 
 @dataclass(frozen=True)
 class GpuPlan:
-    """What :func:`apply_gpu_split` would do: the GPUs to show and why."""
+    """This task's GPUs: what ``CUDA_VISIBLE_DEVICES`` becomes and why.
+
+    ``visible`` is ``None`` when the variable stays unset (no GPUs known). ``replicas``
+    is the number of local replicas the worker runs: its GPUs, or 1 without GPUs.
+    """
 
     visible: tuple[str, ...] | None
     change: bool
     message: str
-    refused: bool = False
+
+    @property
+    def replicas(self) -> int:
+        return max(1, len(self.visible or ()))
+
+    @property
+    def value(self) -> str | None:
+        """``CUDA_VISIBLE_DEVICES`` as the task runs with it (``None``: unset)."""
+        return None if self.visible is None else ",".join(self.visible)
 
 
-def plan_gpu_split(layout: ClusterLayout, *, force: bool = False) -> GpuPlan:
-    """Decide this task's ``CUDA_VISIBLE_DEVICES`` (pure; see :func:`apply_gpu_split`)."""
-    current, node = layout.cuda_visible_devices, layout.node_gpus
-    who = f"local task {layout.local_id} of {layout.local_tasks}"
-    if layout.local_tasks <= 1:
-        return GpuPlan(current, False, "one task on this node: it keeps every GPU it sees")
-    if current is not None:
-        shown = ",".join(current)
-        if not force and node is not None and len(current) < len(node):
-            return GpuPlan(
-                current, False, f"CUDA_VISIBLE_DEVICES={shown} is Slurm's per-task binding: kept"
+def plan_gpus(layout: ClusterLayout) -> GpuPlan:
+    """Decide this task's ``CUDA_VISIBLE_DEVICES`` (pure); raises when it cannot.
+
+    See the module doc for the rules; ``layout.gpu_split`` holds ``SLURMTF_GPU_SPLIT``.
+    """
+    current, node, tasks = layout.cuda_visible_devices, layout.node_gpus, layout.local_tasks
+    who = f"local task {layout.local_id} of {tasks}"
+    if layout.gpu_split == "off":
+        return GpuPlan(current, False, "SLURMTF_GPU_SPLIT=off: CUDA_VISIBLE_DEVICES kept as found")
+    if current == ():
+        return GpuPlan((), False, "CUDA_VISIBLE_DEVICES hides every GPU: none used")
+    if current is None and not node:
+        return GpuPlan(None, False, "Slurm gave no GPUs to this step: none used")
+    source: tuple[str, ...] = current if current is not None else node or ()
+    if tasks <= 1:
+        note = "the only task on this node keeps every GPU it sees"
+        return GpuPlan(source, current is None, f"{note}: {','.join(source)}")
+    if layout.gpu_split == "force":
+        node = source
+    if node is None:
+        raise InputError(
+            "CUDA_VISIBLE_DEVICES",
+            ",".join(source),
+            f"is seen by {tasks} tasks on this node and none of SLURM_STEP_GPUS, "
+            "SLURM_JOB_GPUS, SLURM_GPUS_ON_NODE says whether it is the node's GPUs or "
+            "this task's",
+            f"{_ASK_SLURM}; or set SLURMTF_GPU_SPLIT=force to split it by SLURM_LOCALID, "
+            "or =off to keep it",
+        )
+    if len(source) > len(node):
+        raise InputError(
+            "CUDA_VISIBLE_DEVICES",
+            ",".join(source),
+            f"lists {len(source)} GPUs but Slurm gave this step {len(node)} on this node "
+            "(SLURM_GPUS_ON_NODE)",
+            "do not set CUDA_VISIBLE_DEVICES in a Slurm job; or SLURMTF_GPU_SPLIT=off to keep it",
+        )
+    if len(source) < len(node):
+        if len(source) * tasks > len(node):
+            raise InputError(
+                "CUDA_VISIBLE_DEVICES",
+                ",".join(source),
+                f"binds {len(source)} GPU(s) to each of the {tasks} tasks of this node, which "
+                f"has {len(node)} (SLURM_GPUS_ON_NODE), so workers share a GPU",
+                f"{_ASK_SLURM}; or SLURMTF_GPU_SPLIT=off to share them on purpose",
             )
-        if not force and node is None:
-            return GpuPlan(
-                current,
-                False,
-                f"CUDA_VISIBLE_DEVICES={shown} is already set and Slurm does not say which GPUs "
-                "the node has, so it is left alone. HINT: pass force=True to split it anyway",
-                refused=True,
-            )
-        source: tuple[str, ...] = current
-    elif node is not None:
-        source = node
-    else:
-        return GpuPlan(None, False, "Slurm gave no GPUs to this step: nothing to split")
-    share = split_gpus(source, layout.local_id, layout.local_tasks)
+        return GpuPlan(source, False, f"Slurm's per-task binding {','.join(source)}: kept")
+    share = split_gpus(source, layout.local_id, tasks)
+    spare = len(source) % tasks
+    unused = f"; {spare} GPU(s) unused" if spare else ""
     if current == share:
-        return GpuPlan(current, False, f"{who} already sees only its share")
+        return GpuPlan(share, False, f"{who} already sees only its share{unused}")
     before = "unset" if current is None else ",".join(current)
     return GpuPlan(
-        share,
-        True,
-        f"CUDA_VISIBLE_DEVICES {before} -> {','.join(share) or '(none)'} for {who}",
+        share, True, f"CUDA_VISIBLE_DEVICES {before} -> {','.join(share)} for {who}{unused}"
     )
+
+
+def node_shares(layout: ClusterLayout) -> tuple[tuple[str, ...] | None, ...]:
+    """The GPUs of every local task of this node, by local id (``None``: unknown).
+
+    For the ``--explain`` view. This task's entry is its plan; the others follow from
+    the same variables: the node's GPUs in order, ``k`` per task, as the split and
+    Slurm's ``per_task`` binding assign them (unknown when this task's own binding is
+    not in that order, e.g. ``--gpu-bind=map_gpu:...``, or when no plan is possible).
+    """
+    tasks = max(layout.local_tasks, 1)
+    if layout.cuda_visible_devices is None and not layout.node_gpus:
+        return ((),) * tasks  # Slurm gave the step no GPUs here
+    try:
+        own = plan_gpus(layout).visible
+    except InputError:
+        own = None
+    node, current = layout.node_gpus, layout.cuda_visible_devices
+    if current is not None and (layout.gpu_split == "force" or len(current) == len(node or ())):
+        node = current  # the node's GPUs as CUDA numbers them (cgroups renumber them)
+    shares: list[tuple[str, ...] | None] = [None] * tasks
+    if own is not None and node is not None and layout.gpu_split != "off":
+        per = len(own)
+        in_order = 0 < per * tasks <= len(node) and own == _nth(node, layout.local_id, per)
+        if not own or in_order:
+            shares = [_nth(node, i, per) for i in range(tasks)]
+    shares[layout.local_id] = own
+    return tuple(shares)
+
+
+def _nth(ids: Sequence[str], index: int, per: int) -> tuple[str, ...]:
+    return tuple(ids[index * per : (index + 1) * per])
 
 
 def apply_gpu_split(
     layout: ClusterLayout,
     environ: MutableMapping[str, str] = os.environ,
-    *,
-    force: bool = False,
-) -> tuple[str, ...] | None:
-    """Opt-in: narrow ``CUDA_VISIBLE_DEVICES`` to this task's share; return what it shows.
+) -> GpuPlan:
+    """Write this task's ``CUDA_VISIBLE_DEVICES`` (:func:`plan_gpus`); return the plan.
 
-    Call it before TensorFlow is imported. It never overrides Slurm's per-task binding and
-    logs a warning (and changes nothing) when the current value is not provably the
-    node-wide one, unless ``force`` is set.
+    Call it before TensorFlow is imported: CUDA reads the variable once. Raises
+    :class:`~slurmtf.errors.InputError` when the task would share a GPU or its GPUs
+    cannot be told apart; it never overrides Slurm's per-task binding.
     """
-    plan = plan_gpu_split(layout, force=force)
-    if plan.refused:
-        log.warning(plan.message)
-    elif plan.change:
+    plan = plan_gpus(layout)
+    if plan.change and plan.visible is not None:
+        environ["CUDA_VISIBLE_DEVICES"] = ",".join(plan.visible)
         log.info(plan.message)
     else:
         log.debug(plan.message)
-    if plan.change and plan.visible is not None:
-        environ["CUDA_VISIBLE_DEVICES"] = ",".join(plan.visible)
-    return plan.visible
+    return plan

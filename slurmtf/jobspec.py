@@ -50,6 +50,7 @@ class JobSpec:
     nodes: int = 1
     gpus_per_node: int = 0
     gpu_flag: str = "gres"
+    gpus_per_task: int = 1
     cpus_per_task: int | None = None
     mem: str | None = None
     time_min: int = 60
@@ -99,6 +100,7 @@ class JobSpec:
         for name, low, value in (
             ("--nodes", 1, self.nodes),
             ("--gpus_per_node", 0, self.gpus_per_node),
+            ("--gpus_per_task", 1, self.gpus_per_task),
             ("--time", 1, self.time_min),
             ("--signal_delay_s", 0, self.signal_delay_s),
             ("--max_requeues", 0, self.max_requeues),
@@ -114,6 +116,14 @@ class JobSpec:
                 self.cpus_per_task,
                 "must be at least 1",
                 "leave it out or pass 1+",
+            )
+        if self.gpus_per_node % self.gpus_per_task:
+            raise InputError(
+                "--gpus_per_task",
+                self.gpus_per_task,
+                f"does not divide --gpus_per_node={self.gpus_per_node}",
+                "use a divisor, e.g. --gpus_per_task=1 (one worker per GPU) or "
+                "--gpus_per_task=GPUS_PER_NODE (one worker per node)",
             )
         if self.gpu_flag not in GPU_FLAGS:
             raise InputError(
@@ -147,8 +157,8 @@ class JobSpec:
 
     @property
     def tasks_per_node(self) -> int:
-        """One task per GPU; one task per node without GPUs."""
-        return max(1, self.gpus_per_node)
+        """One task per ``gpus_per_task`` GPUs; one task per node without GPUs."""
+        return max(1, self.gpus_per_node // self.gpus_per_task)
 
     @property
     def num_tasks(self) -> int:
@@ -194,7 +204,11 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
         elif spec.gpu_flag == "gpus-per-node":
             params["gpus_per_node"] = spec.gpus_per_node
         else:
-            params["gpus_per_task"] = 1
+            params["gpus_per_task"] = spec.gpus_per_task
+        chosen = any(key in {"gpu-bind", "gpus-per-task"} for key, _ in spec.sbatch_extra)
+        if spec.gpu_flag != "gpus-per-task" and spec.tasks_per_node > 1 and not chosen:
+            # Slurm binds each task to its own GPUs (Slurm 21.08+); slurmtf checks it.
+            params["srun_args"].append(f"--gpu-bind=per_task:{spec.gpus_per_task}")
     for key in ("cpus_per_task", "mem", "partition", "account", "qos", "constraint"):
         value = getattr(spec, key)
         if value is not None:

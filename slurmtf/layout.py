@@ -17,7 +17,7 @@ from typing import Any
 from slurmtf import ports
 from slurmtf.env import SlurmEnv
 from slurmtf.errors import InputError
-from slurmtf.gpus import node_gpus, parse_visible_devices
+from slurmtf.gpus import node_gpus, parse_split_mode, parse_visible_devices
 from slurmtf.hostlists import expand_hostlist, parse_task_counts, short
 
 DISTRIBUTIONS = ("block", "cyclic", "plane", "arbitrary")
@@ -34,7 +34,8 @@ class ClusterLayout:
 
     ``workers[r]`` / ``nodes[r]`` belong to rank ``r`` (``SLURM_PROCID``). ``gpus`` are
     the GPUs this task sees (``None`` when nothing says); ``node_gpus`` those Slurm gave
-    the step on this node; ``cuda_visible_devices`` the value found at start.
+    the step on this node; ``cuda_visible_devices`` the value found at start;
+    ``gpu_split`` the policy of :func:`slurmtf.gpus.plan_gpus` (``SLURMTF_GPU_SPLIT``).
     """
 
     workers: tuple[str, ...]
@@ -51,6 +52,7 @@ class ClusterLayout:
     gpus: tuple[str, ...] | None = None
     node_gpus: tuple[str, ...] | None = None
     cuda_visible_devices: tuple[str, ...] | None = None
+    gpu_split: str = "auto"
     restart_count: int = 0
     sources: tuple[str, ...] = ()
 
@@ -126,7 +128,7 @@ def build_layout(
     if address_template is not None:
         check_address_template(address_template, address_template_name)
     cuda = parse_visible_devices(env.cuda_visible_devices)
-    node_ids = node_gpus(env.slurm_gpus, env.slurm_gpus_var, env.gpus_on_node)
+    node_ids = node_gpus(env.slurm_gpus, env.slurm_gpus_var, env.gpus_on_node, env.job_gpus)
     common: dict[str, Any] = {
         "job_id": env.job_id,
         "in_slurm": env.in_slurm,
@@ -134,6 +136,7 @@ def build_layout(
         "gpus": cuda if cuda is not None else node_ids,
         "node_gpus": node_ids,
         "cuda_visible_devices": cuda,
+        "gpu_split": parse_split_mode(env.gpu_split),
         "restart_count": _count(env.restart_count, "SLURM_RESTART_COUNT"),
         "sources": env.sources,
     }

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from slurmtf.env import read_slurm_env
 from slurmtf.errors import SlurmtfError
+from slurmtf.gpus import node_shares, plan_gpus
 from slurmtf.layout import ClusterLayout, build_layout
 
 if TYPE_CHECKING:
@@ -103,15 +104,21 @@ def export_lines(layout: ClusterLayout) -> str:
 
 
 def explain(layout: ClusterLayout) -> str:
-    """A human view: one row per rank (rank, node, address, port, local id, GPUs)."""
+    """A human view: one row per rank (rank, node, address, port, local id, GPUs).
+
+    The GPUs are those each rank of this task's node runs with after
+    :func:`slurmtf.gpus.plan_gpus` (``?``: unknown; ``-``: another node).
+    """
     lines = [_summary(layout)]
     header = ("", "rank", "node", "address", "port", "local", "gpus")
     rows = [header]
     local_ids = layout.local_ids() if not layout.is_single_worker else (layout.local_id,)
+    shares = node_shares(layout)
     for rank, (worker, node) in enumerate(zip(layout.workers, layout.nodes, strict=True)):
         address, _, port = worker.rpartition(":")
         mine = rank == layout.task_index
-        gpus = _gpu_text(layout.gpus) if mine else "-"
+        here = node == layout.node and local_ids[rank] < len(shares)
+        gpus = _gpu_text(shares[local_ids[rank]]) if here else "-"
         rows.append(
             ("*" if mine else "", str(rank), node, address, port, str(local_ids[rank]), gpus)
         )
@@ -120,8 +127,17 @@ def explain(layout: ClusterLayout) -> str:
         lines.append(
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
-    lines.append("* = this task")
+    lines.append("* = this task; gpus: CUDA_VISIBLE_DEVICES of each rank on this node")
+    lines.append(f"gpus: {_gpu_plan_text(layout)}")
     return "\n".join(lines)
+
+
+def _gpu_plan_text(layout: ClusterLayout) -> str:
+    try:
+        plan = plan_gpus(layout)
+    except SlurmtfError as exc:
+        return f"cannot decide: {' '.join(str(exc).splitlines())}"
+    return f"{plan.message}; {plan.replicas} local replica(s)"
 
 
 def _summary(layout: ClusterLayout) -> str:

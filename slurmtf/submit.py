@@ -51,11 +51,18 @@ def define_flags(fv: flags.FlagValues) -> None:
         "GPUs per node; one task per GPU (one task per node without).",
         flag_values=fv,
     )
+    i(
+        "gpus_per_task",
+        1,
+        "GPUs of each task (worker): --gpus_per_node/N tasks per node, each bound to its "
+        "own GPUs; =--gpus_per_node for one worker per node with several local replicas.",
+        flag_values=fv,
+    )
     flags.DEFINE_enum(
         "gpu_flag",
         "gres",
         jobspec.GPU_FLAGS,
-        "How GPUs are asked for: --gres=gpu:N, --gpus-per-node=N or --gpus-per-task=1.",
+        "How GPUs are asked for: --gres=gpu:N, --gpus-per-node=N or --gpus-per-task=K.",
         flag_values=fv,
     )
     i("cpus_per_task", None, "CPUs per task.", flag_values=fv)
@@ -134,6 +141,7 @@ def spec_from_flags(fv: flags.FlagValues, rest: Sequence[str]) -> JobSpec:
         nodes=fv.nodes,
         gpus_per_node=fv.gpus_per_node,
         gpu_flag=fv.gpu_flag,
+        gpus_per_task=fv.gpus_per_task,
         cpus_per_task=fv.cpus_per_task,
         mem=fv.mem,
         time_min=jobvalues.parse_time(fv.time),

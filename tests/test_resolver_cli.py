@@ -65,6 +65,42 @@ def test_explain_marks_this_task(
     assert mine[0].split()[-2:] == ["1", "1"]  # local id 1, GPU 1
 
 
+EXPLAIN_GPUS = [
+    # (gpu variables of rank 5 of -N2 --ntasks-per-node=4, GPUs of ranks 0..7, plan line)
+    (
+        {"CUDA_VISIBLE_DEVICES": "0,1,2,3", "SLURM_STEP_GPUS": "0,1,2,3"},
+        ["-", "-", "-", "-", "0", "1", "2", "3"],
+        "CUDA_VISIBLE_DEVICES 0,1,2,3 -> 1 for local task 1 of 4; 1 local replica(s)",
+    ),
+    (
+        {"CUDA_VISIBLE_DEVICES": "1", "SLURM_STEP_GPUS": "1", "SLURM_GPUS_ON_NODE": "4"},
+        ["-", "-", "-", "-", "0", "1", "2", "3"],
+        "Slurm's per-task binding 1: kept",
+    ),
+    (
+        {"CUDA_VISIBLE_DEVICES": "0,1"},
+        ["-", "-", "-", "-", "?", "?", "?", "?"],
+        "cannot decide: CUDA_VISIBLE_DEVICES='0,1': is seen by 4 tasks",
+    ),
+]
+
+
+@pytest.mark.parametrize(("gpu_vars", "gpus", "plan"), EXPLAIN_GPUS)
+def test_explain_shows_the_gpus_of_every_rank_on_the_node(
+    fake_slurm_env: FakeSlurmEnv,
+    capsys: pytest.CaptureFixture[str],
+    gpu_vars: dict[str, str],
+    gpus: list[str],
+    plan: str,
+) -> None:
+    fake_slurm_env.step("n[1-2]", "4(x2)", 5, SLURM_LOCALID=1, **gpu_vars)
+    code, out, _ = run(["--explain"], capsys)
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()[2:10]]
+    assert [row[-1] for row in rows] == gpus, out
+    assert out.splitlines()[-1].startswith(f"gpus: {plan}"), out
+
+
 def test_explain_says_single_worker_fallback(
     fake_slurm_env: FakeSlurmEnv, capsys: pytest.CaptureFixture[str]
 ) -> None:

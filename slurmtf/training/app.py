@@ -15,10 +15,17 @@ from collections.abc import Callable, Sequence
 from absl import flags
 
 from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.training import events
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
 
 FLAGS = flags.FLAGS
+flags.DEFINE_bool(
+    "placement_only",
+    False,
+    "Resolve this rank's place and GPUs (CUDA_VISIBLE_DEVICES as applied), print them as "
+    "one `placement` event and exit 0 without starting TensorFlow: checks a job's GPU binding.",
+)
 EXIT_USAGE = 2
 EXIT_PEER_FAILURE = 1
 EXIT_FAILURE = 1
@@ -38,10 +45,16 @@ def lost_peers(message: str, info: RunInfo) -> str:
 
 
 def resolve_info(program: str = "slurmtf") -> RunInfo:
-    """This task's rank and peers, from the resolver (a single worker outside Slurm)."""
+    """This task's rank, peers and GPUs, from the resolver (a single worker outside Slurm).
+
+    Narrows ``CUDA_VISIBLE_DEVICES`` to this task's GPUs (:func:`slurmtf.gpus.apply_gpu_split`)
+    before TensorFlow starts; raises ``InputError`` when two workers would share a GPU.
+    """
+    from slurmtf.gpus import apply_gpu_split
     from slurmtf.resolver import resolve
 
     layout = resolve()
+    plan = apply_gpu_split(layout)
     if not layout.is_single_worker:
         from slurmtf.ports import ensure_port_free
 
@@ -54,7 +67,27 @@ def resolve_info(program: str = "slurmtf") -> RunInfo:
         restart_count=layout.restart_count,
         layout=None if layout.is_single_worker else layout,
         program=program,
+        cuda_visible_devices=plan.value,
+        planned_replicas=plan.replicas,
+        gpu_plan=plan.message,
     )
+
+
+def emit_placement(info: RunInfo) -> int:
+    """``--placement_only``: this rank's place and GPUs as one event line; no TensorFlow."""
+    layout = info.layout
+    node = layout.node if layout is not None else None
+    events.emit(
+        "placement",
+        rank=info.rank,
+        num_workers=info.num_workers,
+        node=node,
+        local_id=layout.local_id if layout is not None else 0,
+        cuda_visible_devices=info.cuda_visible_devices,
+        planned_replicas=info.planned_replicas,
+        gpu_plan=info.gpu_plan,
+    )
+    return 0
 
 
 def main_for(
@@ -73,7 +106,7 @@ def main_for(
         print(f"usage: python -m {program} [--flag=value ...]\n")
         # The model's own flags are keyed by how it was started (`-m`: its file path).
         model_keys = [k for k in FLAGS.flags_by_module_dict() if _is_model_key(k, program)]
-        for module in [*model_keys, "slurmtf.training.flags"]:
+        for module in [*model_keys, "slurmtf.training.flags", "slurmtf.training.app"]:
             text = FLAGS.module_help(module)
             if text:
                 print(text + "\n")
@@ -91,6 +124,8 @@ def main_for(
         )
         spec = make_spec(config)
         info = dataclasses.replace(info, program=program) if info else resolve_info(program)
+        if FLAGS.placement_only:
+            return emit_placement(info)
         return run(spec, config, info)
     except InputError as exc:
         print(f"{program}: {exc}", file=sys.stderr)

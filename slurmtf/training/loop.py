@@ -69,6 +69,9 @@ class RunInfo:
     restart_count: int = 0
     layout: Any = None
     program: str = "slurmtf"  # prefix of the one-line errors (e.g. models.mnist)
+    cuda_visible_devices: str | None = None  # as applied by slurmtf.gpus (None: unset)
+    planned_replicas: int = 1  # GPUs this worker keeps (1 without GPUs)
+    gpu_plan: str = ""  # why: slurmtf.gpus.GpuPlan.message
 
 
 def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
@@ -164,6 +167,10 @@ def _run(
         collective=choice.collective,
         replicas=replicas,
         gpus=num_gpus,
+        cuda_visible_devices=info.cuda_visible_devices,
+        local_replicas=replicas // max(info.num_workers, 1),
+        planned_replicas=info.planned_replicas,
+        gpu_plan=info.gpu_plan,
         global_batch=config.batch_size,
         per_replica_batch=per_replica,
         dtype=config.dtype,
