@@ -6,8 +6,9 @@ tasks, and check what every healthy job shows: one cluster of the right size, ea
 on the node Slurm placed it on, a falling loss and the same weights on every rank. The
 16-worker MNIST job (4 nodes x 4 tasks) is the documented
 ``sbatch -N4 --gres=gpu:4 --ntasks-per-node=4 jobs/mnist.sbatch --batch_size=800``,
-run with the same checks by tests/e2e/test_documented_commands.py. The sandbox start-up time of 16 nodes is printed as
-``MEASURED sandbox_up_16 <s>``, the jobs' as ``MEASURED <name> <s>``.
+run with the same checks by tests/e2e/test_documented_commands.py. The sandbox start-up
+time of 16 nodes is printed as ``MEASURED sandbox_up_16 <s>``, the jobs' as
+``MEASURED <name> <s>``.
 """
 
 from __future__ import annotations
