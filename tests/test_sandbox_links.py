@@ -79,6 +79,9 @@ def test_plan_commands_stay_inside_own_namespaces() -> None:
         ("stfabc-node1", "eth0"), ("stfabc-br", "node1"),
         ("stfabc-node2", "eth0"), ("stfabc-br", "node2"),
     ]  # fmt: skip
+    assert links.shape_commands(plan, 0)[1] == [
+        "tc", "-n", "stfabc-br", "qdisc", "del", "dev", "node1", "root",
+    ]  # fmt: skip
     unshaped = links.LinkPlan(prefix="stfabc", nodes=2, rate_bps=0)
     assert not [cmd for cmd in links.setup_commands(unshaped) if cmd[0] == "tc"]
     assert links.teardown_commands(plan.namespaces)[0] == ["ip", "netns", "delete", "stfabc-br"]

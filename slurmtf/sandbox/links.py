@@ -84,6 +84,11 @@ def tc_shape(netns: str, dev: str, bps: int) -> list[str]:
             "latency", f"{TBF_LATENCY_MS}ms"]  # fmt: skip
 
 
+def tc_unshape(netns: str, dev: str) -> list[str]:
+    """The ``tc`` command that removes the cap (back to the default queue)."""
+    return ["tc", "-n", netns, "qdisc", "del", "dev", dev, "root"]
+
+
 @dataclass(frozen=True)
 class LinkPlan:
     """Names and addresses of one sandbox's network: ``nodes`` hosts on one bridge.
@@ -149,13 +154,20 @@ def setup_commands(plan: LinkPlan) -> list[list[str]]:
             ["ip", "-n", ns, "addr", "add", f"{plan.node_addr(i)}/24", "dev", NODE_IF],
             ["ip", "-n", ns, "link", "set", NODE_IF, "up"],
         ]
-        if plan.rate_bps:
-            cmds += [tc_shape(ns, NODE_IF, plan.rate_bps), tc_shape(br, port, plan.rate_bps)]
-    return cmds
+    return cmds + (shape_commands(plan, plan.rate_bps) if plan.rate_bps else [])
 
 
 def _veth_peer(netns: str) -> list[str]:
     return ["type", "veth", "peer", "name", NODE_IF, "netns", netns]
+
+
+def shape_commands(plan: LinkPlan, bps: int) -> list[list[str]]:
+    """Set every link of a running plan to ``bps`` each way (0: remove the caps)."""
+    cmds = []
+    for i in range(1, plan.nodes + 1):
+        ends = ((plan.node_ns(i), NODE_IF), (plan.bridge_ns, f"node{i}"))
+        cmds += [tc_shape(ns, dev, bps) if bps else tc_unshape(ns, dev) for ns, dev in ends]
+    return cmds
 
 
 def teardown_commands(namespaces: Sequence[str]) -> list[list[str]]:
@@ -194,10 +206,30 @@ def existing(prefix: str, runner: Runner = _default_runner) -> list[str]:
 
 
 def create(plan: LinkPlan, runner: Runner = _default_runner) -> None:
-    for cmd in setup_commands(plan):
+    run_all(setup_commands(plan), runner)
+
+
+def reshape(plan: LinkPlan, bps: int, runner: Runner = _default_runner) -> None:
+    """Change the cap of a running sandbox's links (0: none; removing no cap is fine)."""
+    for cmd in shape_commands(plan, bps):
         done = runner(cmd)
-        if done.returncode != 0:
+        if done.returncode != 0 and not (bps == 0 and "handle of zero" in done.stderr):
             raise LinkError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")
+
+
+def run_all(cmds: Sequence[Sequence[str]], runner: Runner = _default_runner) -> None:
+    for cmd in cmds:
+        done = runner(cmd)
+        if done.returncode != 0 and not (done.stderr + done.stdout).strip():
+            # Seen once on a loaded machine: tc exited non-zero without a word; a second
+            # try succeeded. Anything that says why it failed is not retried.
+            time.sleep(0.2)
+            done = runner(cmd)
+        if done.returncode != 0:
+            raise LinkError(
+                f"{' '.join(cmd)} failed (exit {done.returncode}): "
+                f"{(done.stderr + done.stdout).strip()}"
+            )
 
 
 def destroy(namespaces: Sequence[str], runner: Runner = _default_runner) -> list[str]:

@@ -30,7 +30,8 @@ TINY = ["--train_steps=20", "--batch_size=32", "--eval_steps=1", "--log_every=10
 @pytest.fixture(scope="module")
 def linked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
     require_sandbox_prereqs()
-    require(subprocess.run(["ip", "netns", "list"], check=False).returncode == 0, "ip netns")
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, check=False)
+    require(netns.returncode == 0, "ip netns (iproute2)")
     sandbox = Sandbox(tmp_path_factory.mktemp("linked"), nodes=2, gpus_per_node=1, link=LINK)
     sandbox.up()
     try:
@@ -68,17 +69,11 @@ def test_shaped_throughput(linked: SlurmSandbox) -> None:
     assert at_1g <= 1.05e9, f"{at_1g / 1e9:.3f} Gbit/s through a 1gbit link"
     assert at_1g >= 0.15e9, f"only {at_1g / 1e9:.3f} Gbit/s through a 1gbit link"
     slow = 100_000_000
-    reshape = [links.tc_shape(plan.node_ns(1), links.NODE_IF, slow),
-               links.tc_shape(plan.bridge_ns, "node2", slow)]  # fmt: skip
-    restore = [links.tc_shape(plan.node_ns(1), links.NODE_IF, plan.rate_bps),
-               links.tc_shape(plan.bridge_ns, "node2", plan.rate_bps)]  # fmt: skip
     try:
-        for cmd in reshape:
-            subprocess.run(cmd, check=True)
+        links.reshape(plan, slow)
         at_100m = links.measure_tcp(plan.node_ns(1), plan.node_ns(2), dst, seconds=1.5)
     finally:
-        for cmd in restore:
-            subprocess.run(cmd, check=True)
+        links.reshape(plan, plan.rate_bps)
     print(f"shaped TCP: {at_1g / 1e9:.3f} Gbit/s at 1gbit, {at_100m / 1e6:.1f} Mbit/s at 100mbit")
     assert 0.75 * slow <= at_100m <= 1.05 * slow, f"{at_100m / 1e6:.1f} Mbit/s at 100mbit"
 
