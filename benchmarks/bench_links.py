@@ -113,6 +113,71 @@ def run(
             "machine": harness.machine_info()}  # fmt: skip
 
 
+# ---- training over the links: 1 vs 2 workers, per wire dtype --------------------------
+MNIST_STEPS, MNIST_LOG_EVERY, MNIST_BATCH = 120, 30, 100
+
+
+def _train(sandbox: Any, nodes: int, dtype: str) -> JSONDict:
+    """MNIST (synthetic, batch 100 per worker, one thread each) on ``nodes`` nodes."""
+    import subprocess
+
+    from benchmarks.bench_scaling import steady_rate
+
+    batch = MNIST_BATCH * nodes
+    argv = [harness.python(), "-m", "models.mnist", "--use_synthetic_data",
+            f"--batch_size={batch}", f"--train_steps={MNIST_STEPS}",
+            f"--log_every={MNIST_LOG_EVERY}", "--epochs_between_evals=100000", "--eval_steps=1",
+            "--num_threads=1", f"--allreduce_dtype={dtype}", "--heartbeat_timeout=60"]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="slurmtf-links-mnist-") as model_dir:
+        done = subprocess.run(
+            ["srun", f"-N{nodes}", "--ntasks-per-node=1", *argv, f"--model_dir={model_dir}"],
+            env=sandbox.env(harness.clean_env()), cwd=harness.REPO, capture_output=True,
+            text=True, timeout=900, check=False,
+        )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"MNIST on {nodes} nodes failed: {done.stderr[-3000:]}")
+    rate, timed = steady_rate(done.stderr, batch)
+    return {"workers": nodes, "dtype": dtype, "examples_per_s": rate, "steps_timed": timed,
+            "step_ms": 1e3 * batch / rate}  # fmt: skip
+
+
+def run_training(rates: Sequence[str], dtypes: Sequence[str]) -> JSONDict:
+    """Scaling efficiency of MNIST per link rate and wire dtype; 1 worker measured once."""
+    from slurmtf.sandbox import Sandbox, links
+
+    with tempfile.TemporaryDirectory(prefix="slurmtf-links-") as tmp:
+        sandbox = Sandbox(Path(tmp), nodes=2, gpus_per_node=0, link="unshaped")
+        sandbox.up()
+        try:
+            plan = sandbox.config().link_plan
+            if plan is None:
+                raise RuntimeError("the sandbox has no links")
+            one = _train(sandbox, 1, "fp32")
+            measured = []
+            for rate in rates:
+                links.reshape(plan, links.parse_rate(rate))
+                for dtype in dtypes:
+                    two = _train(sandbox, 2, dtype)
+                    eff = two["examples_per_s"] / (2 * one["examples_per_s"])
+                    comm = two["step_ms"] - one["step_ms"]  # same 100 examples per worker
+                    measured.append({"rate": rate, **two, "efficiency": eff, "extra_ms": comm})
+        finally:
+            sandbox.down()
+    return {"name": "links_training", "one_worker": one, "runs": measured,
+            "machine": harness.machine_info()}  # fmt: skip
+
+
+def training_markdown(result: JSONDict) -> str:
+    one = result["one_worker"]
+    table = [["1 worker", "-", one["examples_per_s"], one["step_ms"], None, None]]
+    for r in result["runs"]:
+        table.append([r["rate"], r["dtype"], r["examples_per_s"], r["step_ms"],
+                      r["step_ms"] - one["step_ms"], r["efficiency"]])  # fmt: skip
+    headers = ("link", "wire dtype", "examples/s", "step time (ms, 100 examples per worker)",
+               "step time over 1 worker (ms)", "efficiency")  # fmt: skip
+    return harness.markdown_table(headers, table)
+
+
 def rows(result: JSONDict) -> list[list[Any]]:
     from slurmtf.sandbox.links import parse_rate
 
@@ -171,6 +236,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rates", default=",".join(RATES), help="comma-separated link rates")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="wire dtypes to compare")
     parser.add_argument("--out", type=Path, default=None, help="write JSON, table and plot here")
+    parser.add_argument(
+        "--training", action="store_true", help="MNIST 1 vs 2 workers per rate and dtype"
+    )
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", default="", help=argparse.SUPPRESS)
     parser.add_argument("--iters", type=int, default=3, help=argparse.SUPPRESS)
@@ -178,6 +246,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     dtypes = args.dtypes.split(",")
     if args.worker:
         return worker([int(s) for s in args.sizes.split(",")], args.iters, dtypes)
+    if args.training:
+        trained = run_training(args.rates.split(","), dtypes)
+        print(json.dumps(trained, indent=1))
+        print(training_markdown(trained))
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "links_training.json").write_text(json.dumps(trained, indent=1) + "\n")
+            (args.out / "links_training.md").write_text(training_markdown(trained) + "\n")
+        return 0
     result = run(args.rates.split(","), quick=args.quick, dtypes=dtypes)
     print(json.dumps(result, indent=1))
     print(markdown(result))
