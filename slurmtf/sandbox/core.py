@@ -4,6 +4,9 @@
 daemons and waits until every node is idle; ``down()`` cancels jobs, stops the
 daemons it started (by PID) and kills what the jobs left behind. The PIDs, ports and
 mount namespaces live in ``<dir>/sandbox.json``, so a later process can stop it.
+With ``link="1gbit"`` (or ``"unshaped"``) every node gets its own network namespace and
+a shaped link to a bridge (:mod:`slurmtf.sandbox.links`); those namespaces are recorded
+there too and removed by ``down()``.
 """
 
 from __future__ import annotations
@@ -422,6 +425,10 @@ class Sandbox:
             return f"sandbox {self.dir}: down"
         live = self.live_daemons()
         lines = [f"sandbox {self.dir}: {'up' if len(live) == len(pids) else 'DEGRADED'}"]
+        netns = self._recorded_netns()
+        if netns:
+            link = self._read_state().get("link", "")
+            lines.append(f"  links {link} each way; namespaces {' '.join(netns)}")
         for name, pid in pids.items():
             lines.append(f"  {name:<14} pid {pid:<8} {'running' if name in live else 'GONE'}")
         if "slurmctld" in live:
