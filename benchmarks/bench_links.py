@@ -1,6 +1,6 @@
 """All-reduce over real, shaped links: bus bandwidth per link rate, with and without compression.
 
-A 2-node sandbox with links (``Sandbox(link=...)``: each node its own network namespace,
+A sandbox of 2 (``--nodes``) nodes with links (``Sandbox(link=...)``: each node its own namespace,
 a veth to a bridge, ``tc tbf`` both ways). For each rate the caps are changed in place,
 one Python TCP stream node1 -> node2 measures what the link carries, and one
 ``srun -N2`` step runs a TensorFlow worker per node that times ``slurmtf``'s own gradient
@@ -68,7 +68,7 @@ def worker(sizes: Sequence[int], iters: int, dtypes: Sequence[str]) -> int:
     return 0
 
 
-def _measure_rate(sandbox: Any, plan: Any, rate: str, argv: list[str]) -> JSONDict:
+def _measure_rate(sandbox: Any, plan: Any, rate: str, argv: list[str], nodes: int) -> JSONDict:
     import subprocess
 
     from slurmtf.sandbox import links
@@ -78,22 +78,25 @@ def _measure_rate(sandbox: Any, plan: Any, rate: str, argv: list[str]) -> JSONDi
     env = sandbox.env(harness.clean_env({"TF_NUM_INTRAOP_THREADS": "1",
                                          "TF_NUM_INTEROP_THREADS": "1"}))  # fmt: skip
     done = subprocess.run(
-        ["srun", "-N2", "--ntasks-per-node=1", *argv],
+        ["srun", f"-N{nodes}", "--ntasks-per-node=1", *argv],
         env=env, cwd=harness.REPO, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     per_rank = [e for e in harness.parse_events(done.stdout) if e["event"] == "links_allreduce"]
-    if done.returncode != 0 or len(per_rank) != 2:
+    if done.returncode != 0 or len(per_rank) != nodes:
         raise RuntimeError(f"srun at {rate} failed ({done.returncode}): {done.stderr[-3000:]}")
     rows = []
     for i, row in enumerate(per_rank[0]["results"]):
         seconds = max(rank["results"][i]["seconds"] for rank in per_rank)
-        busbw = harness.bus_bandwidth(row["bytes"], seconds, 2)
+        busbw = harness.bus_bandwidth(row["bytes"], seconds, nodes)
         rows.append({**row, "seconds": seconds, "busbw_bytes_per_s": busbw})
-    return {"rate": rate, "tcp_bits_per_s": tcp, "results": rows}
+    return {"rate": rate, "workers": nodes, "tcp_bits_per_s": tcp, "results": rows}
 
 
 def run(
-    rates: Sequence[str] = RATES, quick: bool = False, dtypes: Sequence[str] = DTYPES
+    rates: Sequence[str] = RATES,
+    quick: bool = False,
+    dtypes: Sequence[str] = DTYPES,
+    nodes: int = 2,
 ) -> JSONDict:
     from slurmtf.sandbox import Sandbox
 
@@ -102,11 +105,11 @@ def run(
     argv = [harness.python(), "-m", "benchmarks.bench_links", "--worker", "--iters", str(iters),
             "--sizes", ",".join(map(str, sizes)), "--dtypes", ",".join(dtypes)]  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="slurmtf-links-") as tmp:
-        sandbox = Sandbox(Path(tmp), nodes=2, gpus_per_node=0, link="unshaped")
+        sandbox = Sandbox(Path(tmp), nodes=nodes, gpus_per_node=0, link="unshaped")
         sandbox.up()
         try:
             plan = sandbox.config().link_plan
-            measured = [_measure_rate(sandbox, plan, rate, argv) for rate in rates]
+            measured = [_measure_rate(sandbox, plan, rate, argv, nodes) for rate in rates]
         finally:
             sandbox.down()
     return {"name": "links", "quick": quick, "iterations": iters, "rates": measured,
@@ -218,7 +221,8 @@ def plot(result: JSONDict, out_dir: Path) -> list[Path]:
     ax.plot(rates, caps, "k--", label="link rate (GB/s)")
     ax.set_xlabel("link (each way, tc tbf)")
     ax.set_ylabel("GB/s (fp32 bytes reduced)")
-    ax.set_title(f"2-worker all-reduce of {table[0][3]} MB over shaped links (CPU)")
+    workers = result["rates"][0].get("workers", 2)
+    ax.set_title(f"{workers}-worker all-reduce of {table[0][3]} MB over shaped links (CPU)")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -235,6 +239,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="two sizes, fewer iterations")
     parser.add_argument("--rates", default=",".join(RATES), help="comma-separated link rates")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="wire dtypes to compare")
+    parser.add_argument("--nodes", type=int, default=2, help="workers, one per node (default 2)")
     parser.add_argument("--out", type=Path, default=None, help="write JSON, table and plot here")
     parser.add_argument(
         "--training", action="store_true", help="MNIST 1 vs 2 workers per rate and dtype"
@@ -255,7 +260,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             (args.out / "links_training.json").write_text(json.dumps(trained, indent=1) + "\n")
             (args.out / "links_training.md").write_text(training_markdown(trained) + "\n")
         return 0
-    result = run(args.rates.split(","), quick=args.quick, dtypes=dtypes)
+    result = run(args.rates.split(","), quick=args.quick, dtypes=dtypes, nodes=args.nodes)
     print(json.dumps(result, indent=1))
     print(markdown(result))
     if args.out:
