@@ -1,10 +1,11 @@
 """All-reduce over real, shaped links: bus bandwidth per link rate, with and without compression.
 
-A sandbox of 2 (``--nodes``) nodes with links (``Sandbox(link=...)``: each node its own namespace,
-a veth to a bridge, ``tc tbf`` both ways). For each rate the caps are changed in place,
-one Python TCP stream node1 -> node2 measures what the link carries, and one
-``srun -N2`` step runs a TensorFlow worker per node that times ``slurmtf``'s own gradient
-all-reduce (:func:`slurmtf.training.grad_reduce.all_reduce`) for each wire dtype. Bus
+A sandbox of N nodes (``--nodes``, default 2) with links (``Sandbox(link=...)``: each
+node its own network namespace, a veth to a bridge, ``tc tbf`` both ways). For each rate
+the caps are changed in place, one Python TCP stream node1 -> node2 measures what the
+link carries, and one ``srun -NN`` step runs a TensorFlow worker per node that times
+``slurmtf``'s own gradient all-reduce (:func:`slurmtf.training.grad_reduce.all_reduce`)
+for each wire dtype. Bus
 bandwidth counts the fp32 bytes the caller asked to reduce (so compression shows as
 more bandwidth): size / time * 2(n-1)/n, as nccl-tests defines it.
 
