@@ -1,6 +1,6 @@
 """A local multi-node Slurm cluster for trying job scripts and for end-to-end tests.
 
-Python API: ``Sandbox(dir, nodes, gpus_per_node)`` with ``up()``, ``down()``,
+Python API: ``Sandbox(dir, nodes, gpus_per_node, link="")`` with ``up()``, ``down()``,
 ``status()``, ``env()`` and ``run(args)``. CLI: ``slurmtf sandbox up|status|down|env``
 (``main(argv)``). See docs/SANDBOX.md.
 """

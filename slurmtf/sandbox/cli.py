@@ -33,13 +33,21 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--gpus-per-node", type=int, default=2, help="fake GPUs per node (default 2; 0 = none)"
     )
+    parser.add_argument(
+        "--link",
+        default="",
+        metavar="RATE",
+        help="give every node its own network namespace and a link of RATE each way to a "
+        "bridge (tc token bucket), e.g. 1gbit, 2.5gbit, 10gbit; `unshaped` for namespaces "
+        "without a cap (default: all nodes share loopback)",
+    )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
-        sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node)
+        sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node, link=args.link)
     except InputError as exc:
         print(f"slurmtf sandbox {args.command}: {exc}", file=sys.stderr)
         return 2
@@ -51,15 +59,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             if started:
                 took = time.monotonic() - t0
                 names = ", ".join(cfg.node_names)
+                link = f", links {cfg.link} each way" if cfg.link else ""
                 print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
-                      f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}",
+                      f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}{link}",
                       file=sys.stderr)  # fmt: skip
             else:
                 print(f"sandbox already up in {sandbox.dir} ({cfg.nodes} nodes, "
                       f"{cfg.gpus_per_node} GPUs each)", file=sys.stderr)  # fmt: skip
-                if (cfg.nodes, cfg.gpus_per_node) != (args.nodes, args.gpus_per_node):
-                    print("HINT: `slurmtf sandbox down` first to change --nodes or "
-                          "--gpus-per-node", file=sys.stderr)  # fmt: skip
+                wanted = (args.nodes, args.gpus_per_node, args.link)
+                if (cfg.nodes, cfg.gpus_per_node, cfg.link) != wanted:
+                    print("HINT: `slurmtf sandbox down` first to change --nodes, "
+                          "--gpus-per-node or --link", file=sys.stderr)  # fmt: skip
             print(f"HINT: eval the lines below, or: source {sandbox.dir}/env.sh", file=sys.stderr)
             print(cfgmod.render_env(cfg), end="")
         elif args.command == "down":

@@ -4,6 +4,9 @@
 daemons and waits until every node is idle; ``down()`` cancels jobs, stops the
 daemons it started (by PID) and kills what the jobs left behind. The PIDs, ports and
 mount namespaces live in ``<dir>/sandbox.json``, so a later process can stop it.
+With ``link="1gbit"`` (or ``"unshaped"``) every node gets its own network namespace and
+a shaped link to a bridge (:mod:`slurmtf.sandbox.links`); those namespaces are recorded
+there too and removed by ``down()``.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 from slurmtf.errors import SlurmtfError
 from slurmtf.sandbox import config as cfgmod
-from slurmtf.sandbox import daemons
+from slurmtf.sandbox import daemons, links
 from slurmtf.sandbox.config import SandboxConfig
 
 log = logging.getLogger(__name__)
@@ -29,6 +32,9 @@ log = logging.getLogger(__name__)
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 _BINARIES = ("slurmctld", "slurmd", "sbatch", "munged", "mungekey", "unshare")
 STATE_FILE = "sandbox.json"
+# Client commands that must reach slurmctld; with links they enter the bridge namespace.
+CLIENTS = ("sbatch", "srun", "salloc", "squeue", "scancel", "scontrol", "sinfo", "sattach",
+           "sbcast", "sstat", "sprio")  # fmt: skip
 START_TIMEOUT_S = 30.0
 
 
@@ -63,6 +69,12 @@ def ensure_installed() -> None:
             raise SandboxError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
 
 
+def _real_binary(name: str, shim_dir: Path) -> str:
+    """The installed client binary (not our own shim of the same name)."""
+    rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != shim_dir]
+    return shutil.which(name, path=os.pathsep.join([*rest, "/usr/bin", "/usr/sbin"])) or ""
+
+
 def _pick_ports(sandbox_dir: Path, count: int) -> int:
     """A base port with ``count`` free ports after it, preferring the dir's own base."""
     low, high = cfgmod.PORT_RANGE
@@ -87,10 +99,13 @@ class Sandbox:
     nodes: int = 3
     gpus_per_node: int = 2
     cfg: SandboxConfig | None = None
+    link: str = ""  # "" = loopback; a rate such as "1gbit", or "unshaped": own namespaces
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).absolute()
-        SandboxConfig(dir=self.dir, nodes=self.nodes, gpus_per_node=self.gpus_per_node)  # validate
+        SandboxConfig(
+            dir=self.dir, nodes=self.nodes, gpus_per_node=self.gpus_per_node, link=self.link
+        )  # validate
 
     # ---- state -------------------------------------------------------------
     @property
@@ -124,6 +139,7 @@ class Sandbox:
             gpus_per_node=int(str(state["gpus_per_node"])),
             ctld_port=int(str(state["ctld_port"])),
             slurmd_ports=tuple(int(p) for p in ports) if isinstance(ports, list) else (),
+            link=str(state.get("link", "")),
         )
 
     def config(self) -> SandboxConfig:
@@ -181,7 +197,7 @@ class Sandbox:
         if self.is_up():
             self.cfg = self._config_from_state()
             return False
-        if self._pids():
+        if self._pids() or self._recorded_netns():
             self.down()  # half up: stop what is left and start clean
         ensure_installed()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -192,6 +208,7 @@ class Sandbox:
             gpus_per_node=self.gpus_per_node,
             ctld_port=base,
             slurmd_ports=tuple(base + 1 + i for i in range(self.nodes)),
+            link=self.link,
         )
         self.cfg = cfg
         self._write_files(cfg)
@@ -203,9 +220,12 @@ class Sandbox:
             "cluster_name": cfg.cluster_name,
             "pids": {},
             "namespaces": [],
+            "link": cfg.link,
+            "netns": [],
         }
         self._write_state(state)
         try:
+            self._make_links(cfg, state)
             self._start_daemons(cfg, state, timeout)
         except BaseException:
             self.down()
@@ -235,11 +255,35 @@ class Sandbox:
         cfg.conf_path.write_text(cfgmod.render_slurm_conf(cfg))
         (d / "gres.conf").write_text(cfgmod.render_gres_conf(cfg))
         base_hosts = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
-        (d / "hosts").write_text(cfgmod.render_hosts(base_hosts, cfg.node_names))
+        plan = cfg.link_plan
+        (d / "hosts").write_text(cfgmod.render_hosts(base_hosts, cfg.node_names, plan))
+        for name in CLIENTS:
+            shim, real = cfg.bin_dir / name, _real_binary(name, cfg.bin_dir)
+            shim.unlink(missing_ok=True)
+            if plan is not None and real:
+                shim.write_text(links.render_client_shim(real, plan.bridge_ns, plan.prefix))
+                shim.chmod(0o755)
         (d / "env.sh").write_text(cfgmod.render_env(cfg))
         shim = cfg.bin_dir / "sacct"
         shim.write_text(cfgmod.render_sacct_shim(sys.executable, d))
         shim.chmod(0o755)
+
+    def _make_links(self, cfg: SandboxConfig, state: dict[str, object]) -> None:
+        """Create the namespaces, veths and qdiscs (recorded first, so a crash is undone)."""
+        plan = cfg.link_plan
+        if plan is None:
+            return
+        stale = links.existing(plan.prefix)
+        if stale:
+            log.warning("removing leftover namespaces of %s: %s", self.dir, " ".join(stale))
+            links.destroy(stale)
+        state["netns"] = plan.namespaces
+        self._write_state(state)
+        links.create(plan)
+
+    def _recorded_netns(self) -> list[str]:
+        raw = self._read_state().get("netns", [])
+        return [str(n) for n in raw] if isinstance(raw, list) else []
 
     def _start_daemons(self, cfg: SandboxConfig, state: dict[str, object], timeout: float) -> None:
         d = cfg.dir
@@ -261,16 +305,16 @@ class Sandbox:
         self._write_state(state)
         self._wait(cfg.munge_socket.exists, "munged", deadline, d / "log/munged.log")
 
-        hosts = d / "hosts"
+        hosts, plan = d / "hosts", cfg.link_plan
         pids["slurmctld"] = daemons.start(
             ["slurmctld", "-D", "-c", "-i", "-f", str(cfg.conf_path)],
-            d / "log" / "slurmctld.out", env, hosts,
+            d / "log" / "slurmctld.out", env, hosts, plan.bridge_ns if plan else None,
         )  # fmt: skip
         self._write_state(state)
-        for node in cfg.node_names:
+        for i, node in enumerate(cfg.node_names, start=1):
             pids[f"slurmd-{node}"] = daemons.start(
                 ["slurmd", "-D", "-f", str(cfg.conf_path), "-N", node],
-                d / "log" / f"slurmd-{node}.out", env, hosts,
+                d / "log" / f"slurmd-{node}.out", env, hosts, plan.node_ns(i) if plan else None,
             )  # fmt: skip
         self._write_state(state)
         time.sleep(0.05)
@@ -334,7 +378,7 @@ class Sandbox:
         """Stop everything this sandbox started; return False if nothing was running."""
         pids = self._pids()
         if not pids:
-            return False
+            return self._remove_links()
         marker = str(self.dir)
         try:
             if self.cfg is None:
@@ -355,7 +399,24 @@ class Sandbox:
             daemons.stop({live["munged"]: marker})
         state["pids"], state["namespaces"] = {}, []
         self._write_state(state)
+        self._remove_links()
         return True
+
+    def _remove_links(self) -> bool:
+        """Delete the recorded namespaces and any others with this sandbox's prefix."""
+        recorded = self._recorded_netns()
+        prefixes = {n.rsplit("-", 1)[0] for n in recorded}
+        if self.cfg is not None and self.cfg.link_plan is not None:
+            prefixes.add(self.cfg.link_plan.prefix)
+        names = list(dict.fromkeys(recorded + [n for p in prefixes for n in links.existing(p)]))
+        errors = links.destroy(names)
+        if errors:
+            log.warning("could not remove namespaces: %s", "; ".join(errors))
+        if recorded and self.state_path.exists():
+            state = self._read_state()
+            state["netns"] = []
+            self._write_state(state)
+        return bool(names)
 
     # ---- status ------------------------------------------------------------
     def status(self) -> str:
@@ -364,6 +425,10 @@ class Sandbox:
             return f"sandbox {self.dir}: down"
         live = self.live_daemons()
         lines = [f"sandbox {self.dir}: {'up' if len(live) == len(pids) else 'DEGRADED'}"]
+        netns = self._recorded_netns()
+        if netns:
+            link = self._read_state().get("link", "")
+            lines.append(f"  links {link} each way; namespaces {' '.join(netns)}")
         for name, pid in pids.items():
             lines.append(f"  {name:<14} pid {pid:<8} {'running' if name in live else 'GONE'}")
         if "slurmctld" in live:

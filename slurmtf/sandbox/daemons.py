@@ -25,16 +25,20 @@ def start(
     log: Path,
     env: Mapping[str, str],
     hosts: Path | None = None,
+    netns: str | None = None,
 ) -> int:
     """Start one foreground daemon detached from us; return its PID.
 
     With ``hosts``, the daemon runs in a new mount namespace where that file is
     /etc/hosts (``unshare`` and ``sh`` exec into it, so the PID is the daemon's).
+    With ``netns``, it runs in that named network namespace (``nsenter`` execs too).
     """
     cmd = list(argv)
     if hosts is not None:
         cmd = ["unshare", "--mount", "--propagation", "private", "sh", "-c", _NS_WRAPPER,
                str(hosts), *cmd]  # fmt: skip
+    if netns is not None:
+        cmd = ["nsenter", f"--net=/run/netns/{netns}", "--", *cmd]
     # posix_spawn, not Popen: the daemon outlives us and nobody waits on a Popen object.
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:

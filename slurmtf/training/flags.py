@@ -79,6 +79,20 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "Collectives: NCCL on GPUs, RING on CPU.",
         flag_values=fv,
     )
+    flags.DEFINE_enum(
+        "allreduce_dtype",
+        "fp32",
+        ["fp32", "bf16", "fp16"],
+        "Dtype gradients cross the network in: bf16 halves the bytes (fp32's range), fp16 "
+        "too, scaled by a power of two per tensor so small gradients survive.",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "bytes_per_pack",
+        0,
+        "Split the gradient all-reduce into packs of this many bytes (0 = one pack).",
+        flag_values=fv,
+    )
     flags.DEFINE_float(
         "stall_timeout",
         120.0,
@@ -165,6 +179,8 @@ class TrainConfig:
     seed: int = 0
     distribution_strategy: str = "auto"
     all_reduce_alg: str = "auto"
+    allreduce_dtype: str = "fp32"
+    bytes_per_pack: int = 0
     stall_timeout: float = 120.0
     stall_factor: float = 20.0
     collective_timeout: float = 0.0
@@ -244,6 +260,10 @@ class TrainConfig:
                 self.registration_timeout,
                 "must not be negative",
                 "pass 0 for TF's default",
+            )
+        if self.bytes_per_pack < 0:
+            raise InputError(
+                "--bytes_per_pack", self.bytes_per_pack, "must not be negative", "0 = one pack"
             )
         if self.keep_checkpoints < 1:
             raise InputError(

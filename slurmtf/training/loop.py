@@ -16,7 +16,7 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf.training import events, progress_watch
+from slurmtf.training import events, grad_reduce, progress_watch
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import (
@@ -25,6 +25,7 @@ from slurmtf.training.flags import (
     fit_default_batch,
     scaled_learning_rate,
 )
+from slurmtf.training.grad_reduce import GradReduce
 from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
 from slurmtf.training.strategy import describe, make_strategy, plan_strategy, split_cpu
 
@@ -211,7 +212,8 @@ def _run(
     )
     restored = ckpt.restore_latest()
     start = int(step_var.numpy())
-    steps = _Steps(strategy, model, optimizer, config.batch_size, config.enable_xla)
+    reduce = GradReduce(config.allreduce_dtype, config.bytes_per_pack)
+    steps = _Steps(strategy, model, optimizer, config.batch_size, config.enable_xla, reduce=reduce)
     sync_state = steps.state_sync() if spec.replica_local_state else _nothing
     steps.check_same_step(start)
     summaries = Summaries(config.model_dir, info.is_chief)
@@ -351,11 +353,20 @@ class _Steps:
     """The compiled train and eval steps for one strategy, model and optimizer."""
 
     def __init__(
-        self, strategy: Any, model: Any, optimizer: Any, global_batch: int, xla: bool
+        self,
+        strategy: Any,
+        model: Any,
+        optimizer: Any,
+        global_batch: int,
+        xla: bool,
+        *,
+        reduce: GradReduce | None = None,
     ) -> None:
         import keras
         import tensorflow as tf
 
+        reduce = reduce or GradReduce()
+        grad_reduce.take_over_reduction(optimizer, reduce)
         self._strategy = strategy
         self._model = model
 
@@ -378,6 +389,8 @@ class _Steps:
 
         def train_replica(images: Any, labels: Any, flag: Any) -> Any:
             loss, correct, grads = compiled(images, labels)
+            if reduce.explicit:  # compressed or packed: sum here, not inside Keras
+                grads = grad_reduce.all_reduce(grads, reduce)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return tf.stack([loss, correct / global_batch, flag])
 

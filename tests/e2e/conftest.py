@@ -131,9 +131,14 @@ class SlurmSandbox:
 
 @pytest.fixture(scope="session")
 def slurm_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
-    """One 3-node sandbox with 2 fake GPUs per node for the whole session."""
+    """One 3-node sandbox with 2 fake GPUs per node for the whole session.
+
+    ``SLURMTF_TEST_LINK=1gbit`` (any ``--link`` value) runs the whole suite with nodes
+    on shaped links of their own instead of loopback.
+    """
     require_sandbox_prereqs()
-    sandbox = Sandbox(tmp_path_factory.mktemp("slurm"), nodes=3, gpus_per_node=2)
+    link = os.environ.get("SLURMTF_TEST_LINK", "")
+    sandbox = Sandbox(tmp_path_factory.mktemp("slurm"), nodes=3, gpus_per_node=2, link=link)
     sandbox.up()
     try:
         yield SlurmSandbox(sandbox)

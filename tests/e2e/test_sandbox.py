@@ -57,7 +57,7 @@ def test_resolver_under_srun(slurm_sandbox: SlurmSandbox, layout: list[str], nta
 
 def test_node_names_resolve_inside_jobs_only(slurm_sandbox: SlurmSandbox) -> None:
     done = slurm_sandbox.run(["srun", "-N1", "getent", "hosts", "node3"], timeout=30)
-    assert done.stdout.split()[0] == "127.0.0.1"
+    assert done.stdout.split()[0] == slurm_sandbox.sandbox.config().node_addr(3)
     assert "node3" not in Path("/etc/hosts").read_text()
 
 

@@ -1,0 +1,276 @@
+"""All-reduce over real, shaped links: bus bandwidth per link rate, with and without compression.
+
+A sandbox of N nodes (``--nodes``, default 2) with links (``Sandbox(link=...)``: each
+node its own network namespace, a veth to a bridge, ``tc tbf`` both ways). For each rate
+the caps are changed in place, one Python TCP stream node1 -> node2 measures what the
+link carries, and one ``srun -NN`` step runs a TensorFlow worker per node that times
+``slurmtf``'s own gradient all-reduce (:func:`slurmtf.training.grad_reduce.all_reduce`)
+for each wire dtype. Bus
+bandwidth counts the fp32 bytes the caller asked to reduce (so compression shows as
+more bandwidth): size / time * 2(n-1)/n, as nccl-tests defines it.
+
+    python -m benchmarks.bench_links [--quick] [--rates unshaped,10gbit,2.5gbit,1gbit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks import harness
+from benchmarks.harness import JSONDict
+
+MB = 1 << 20
+RATES = ("unshaped", "10gbit", "2.5gbit", "1gbit")
+DTYPES = ("fp32", "bf16", "fp16")
+
+
+def worker(sizes: Sequence[int], iters: int, dtypes: Sequence[str]) -> int:
+    """One rank under srun: time the gradient all-reduce of each size and dtype."""
+    import tensorflow as tf
+
+    from benchmarks.bench_allreduce import _strategy
+    from slurmtf.training.grad_reduce import GradReduce, all_reduce
+
+    strategy, info = _strategy()
+
+    def make_step(spec: GradReduce) -> Any:
+        def replica_fn(v: Any) -> Any:
+            return all_reduce([tf.identity(v)], spec)[0][0]
+
+        return tf.function(lambda x: strategy.run(replica_fn, args=(x,)))
+
+    def call(step: Any, x: Any) -> float:
+        return float(strategy.experimental_local_results(step(x))[0].numpy())
+
+    barrier, one = make_step(GradReduce()), tf.ones([1], tf.float32)
+    rows = []
+    for dtype in dtypes:
+        for size in sizes:
+            x = tf.ones([size // 4], tf.float32)
+            step = make_step(GradReduce(dtype))
+            call(step, x)  # trace and warm up
+            call(barrier, one)
+            times = []
+            for _ in range(iters):
+                start = time.perf_counter()
+                value = call(step, x)
+                times.append(time.perf_counter() - start)
+            if value != len(info["workers"]):
+                raise RuntimeError(f"{dtype} all-reduce of ones gave {value}")
+            rows.append({"dtype": dtype, "bytes": size, "seconds": harness.median(times)})
+    print(json.dumps({"event": "links_allreduce", **info, "results": rows}), flush=True)
+    return 0
+
+
+def _measure_rate(sandbox: Any, plan: Any, rate: str, argv: list[str], nodes: int) -> JSONDict:
+    import subprocess
+
+    from slurmtf.sandbox import links
+
+    links.reshape(plan, links.parse_rate(rate))
+    tcp = links.measure_tcp(plan.node_ns(1), plan.node_ns(2), plan.node_addr(2), seconds=2.0)
+    env = sandbox.env(harness.clean_env({"TF_NUM_INTRAOP_THREADS": "1",
+                                         "TF_NUM_INTEROP_THREADS": "1"}))  # fmt: skip
+    done = subprocess.run(
+        ["srun", f"-N{nodes}", "--ntasks-per-node=1", *argv],
+        env=env, cwd=harness.REPO, capture_output=True, text=True, timeout=900, check=False,
+    )  # fmt: skip
+    per_rank = [e for e in harness.parse_events(done.stdout) if e["event"] == "links_allreduce"]
+    if done.returncode != 0 or len(per_rank) != nodes:
+        raise RuntimeError(f"srun at {rate} failed ({done.returncode}): {done.stderr[-3000:]}")
+    rows = []
+    for i, row in enumerate(per_rank[0]["results"]):
+        seconds = max(rank["results"][i]["seconds"] for rank in per_rank)
+        busbw = harness.bus_bandwidth(row["bytes"], seconds, nodes)
+        rows.append({**row, "seconds": seconds, "busbw_bytes_per_s": busbw})
+    return {"rate": rate, "workers": nodes, "tcp_bits_per_s": tcp, "results": rows}
+
+
+def run(
+    rates: Sequence[str] = RATES,
+    quick: bool = False,
+    dtypes: Sequence[str] = DTYPES,
+    nodes: int = 2,
+) -> JSONDict:
+    from slurmtf.sandbox import Sandbox
+
+    sizes = [mb * MB for mb in ((4, 16) if quick else (4, 16, 64))]
+    iters = 3 if quick else 5
+    argv = [harness.python(), "-m", "benchmarks.bench_links", "--worker", "--iters", str(iters),
+            "--sizes", ",".join(map(str, sizes)), "--dtypes", ",".join(dtypes)]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="slurmtf-links-") as tmp:
+        sandbox = Sandbox(Path(tmp), nodes=nodes, gpus_per_node=0, link="unshaped")
+        sandbox.up()
+        try:
+            plan = sandbox.config().link_plan
+            measured = [_measure_rate(sandbox, plan, rate, argv, nodes) for rate in rates]
+        finally:
+            sandbox.down()
+    return {"name": "links", "quick": quick, "iterations": iters, "rates": measured,
+            "machine": harness.machine_info()}  # fmt: skip
+
+
+# ---- training over the links: 1 vs 2 workers, per wire dtype --------------------------
+MNIST_STEPS, MNIST_LOG_EVERY, MNIST_BATCH = 120, 30, 100
+
+
+def _train(sandbox: Any, nodes: int, dtype: str) -> JSONDict:
+    """MNIST (synthetic, batch 100 per worker, one thread each) on ``nodes`` nodes."""
+    import subprocess
+
+    from benchmarks.bench_scaling import steady_rate
+
+    batch = MNIST_BATCH * nodes
+    argv = [harness.python(), "-m", "models.mnist", "--use_synthetic_data",
+            f"--batch_size={batch}", f"--train_steps={MNIST_STEPS}",
+            f"--log_every={MNIST_LOG_EVERY}", "--epochs_between_evals=100000", "--eval_steps=1",
+            "--num_threads=1", f"--allreduce_dtype={dtype}", "--heartbeat_timeout=60"]  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="slurmtf-links-mnist-") as model_dir:
+        done = subprocess.run(
+            ["srun", f"-N{nodes}", "--ntasks-per-node=1", *argv, f"--model_dir={model_dir}"],
+            env=sandbox.env(harness.clean_env()), cwd=harness.REPO, capture_output=True,
+            text=True, timeout=900, check=False,
+        )  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"MNIST on {nodes} nodes failed: {done.stderr[-3000:]}")
+    rate, timed = steady_rate(done.stderr, batch)
+    return {"workers": nodes, "dtype": dtype, "examples_per_s": rate, "steps_timed": timed,
+            "step_ms": 1e3 * batch / rate}  # fmt: skip
+
+
+def run_training(rates: Sequence[str], dtypes: Sequence[str]) -> JSONDict:
+    """Scaling efficiency of MNIST per link rate and wire dtype; 1 worker measured once."""
+    from slurmtf.sandbox import Sandbox, links
+
+    with tempfile.TemporaryDirectory(prefix="slurmtf-links-") as tmp:
+        sandbox = Sandbox(Path(tmp), nodes=2, gpus_per_node=0, link="unshaped")
+        sandbox.up()
+        try:
+            plan = sandbox.config().link_plan
+            if plan is None:
+                raise RuntimeError("the sandbox has no links")
+            one = _train(sandbox, 1, "fp32")
+            measured = []
+            for rate in rates:
+                links.reshape(plan, links.parse_rate(rate))
+                for dtype in dtypes:
+                    two = _train(sandbox, 2, dtype)
+                    eff = two["examples_per_s"] / (2 * one["examples_per_s"])
+                    comm = two["step_ms"] - one["step_ms"]  # same 100 examples per worker
+                    measured.append({"rate": rate, **two, "efficiency": eff, "extra_ms": comm})
+        finally:
+            sandbox.down()
+    return {"name": "links_training", "one_worker": one, "runs": measured,
+            "machine": harness.machine_info()}  # fmt: skip
+
+
+def training_markdown(result: JSONDict) -> str:
+    one = result["one_worker"]
+    table = [["1 worker", "-", one["examples_per_s"], one["step_ms"], None, None]]
+    for r in result["runs"]:
+        table.append([r["rate"], r["dtype"], r["examples_per_s"], r["step_ms"],
+                      r["step_ms"] - one["step_ms"], r["efficiency"]])  # fmt: skip
+    headers = ("link", "wire dtype", "examples/s", "step time (ms, 100 examples per worker)",
+               "step time over 1 worker (ms)", "efficiency")  # fmt: skip
+    return harness.markdown_table(headers, table)
+
+
+def rows(result: JSONDict) -> list[list[Any]]:
+    from slurmtf.sandbox.links import parse_rate
+
+    out = []
+    for entry in result["rates"]:
+        cap = parse_rate(entry["rate"]) / 8  # bytes/s each way; 0 = no cap
+        for row in entry["results"]:
+            busbw = row["busbw_bytes_per_s"]
+            out.append([entry["rate"], entry["tcp_bits_per_s"] / 1e9, row["dtype"],
+                        row["bytes"] // MB, row["seconds"] * 1e3, busbw / 1e9,
+                        busbw / cap if cap else None])  # fmt: skip
+    return out
+
+
+HEADERS = ("link", "TCP stream (Gbit/s)", "wire dtype", "size (MB fp32)",
+           "all-reduce time (ms)", "busbw (GB/s, fp32 bytes)", "busbw / link rate")  # fmt: skip
+
+
+def markdown(result: JSONDict) -> str:
+    return harness.markdown_table(HEADERS, rows(result))
+
+
+def plot(result: JSONDict, out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = [r for r in rows(result) if r[3] == max(r[3] for r in rows(result))]
+    rates = list(dict.fromkeys(r[0] for r in table))
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for dtype in dict.fromkeys(r[2] for r in table):
+        ax.plot(rates, [next(r[5] for r in table if r[0] == x and r[2] == dtype) for x in rates],
+                "o-", label=f"all-reduce busbw, {dtype} on the wire")  # fmt: skip
+    caps = [
+        float(x.removesuffix("gbit")) / 8 if x.endswith("gbit") else float("nan") for x in rates
+    ]
+    ax.plot(rates, caps, "k--", label="link rate (GB/s)")
+    ax.set_xlabel("link (each way, tc tbf)")
+    ax.set_ylabel("GB/s (fp32 bytes reduced)")
+    workers = result["rates"][0].get("workers", 2)
+    ax.set_title(f"{workers}-worker all-reduce of {table[0][3]} MB over shaped links (CPU)")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out_dir / "links_allreduce.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return [path]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.bench_links", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="two sizes, fewer iterations")
+    parser.add_argument("--rates", default=",".join(RATES), help="comma-separated link rates")
+    parser.add_argument("--dtypes", default=",".join(DTYPES), help="wire dtypes to compare")
+    parser.add_argument("--nodes", type=int, default=2, help="workers, one per node (default 2)")
+    parser.add_argument("--out", type=Path, default=None, help="write JSON, table and plot here")
+    parser.add_argument(
+        "--training", action="store_true", help="MNIST 1 vs 2 workers per rate and dtype"
+    )
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--sizes", default="", help=argparse.SUPPRESS)
+    parser.add_argument("--iters", type=int, default=3, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    dtypes = args.dtypes.split(",")
+    if args.worker:
+        return worker([int(s) for s in args.sizes.split(",")], args.iters, dtypes)
+    if args.training:
+        trained = run_training(args.rates.split(","), dtypes)
+        print(json.dumps(trained, indent=1))
+        print(training_markdown(trained))
+        if args.out:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "links_training.json").write_text(json.dumps(trained, indent=1) + "\n")
+            (args.out / "links_training.md").write_text(training_markdown(trained) + "\n")
+        return 0
+    result = run(args.rates.split(","), quick=args.quick, dtypes=dtypes, nodes=args.nodes)
+    print(json.dumps(result, indent=1))
+    print(markdown(result))
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "links.json").write_text(json.dumps(result, indent=1) + "\n")
+        (args.out / "links.md").write_text(markdown(result) + "\n")
+        plot(result, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
