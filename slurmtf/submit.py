@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from absl import flags
 
 from slurmtf import jobspec, jobvalues
-from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
+from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError, report_error
 from slurmtf.jobspec import JobSpec
 from slurmtf.watch import follow, log_paths
 
@@ -256,12 +256,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             return 0
         status: int = follow(main_id, spec.folder, spec.num_tasks, out=out, log_job=ids[0])
         return status
-    except InputError as exc:
-        print(f"slurmtf submit: {exc}", file=sys.stderr)
-        return 2
     except SlurmtfError as exc:
-        print(f"slurmtf submit: {exc}", file=sys.stderr)
-        return 1
+        return report_error("slurmtf submit", exc)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
+from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError, report_error
 from slurmtf.runner import Runner, default_runner
 
 FINAL = {
@@ -295,12 +295,8 @@ def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> 
             )
         sys.stdout.write(path.read_text(errors="replace"))
         return 0
-    except InputError as exc:
-        print(f"slurmtf {command}: {exc}", file=sys.stderr)
-        return 2
     except SlurmtfError as exc:
-        print(f"slurmtf {command}: {exc}", file=sys.stderr)
-        return 1
+        return report_error(f"slurmtf {command}", exc)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slurmtf.datasets import manifest
-from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.errors import SlurmtfError, report_error
 
 EPILOG = """examples:
   slurmtf data sample-mnist runs/data/mnist-sample   # real digits, offline (scikit-learn)
@@ -67,10 +67,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             record = manifest.verify_directory(args.dir)
             print(f"{args.dir}: {len(record['files'])} files match {manifest.NAME}")
             print(f"data: {manifest.describe(record)}")
-    except InputError as exc:
-        print(f"slurmtf data {args.command}: {exc}", file=sys.stderr)
-        return 2
     except SlurmtfError as exc:
-        print(f"slurmtf data {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return report_error(f"slurmtf data {args.command}", exc)
     return 0
