@@ -6,6 +6,8 @@ The ``write_*`` helpers are also used by tests/test_models_train.py to train on 
 from __future__ import annotations
 
 import gzip
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,8 @@ import numpy as np
 import pytest
 
 from slurmtf.errors import InputError
+
+REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.tf
 
@@ -285,3 +289,29 @@ def test_skip_batches_continues_the_stream() -> None:
     resumed = synthetic.dataset(context(), 4, training=True, skip_batches=4, **kw)
     later = [b[1].numpy() for b in resumed.take(2)]
     np.testing.assert_array_equal(np.stack(fresh[4:]), np.stack(later))
+
+
+def test_imagenet_records_are_counted_without_tensorflow(tmp_path: Path) -> None:
+    """The count comes before the multi-worker strategy: it must not start TensorFlow."""
+    write_imagenet(tmp_path, train_files=2, per_file=3)
+    program = (
+        "import sys\n"
+        "from models.data import imagenet\n"
+        f"paths = imagenet.files({str(tmp_path)!r}, training=True)\n"
+        "print(imagenet.count_records(paths), 'tensorflow' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", program], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["6", "False"], done.stdout + done.stderr
+
+
+def test_a_truncated_tfrecord_file_is_an_input_error(tmp_path: Path) -> None:
+    from models.data import imagenet
+
+    write_imagenet(tmp_path, train_files=1, per_file=3)
+    (shard,) = imagenet.files(str(tmp_path), training=True)
+    data = Path(shard).read_bytes()
+    Path(shard).write_bytes(data[:-5])
+    with pytest.raises(InputError, match="truncated TFRecord"):
+        imagenet.count_records([shard])

@@ -345,8 +345,9 @@ def test_resnet20_trains_on_tiny_cifar_files(tmp_path: Path, jobs: list[Job]) ->
 
 
 def test_resnet50_trains_on_tiny_imagenet_tfrecords(tmp_path: Path, jobs: list[Job]) -> None:
+    """Two workers: counting the records must not start TensorFlow before the strategy."""
     data = write_imagenet(tmp_path / "imagenet", train_files=2, per_file=4)
-    job = Job(tmp_path, 1, "r50").start(
+    job = Job(tmp_path, 2, "r50").start(
         "resnet",
         [
             "--resnet_size=50",
@@ -359,9 +360,10 @@ def test_resnet50_trains_on_tiny_imagenet_tfrecords(tmp_path: Path, jobs: list[J
         ],
     )
     jobs.append(job)
-    assert job.wait() == [0], job.logs()
+    assert job.wait() == [0, 0], job.logs()
     assert job.events(0, "eval")[0]["examples"] == 4
-    assert job.done(0)["step"] == 2
+    assert job.done(0)["step"] == job.done(1)["step"] == 2
+    assert job.done(0)["weights_checksum"] == job.done(1)["weights_checksum"]
 
 
 def test_unknown_flag_is_a_usage_error(tmp_path: Path, jobs: list[Job]) -> None:
