@@ -254,22 +254,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return worker([int(s) for s in args.sizes.split(",")], args.iters, dtypes)
     if args.training:
         trained = run_training(args.rates.split(","), dtypes)
-        print(json.dumps(trained, indent=1))
-        print(training_markdown(trained))
-        if args.out:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "links_training.json").write_text(json.dumps(trained, indent=1) + "\n")
-            (args.out / "links_training.md").write_text(training_markdown(trained) + "\n")
+        _report(trained, training_markdown(trained), args.out, "links_training")
         return 0
     result = run(args.rates.split(","), quick=args.quick, dtypes=dtypes, nodes=args.nodes)
-    print(json.dumps(result, indent=1))
-    print(markdown(result))
+    _report(result, markdown(result), args.out, "links")
     if args.out:
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "links.json").write_text(json.dumps(result, indent=1) + "\n")
-        (args.out / "links.md").write_text(markdown(result) + "\n")
         plot(result, args.out)
     return 0
+
+
+def _report(result: JSONDict, table: str, out: Path | None, name: str) -> None:
+    """Print ``result`` and its table; with ``out``, also write ``<name>.json`` and ``.md``."""
+    print(json.dumps(result, indent=1))
+    print(table)
+    if out:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+        (out / f"{name}.md").write_text(table + "\n")
 
 
 if __name__ == "__main__":
