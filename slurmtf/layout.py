@@ -17,7 +17,7 @@ from typing import Any
 from slurmtf import ports
 from slurmtf.env import SlurmEnv
 from slurmtf.errors import InputError
-from slurmtf.gpus import node_gpus, parse_split_mode, parse_visible_devices
+from slurmtf.gpu_ids import node_gpus, parse_split_mode, parse_visible_devices
 from slurmtf.hostlists import expand_hostlist, parse_task_counts, short
 
 DISTRIBUTIONS = ("block", "cyclic", "plane", "arbitrary")

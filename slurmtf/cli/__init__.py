@@ -1,4 +1,10 @@
-"""The ``slurmtf`` console script: one entry point, one module per subcommand."""
+"""The front ends: the ``slurmtf`` console script and one module per subcommand.
+
+Libraries (:mod:`slurmtf.resolver`, :mod:`slurmtf.sandbox`, :mod:`slurmtf.datasets`, ...)
+take values and raise :class:`~slurmtf.errors.SlurmtfError`; the modules here parse
+arguments (argparse), call them and turn errors into exit codes through
+:func:`slurmtf.errors.report_error` (2: bad input, 1: anything else).
+"""
 
 from __future__ import annotations
 
@@ -8,13 +14,13 @@ from collections.abc import Sequence
 
 # subcommand -> (module with `main(argv) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "resolve": ("slurmtf.resolver", "print TF_CONFIG for this Slurm task (or --explain, --export)"),
-    "sandbox": ("slurmtf.sandbox", "start, inspect or stop a local multi-node Slurm cluster"),
+    "resolve": ("slurmtf.cli.resolve", "print TF_CONFIG for this Slurm task (--explain, --export)"),
+    "sandbox": ("slurmtf.cli.sandbox", "start, inspect or stop a local multi-node Slurm cluster"),
     "submit": ("slurmtf.submit", "submit a training job or a sweep (job array) with submitit"),
     "status": ("slurmtf.watch", "show the state of a job"),
     "logs": ("slurmtf.watch", "print or follow a job's per-rank logs"),
     "cancel": ("slurmtf.watch", "cancel a job"),
-    "data": ("slurmtf.datasets.cli", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
+    "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
 }
 
 # Subcommands whose module takes the subcommand name as its first argument.
