@@ -24,11 +24,11 @@ before the time limit)::
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
-from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
+from slurmtf import events
+from slurmtf.contracts import EXIT_PREEMPTED
+from slurmtf.training.preemption import PreemptionWatcher
 
 __all__ = ["EXIT_PREEMPTED"]  # and PreemptionCheckpoint, built on first use (__getattr__)
 
@@ -40,11 +40,6 @@ def __getattr__(name: str) -> Any:
     if name == "PreemptionCheckpoint":
         return _preemption_checkpoint_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def _emit(event: str, **fields: Any) -> None:
-    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
-    sys.stdout.flush()
 
 
 def _rank(strategy: Any) -> int:
@@ -89,7 +84,7 @@ def _preemption_checkpoint_class() -> Any:
             # Keras 3 resumes at model._initial_epoch; tf_keras keeps it elsewhere (null).
             known = hasattr(self.model, "_initial_epoch")
             initial = int(self.model._initial_epoch or 0) if known else None
-            _emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
+            events.emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._epoch = epoch
@@ -100,7 +95,7 @@ def _preemption_checkpoint_class() -> Any:
             self._batches += 1
             if self._batches % self._check_every == 0 and self._preempted():
                 strategy = self.model.distribute_strategy
-                _emit("preempted", rank=_rank(strategy), epoch=self._epoch, batch=batch)
+                events.emit("preempted", rank=_rank(strategy), epoch=self._epoch, batch=batch)
                 self._watcher.uninstall()
                 raise SystemExit(EXIT_PREEMPTED)
 

@@ -16,13 +16,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurmtf.contracts import DEFAULT_LOG_DIR, parse_preemption_signal
 from slurmtf.errors import InputError
 from slurmtf.jobvalues import (
     check_sbatch_value,
     check_setup,
     check_text,
     parse_extra,
-    parse_signal,
     sweep_grid,
 )
 
@@ -35,7 +35,6 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
 KINDS = ("model", "module", "function", "command")
 GPU_FLAGS = ("gres", "gpus-per-node", "gpus-per-task")
 CLUSTERS = ("slurm", "local")
-EXIT_PREEMPTED = 75
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 _MEM = re.compile(r"^[0-9]+[KMGT]?B?$", re.IGNORECASE)
 
@@ -62,7 +61,7 @@ class JobSpec:
     setup: tuple[str, ...] = ()
     sbatch_extra: tuple[tuple[str, str], ...] = ()
     job_name: str = "slurmtf"
-    log_dir: str = "slurmtf_logs"
+    log_dir: str = DEFAULT_LOG_DIR
     signal: str = "USR2"
     signal_delay_s: int = 120
     max_requeues: int = 3
@@ -151,7 +150,7 @@ class JobSpec:
             )
         check_setup(self.setup)
         parse_extra([f"{k}={v}" if v else k for k, v in self.sbatch_extra])
-        parse_signal(self.signal)
+        parse_preemption_signal(self.signal, "--signal")
         for arg in self.args:
             check_text("model/command argument", arg, allow_empty=True)
 

@@ -35,17 +35,13 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from slurmtf.contracts import EXIT_PREEMPTED, parse_preemption_signal
 from slurmtf.errors import SlurmtfError
-from slurmtf.jobspec import EXIT_PREEMPTED, LEGACY_KERAS_ENV, JobSpec, task_command
-from slurmtf.jobvalues import parse_signal
+from slurmtf.events import emit
+from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec, task_command
 from slurmtf.runner import Runner, default_runner
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
-
-
-def emit(event: str, **fields: Any) -> None:
-    """One machine-readable JSON line on stdout (this rank's log)."""
-    print(json.dumps({"event": event, **fields}, sort_keys=True), flush=True)
 
 
 def job_id_of(environ: Mapping[str, str]) -> str:
@@ -104,7 +100,7 @@ def run_task(
         command=command,
         tf_config=json.loads(env.get("TF_CONFIG", "null")),
     )
-    signum = signal.Signals["SIG" + parse_signal(spec.signal)]
+    signum = parse_preemption_signal(spec.signal, "--signal")
 
     def note(sig: int, frame: FrameType | None) -> None:
         del frame

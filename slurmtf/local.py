@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from slurmtf.jobspec import EXIT_PREEMPTED, JobSpec
+from slurmtf.contracts import EXIT_PREEMPTED, rank_log_paths
+from slurmtf.jobspec import JobSpec
 from slurmtf.launch import LOCAL_ENV, job_id_of
-from slurmtf.watch import log_paths, summary
+from slurmtf.watch import summary
 
 
 def node_names(nodes: int) -> list[str]:
@@ -83,8 +84,8 @@ def run_point(
 ) -> list[int]:
     """Start every rank of one grid point, wait, stop the rest when one fails."""
     job_id = job_id_of(ids)
-    outs = log_paths(spec.folder, job_id, spec.num_tasks)
-    errs = log_paths(spec.folder, job_id, spec.num_tasks, "err")
+    outs = rank_log_paths(spec.folder, job_id, spec.num_tasks)
+    errs = rank_log_paths(spec.folder, job_id, spec.num_tasks, "err")
     procs: list[subprocess.Popen[bytes]] = []
     command = [sys.executable, "-u", "-m", "slurmtf.launch", f"--spec={spec_file}"]
     command.append(f"--params={json.dumps(dict(params))}")
@@ -121,7 +122,7 @@ def run_local(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = No
         job_id = job_id_of(ids)
         label = f" {params}" if params else ""
         print(f"slurmtf: local job {job_id}{label}: {spec.num_tasks} process(es); logs:", file=out)
-        for rank, path in enumerate(log_paths(spec.folder, job_id, spec.num_tasks)):
+        for rank, path in enumerate(rank_log_paths(spec.folder, job_id, spec.num_tasks)):
             print(f"  rank {rank}: {path}", file=out)
         out.flush()
         for restarts in range(spec.max_requeues + 1):

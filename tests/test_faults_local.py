@@ -325,16 +325,16 @@ def test_dead_peer_fails_fast_naming_the_lost_task(
 # its heartbeats go on, only the collective waits (a hung data loader looks like this).
 _STALL = """
 import sys, time
-from slurmtf.training import events
+from slurmtf.training import reporting
 calls = [0]
-original = events.Progress.update
+original = reporting.Progress.update
 def update(self, *args):
     calls[0] += 1
     if calls[0] >= {stall_at}:
         print("STALLING", flush=True)
         time.sleep(3600)
     return original(self, *args)
-events.Progress.update = update
+reporting.Progress.update = update
 from models import mnist
 sys.exit(mnist.main(sys.argv[1:]))
 """

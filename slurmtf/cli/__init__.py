@@ -3,7 +3,7 @@
 Libraries (:mod:`slurmtf.resolver`, :mod:`slurmtf.sandbox`, :mod:`slurmtf.datasets`, ...)
 take values and raise :class:`~slurmtf.errors.SlurmtfError`; the modules here parse
 arguments (argparse), call them and turn errors into exit codes through
-:func:`slurmtf.errors.report_error` (2: bad input, 1: anything else).
+:func:`report_error` (2: bad input, 1: anything else).
 """
 
 from __future__ import annotations
@@ -11,6 +11,9 @@ from __future__ import annotations
 import importlib
 import sys
 from collections.abc import Sequence
+
+from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
+from slurmtf.errors import InputError, SlurmtfError
 
 # subcommand -> (module with `main(argv) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -25,6 +28,34 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 # Subcommands whose module takes the subcommand name as its first argument.
 _PASS_NAME = {"status", "logs", "cancel"}
+
+
+def report_error(program: str, exc: SlurmtfError) -> int:
+    """Print ``program: message`` on stderr; the exit status for ``exc`` (2: bad input)."""
+    print(f"{program}: {exc}", file=sys.stderr)
+    return EXIT_USAGE if isinstance(exc, InputError) else EXIT_FAILURE
+
+
+def flag(name: str) -> list[str]:
+    """Option strings for ``name``: ``--gpus_per_node`` (as every slurmtf command and the
+    models spell it) and ``--gpus-per-node`` (sbatch's spelling), for ``add_argument``."""
+    return list(dict.fromkeys([f"--{name}", f"--{name.replace('_', '-')}"]))
+
+
+def underscore_flags(argv: Sequence[str], known: set[str]) -> list[str]:
+    """``--gpus-per-node=4`` -> ``--gpus_per_node=4`` for known flags, up to ``--``.
+
+    For the absl front end (``slurmtf submit``), which knows only one spelling.
+    """
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        name, sep, value = arg.partition("=")
+        wanted = name.removeprefix("--").replace("-", "_")
+        if name.startswith("--") and "-" in name[2:] and wanted in known:
+            out[i] = f"--{wanted}{sep}{value}"
+    return out
 
 
 def usage() -> str:
@@ -46,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"slurmtf: unknown command {name!r}. HINT: one of {', '.join(SUBCOMMANDS)}",
             file=sys.stderr,
         )
-        return 2
+        return EXIT_USAGE
     module = importlib.import_module(SUBCOMMANDS[name][0])
     sub_argv = [name, *rest] if name in _PASS_NAME else rest
     result: int = module.main(sub_argv)

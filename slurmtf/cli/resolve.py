@@ -13,8 +13,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from slurmtf.cli import flag, report_error
 from slurmtf.env import read_slurm_env
-from slurmtf.errors import SlurmtfError, report_error
+from slurmtf.errors import SlurmtfError
 from slurmtf.layout import build_layout
 from slurmtf.resolver import explain, export_lines
 
@@ -37,12 +38,12 @@ def _parser() -> argparse.ArgumentParser:
         help='print shell export lines, for eval "$(python -m slurmtf.resolver --export)"',
     )
     parser.add_argument(
-        "--port_base",
+        *flag("port_base"),
         metavar="PORT",
         help="port of rank 0; rank r uses PORT+r (default: from the job id, or SLURMTF_PORT_BASE)",
     )
     parser.add_argument(
-        "--address_template",
+        *flag("address_template"),
         metavar="TEMPLATE",
         help="address of each node, e.g. '{host}-ib' (default: the node name, or "
         "SLURMTF_ADDRESS_TEMPLATE)",

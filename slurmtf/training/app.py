@@ -14,8 +14,9 @@ from collections.abc import Callable, Sequence
 
 from absl import flags
 
+from slurmtf import events
+from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.training import events
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
 
@@ -26,9 +27,7 @@ flags.DEFINE_bool(
     "Resolve this rank's place and GPUs (CUDA_VISIBLE_DEVICES as applied), print them as "
     "one `placement` event and exit 0 without starting TensorFlow: checks a job's GPU binding.",
 )
-EXIT_USAGE = 2
-EXIT_PEER_FAILURE = 1
-EXIT_FAILURE = 1
+EXIT_PEER_FAILURE = EXIT_FAILURE
 # tf.errors raised when a collective loses or waits too long for a peer.
 PEER_FAILURES = {"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"}
 # How TensorFlow names a task in its errors ("remote target /job:worker/replica:0/task:1",

@@ -16,7 +16,9 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf.training import events, grad_reduce, progress_watch
+from slurmtf import events
+from slurmtf.contracts import EXIT_PREEMPTED
+from slurmtf.training import grad_reduce, progress_watch, reporting
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import (
@@ -26,7 +28,7 @@ from slurmtf.training.flags import (
     scaled_learning_rate,
 )
 from slurmtf.training.grad_reduce import GradReduce
-from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
+from slurmtf.training.preemption import PreemptionWatcher
 from slurmtf.training.strategy import describe, make_strategy, plan_strategy, split_cpu
 
 # (input_context, per_replica_batch, skip_batches=0) -> dataset of (images, labels),
@@ -127,7 +129,7 @@ def _run(
     if config.num_threads:
         tf.config.threading.set_intra_op_parallelism_threads(config.num_threads)
         tf.config.threading.set_inter_op_parallelism_threads(config.num_threads)
-    log_path = events.setup_logging(
+    log_path = reporting.setup_logging(
         info.rank, info.is_chief, _log_dir(config), config.log_all_ranks
     )
     num_gpus = len(tf.config.list_physical_devices("GPU"))
@@ -263,7 +265,7 @@ def _run(
             )
         )
     )
-    progress = events.Progress(total, config.batch_size, config.log_every, start)
+    progress = reporting.Progress(total, config.batch_size, config.log_every, start)
     first_loss: float | None = None
     last_loss: float | None = None
     step = start
