@@ -32,6 +32,7 @@ FINAL_STATES: dict[str, int] = {
     "OUT_OF_MEMORY": 137,
     "BOOT_FAIL": EXIT_FAILURE,
     "DEADLINE": 124,
+    "SPECIAL_EXIT": EXIT_FAILURE,  # requeued and held after an exit the site marks special
 }
 
 DEFAULT_PREEMPTION_SIGNAL = "USR2"

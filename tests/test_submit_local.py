@@ -72,15 +72,6 @@ def test_local_failed_rank_stops_the_others(tmp_path: Path) -> None:
     assert time.monotonic() - start < 30
 
 
-def test_fake_env_is_block_distributed() -> None:
-    spec = JobSpec(kind="command", target="true", nodes=2, gpus_per_node=2)
-    env = local.fake_slurm_env(spec, {"SLURM_JOB_ID": "5"}, 3, 0)
-    assert env["SLURM_NODEID"] == "1"
-    assert env["SLURM_LOCALID"] == "1"
-    assert env["SLURMD_NODENAME"] == "127.0.0.2"
-    assert env["SLURM_STEP_TASKS_PER_NODE"] == "2(x2)"
-
-
 def test_function_kind_calls_module_function(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
