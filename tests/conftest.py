@@ -11,7 +11,6 @@ import pytest
 from slurmtf.localstep import is_scrubbed
 
 
-
 class FakeSlurmEnv:
     """A clean environment plus helpers that set what ``srun`` would set for one task.
 
