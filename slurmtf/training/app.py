@@ -59,12 +59,7 @@ def resolve_info(program: str = "slurmtf") -> RunInfo:
 
         ensure_port_free(layout.port)
     return RunInfo(
-        rank=layout.task_index,
-        num_workers=layout.num_workers,
-        is_chief=layout.is_chief,
-        workers=tuple(layout.workers),
-        restart_count=layout.restart_count,
-        layout=None if layout.is_single_worker else layout,
+        layout,
         program=program,
         cuda_visible_devices=plan.value,
         planned_replicas=plan.replicas,
@@ -75,13 +70,12 @@ def resolve_info(program: str = "slurmtf") -> RunInfo:
 def emit_placement(info: RunInfo) -> int:
     """``--placement_only``: this rank's place and GPUs as one event line; no TensorFlow."""
     layout = info.layout
-    node = layout.node if layout is not None else None
     events.emit(
         "placement",
         rank=info.rank,
         num_workers=info.num_workers,
-        node=node,
-        local_id=layout.local_id if layout is not None else 0,
+        node=None if layout.is_single_worker else layout.node,
+        local_id=0 if layout.is_single_worker else layout.local_id,
         cuda_visible_devices=info.cuda_visible_devices,
         planned_replicas=info.planned_replicas,
         gpu_plan=info.gpu_plan,
