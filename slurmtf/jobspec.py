@@ -20,7 +20,7 @@ from slurmtf.contracts import DEFAULT_LOG_DIR, parse_preemption_signal
 from slurmtf.errors import InputError
 from slurmtf.jobvalues import (
     check_sbatch_value,
-    check_setup,
+    check_setup_lines,
     check_text,
     parse_extra,
     sweep_grid,
@@ -148,7 +148,7 @@ class JobSpec:
             raise InputError(
                 "--log_dir", self.log_dir, "contains %", "slurmtf adds job and task ids itself"
             )
-        check_setup(self.setup)
+        check_setup_lines(self.setup)  # bash -n: jobvalues.check_setup, at submit
         parse_extra([f"{k}={v}" if v else k for k, v in self.sbatch_extra])
         parse_preemption_signal(self.signal, "--signal")
         for arg in self.args:

@@ -2,7 +2,7 @@
 options, setup lines and any text that reaches the sbatch script.
 
 Each function returns the clean value or raises :class:`InputError` naming the flag.
-Pure, except ``bash -n`` (parse only) on ``--setup`` lines, see :mod:`slurmtf.shell`.
+Pure, except ``bash -n`` (parse only) in :func:`check_setup`, see :mod:`slurmtf.shell`.
 """
 
 from __future__ import annotations
@@ -156,8 +156,8 @@ def parse_extra(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def check_setup(lines: Sequence[str]) -> tuple[str, ...]:
-    """Each ``--setup`` is one complete shell line (quotes balanced, no ``#SBATCH``)."""
+def check_setup_lines(lines: Sequence[str]) -> tuple[str, ...]:
+    """Each ``--setup`` is one line: balanced quotes, no ``#SBATCH``, no line continuation."""
     for line in lines:
         check_text("--setup", line)
         if line.lstrip().upper().startswith("#SBATCH"):
@@ -174,6 +174,16 @@ def check_setup(lines: Sequence[str]) -> tuple[str, ...]:
             raise InputError(
                 "--setup", line, f"is not a complete shell line ({exc})", "balance the quotes"
             ) from exc
+    return tuple(lines)
+
+
+def check_setup(lines: Sequence[str]) -> tuple[str, ...]:
+    """:func:`check_setup_lines`, then bash's own parse: each line one complete command.
+
+    Runs ``bash -n`` (parse only), once, where the flags are read (``slurmtf submit``).
+    """
+    check_setup_lines(lines)
+    for line in lines:
         problem = syntax_problem(line)
         if problem:
             raise InputError(
