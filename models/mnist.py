@@ -47,8 +47,8 @@ def build_model(dropout_rate: float = 0.4) -> Any:
 
 def make_spec(config: TrainConfig) -> ModelSpec:
     """The MNIST model, data and optimizer (Adam, as in the official model)."""
-    from models.data import mnist as mnist_data
-    from models.data.splits import from_reader, synthetic_split
+    from .data import mnist as mnist_data
+    from .data.splits import from_reader, synthetic_split
 
     dropout = float(flags.FLAGS.dropout_rate)
     if config.synthetic:

@@ -137,7 +137,7 @@ def _sgd(schedule: Any) -> Any:
 
 def make_spec(config: TrainConfig) -> ModelSpec:
     """Model, data and schedule for ``--resnet_size`` (official schedules)."""
-    from models.data.splits import from_reader, synthetic_split
+    from .data.splits import from_reader, synthetic_split
 
     size = int(flags.FLAGS.resnet_size)
     if size in IMAGENET_SIZES:
@@ -153,7 +153,7 @@ def make_spec(config: TrainConfig) -> ModelSpec:
     if config.synthetic:
         split = synthetic_split(shape, 10, config.seed, SYNTHETIC_TRAIN, SYNTHETIC_EVAL)
     else:
-        from models.data import cifar
+        from .data import cifar
 
         data_dir = str(config.data_dir)
         sizes = cifar.num_examples(data_dir, True), cifar.num_examples(data_dir, False)
@@ -173,8 +173,8 @@ def make_spec(config: TrainConfig) -> ModelSpec:
 
 
 def _imagenet_spec(config: TrainConfig, image_size: int) -> ModelSpec:
-    from models.data import imagenet
-    from models.data.splits import from_reader, synthetic_split
+    from .data import imagenet
+    from .data.splits import from_reader, synthetic_split
 
     shape = (image_size, image_size, 3)
     if config.synthetic:

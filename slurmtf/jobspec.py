@@ -27,10 +27,11 @@ from slurmtf.jobvalues import (
 )
 
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "mnist": ("models.mnist", ()),
-    "resnet20": ("models.resnet", ("--resnet_size=20",)),
-    "resnet56": ("models.resnet", ("--resnet_size=56",)),
-    "resnet50": ("models.resnet", ("--resnet_size=50",)),
+    # the bundled models as installed (models/ of the checkout, see pyproject.toml)
+    "mnist": ("slurmtf_models.mnist", ()),
+    "resnet20": ("slurmtf_models.resnet", ("--resnet_size=20",)),
+    "resnet56": ("slurmtf_models.resnet", ("--resnet_size=56",)),
+    "resnet50": ("slurmtf_models.resnet", ("--resnet_size=50",)),
 }
 KINDS = ("model", "module", "function", "command")
 GPU_FLAGS = ("gres", "gpus-per-node", "gpus-per-task")

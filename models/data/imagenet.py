@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from models.data.common import file_pipeline
+from .common import file_pipeline
 from slurmtf.errors import InputError
 
 NUM_CLASSES = 1001

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from models.data.common import index_pipeline
+from .common import index_pipeline
 from slurmtf.datasets import manifest
 from slurmtf.errors import InputError
 

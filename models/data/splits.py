@@ -7,7 +7,7 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-from models.data import synthetic
+from . import synthetic
 
 
 @dataclasses.dataclass(frozen=True)
