@@ -72,6 +72,12 @@ class JobSpec:
     legacy_keras: bool = False  # TF_USE_LEGACY_KERAS=1 in every task: tf.keras is tf_keras
 
     def __post_init__(self) -> None:
+        self._check_target()
+        self._check_numbers()
+        self._check_choices()
+        self._check_texts()
+
+    def _check_target(self) -> None:
         if self.kind not in KINDS:
             raise InputError("kind", self.kind, "is unknown", f"one of {', '.join(KINDS)}")
         if self.kind == "model" and self.target not in MODELS:
@@ -97,6 +103,8 @@ class JobSpec:
                 raise InputError(
                     "--command", self.target, f"cannot be split ({exc})", "quote it as in a shell"
                 ) from exc
+
+    def _check_numbers(self) -> None:
         for name, low, value in (
             ("--nodes", 1, self.nodes),
             ("--gpus_per_node", 0, self.gpus_per_node),
@@ -125,6 +133,8 @@ class JobSpec:
                 "use a divisor, e.g. --gpus_per_task=1 (one worker per GPU) or "
                 "--gpus_per_task=GPUS_PER_NODE (one worker per node)",
             )
+
+    def _check_choices(self) -> None:
         if self.gpu_flag not in GPU_FLAGS:
             raise InputError(
                 "--gpu_flag", self.gpu_flag, "is unknown", f"one of {', '.join(GPU_FLAGS)}"
@@ -133,6 +143,8 @@ class JobSpec:
             raise InputError(
                 "--cluster", self.cluster, "is unknown", f"one of {', '.join(CLUSTERS)}"
             )
+
+    def _check_texts(self) -> None:
         if self.mem is not None and not _MEM.match(self.mem):
             raise InputError("--mem", self.mem, "is not a Slurm memory size", "e.g. 16G or 4000M")
         for name, text in (

@@ -522,30 +522,15 @@ class _Steps:
         *,
         reduce: GradReduce | None = None,
     ) -> None:
-        import keras
         import tensorflow as tf
 
         reduce = reduce or GradReduce()
         grad_reduce.take_over_reduction(optimizer, reduce)
         self._strategy = strategy
         self._model = model
-
-        def forward_backward(images: Any, labels: Any) -> Any:
-            with tf.GradientTape() as tape:
-                logits = tf.cast(model(images, training=True), tf.float32)
-                per_example = keras.losses.sparse_categorical_crossentropy(
-                    labels, logits, from_logits=True
-                )
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-                if model.losses:
-                    reg = tf.add_n([tf.cast(x, tf.float32) for x in model.losses])
-                    loss += tf.nn.scale_regularization_loss(reg)
-                scaled = optimizer.scale_loss(loss)
-            grads = tape.gradient(scaled, model.trainable_variables)
-            correct = _correct(labels, logits)
-            return loss, correct, grads
-
+        forward_backward = _forward_backward(model, optimizer, global_batch)
         compiled = tf.function(forward_backward, jit_compile=True) if xla else forward_backward
+        eval_replica = _eval_replica(model)
 
         def train_replica(images: Any, labels: Any, flag: Any) -> Any:
             loss, correct, grads = compiled(images, labels)
@@ -553,14 +538,6 @@ class _Steps:
                 grads = grad_reduce.all_reduce(grads, reduce)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return tf.stack([loss, correct / global_batch, flag])
-
-        def eval_replica(images: Any, labels: Any) -> Any:
-            logits = tf.cast(model(images, training=False), tf.float32)
-            per_example = keras.losses.sparse_categorical_crossentropy(
-                labels, logits, from_logits=True
-            )
-            count = tf.cast(tf.shape(labels)[0], tf.float32)
-            return tf.stack([tf.reduce_sum(per_example), _correct(labels, logits), count])
 
         def train_step(iterator: Any, flag: Any) -> Any:
             images, labels = next(iterator)
@@ -629,6 +606,42 @@ class _Steps:
                 f"ranks resumed at different steps (this one at {step})",
                 "put --model_dir on a file system every node shares",
             )
+
+
+def _forward_backward(model: Any, optimizer: Any, global_batch: int) -> Callable[..., Any]:
+    """One replica's loss (averaged over the GLOBAL batch), correct count and gradients."""
+    import keras
+    import tensorflow as tf
+
+    def forward_backward(images: Any, labels: Any) -> Any:
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(images, training=True), tf.float32)
+            per_example = keras.losses.sparse_categorical_crossentropy(
+                labels, logits, from_logits=True
+            )
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            if model.losses:
+                reg = tf.add_n([tf.cast(x, tf.float32) for x in model.losses])
+                loss += tf.nn.scale_regularization_loss(reg)
+            scaled = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        return loss, _correct(labels, logits), grads
+
+    return forward_backward
+
+
+def _eval_replica(model: Any) -> Callable[..., Any]:
+    """One replica's summed loss, correct count and example count on a batch."""
+    import keras
+    import tensorflow as tf
+
+    def eval_replica(images: Any, labels: Any) -> Any:
+        logits = tf.cast(model(images, training=False), tf.float32)
+        per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        count = tf.cast(tf.shape(labels)[0], tf.float32)
+        return tf.stack([tf.reduce_sum(per_example), _correct(labels, logits), count])
+
+    return eval_replica
 
 
 def _nothing() -> None:
