@@ -83,6 +83,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     result: int = module.main(sub_argv)
     return result
 
-
-if __name__ == "__main__":
-    sys.exit(main())
