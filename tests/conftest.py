@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from slurmtf.localstep import is_scrubbed
+from slurmtf.localstep import free_port_base, is_scrubbed
+from tests.helpers.localjobs import Cluster, Job
 
 
 class FakeSlurmEnv:
@@ -99,3 +100,30 @@ def _total(tasks_per_node: str) -> int | None:
 def fake_slurm_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> FakeSlurmEnv:
     """A clean environment (no SLURM_*, SLURMTF_*, CUDA_VISIBLE_DEVICES, TF_CONFIG)."""
     return FakeSlurmEnv(monkeypatch, tmp_path)
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Iterator[list[Job]]:
+    made: list[Job] = []
+    yield made
+    for job in made:
+        job.kill()
+
+
+@pytest.fixture
+def cluster_factory(tmp_path: Path) -> Iterator[Callable[[int], Cluster]]:
+    clusters: list[Cluster] = []
+
+    def make(size: int) -> Cluster:
+        root = tmp_path / f"c{len(clusters)}"
+        root.mkdir()
+        base = free_port_base(size)
+        made = Cluster(root=root, size=size, port_base=base, job_id=4000 + len(clusters))
+        clusters.append(made)
+        return made
+
+    yield make
+    for made in clusters:
+        made.cleanup()
+    for made in clusters:
+        print(made.logs())  # shown by pytest only when the test failed

@@ -1,11 +1,10 @@
 """The input readers on tiny files in each real format, written by the tests.
 
-The ``write_*`` helpers are also used by tests/test_models_train.py to train on them.
+The files come from :mod:`tests.helpers.datafiles`.
 """
 
 from __future__ import annotations
 
-import gzip
 import subprocess
 import sys
 from pathlib import Path
@@ -15,86 +14,17 @@ import numpy as np
 import pytest
 
 from slurmtf.errors import InputError
+from tests.helpers.datafiles import (
+    idx_bytes,
+    learnable_images,
+    write_cifar,
+    write_imagenet,
+    write_mnist,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.tf
-
-
-# ------------------------------------------------------------------ writers
-
-
-def learnable_images(n: int, shape: tuple[int, ...], classes: int, seed: int) -> tuple[Any, Any]:
-    """uint8 images whose class is a bright band position, plus noise: learnable."""
-    rng = np.random.default_rng(seed)
-    labels = (np.arange(n) % classes).astype(np.uint8)
-    images = rng.integers(0, 60, size=(n, *shape), dtype=np.uint8)
-    band = shape[0] // classes
-    for i, label in enumerate(labels):
-        images[i, label * band : (label + 1) * band] = 230
-    return images, labels
-
-
-def _idx(array: Any) -> bytes:
-    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(
-        int(d).to_bytes(4, "big") for d in array.shape
-    )
-    return header + array.astype(np.uint8).tobytes()
-
-
-def write_mnist(root: Path, n_train: int = 64, n_eval: int = 32, gz: bool = True) -> Path:
-    """The four MNIST IDX files (gzipped or not) with learnable images."""
-    root.mkdir(parents=True, exist_ok=True)
-    for prefix, n, seed in (("train", n_train, 1), ("t10k", n_eval, 2)):
-        images, labels = learnable_images(n, (28, 28), 10, seed)
-        for kind, data in (("images-idx3", images), ("labels-idx1", labels)):
-            raw = _idx(data)
-            name = f"{prefix}-{kind}-ubyte"
-            if gz:
-                (root / f"{name}.gz").write_bytes(gzip.compress(raw))
-            else:
-                (root / name).write_bytes(raw)
-    return root
-
-
-def write_cifar(root: Path, per_file: int = 8) -> Path:
-    """``cifar-10-batches-bin/`` with 5 train files and a test file of ``per_file`` records."""
-    out = root / "cifar-10-batches-bin"
-    out.mkdir(parents=True, exist_ok=True)
-    names = [f"data_batch_{i}.bin" for i in range(1, 6)] + ["test_batch.bin"]
-    for k, name in enumerate(names):
-        images, labels = learnable_images(per_file, (32, 32, 3), 10, seed=10 + k)
-        planes = images.transpose(0, 3, 1, 2).reshape(per_file, -1)  # HWC -> CHW planes
-        records = np.concatenate([labels[:, None], planes], axis=1).astype(np.uint8)
-        (out / name).write_bytes(records.tobytes())
-    return root
-
-
-def write_imagenet(root: Path, train_files: int = 2, per_file: int = 4, side: int = 48) -> Path:
-    """Official-format TFRecords: ``image/encoded`` JPEG and ``image/class/label`` 1..1000."""
-    import tensorflow as tf
-
-    root.mkdir(parents=True, exist_ok=True)
-    splits = [(f"train-{i:05d}-of-{train_files:05d}", 20 + i) for i in range(train_files)]
-    splits.append(("validation-00000-of-00001", 99))
-    for name, seed in splits:
-        images, labels = learnable_images(per_file, (side, side + 8, 3), 4, seed)
-        with tf.io.TFRecordWriter(str(root / name)) as writer:
-            for image, label in zip(images, labels, strict=True):
-                feature = {
-                    "image/encoded": tf.train.Feature(
-                        bytes_list=tf.train.BytesList(value=[tf.io.encode_jpeg(image).numpy()])
-                    ),
-                    "image/class/label": tf.train.Feature(
-                        int64_list=tf.train.Int64List(value=[int(label) + 1])
-                    ),
-                    "image/format": tf.train.Feature(
-                        bytes_list=tf.train.BytesList(value=[b"JPEG"])
-                    ),
-                }
-                example = tf.train.Example(features=tf.train.Features(feature=feature))
-                writer.write(example.SerializeToString())
-    return root
 
 
 def context(pipelines: int = 1, index: int = 0) -> Any:
@@ -157,7 +87,7 @@ def test_mnist_bad_files(tmp_path: Path) -> None:
     (tmp_path / "x").write_bytes(b"\x00\x00\x99\x01")
     with pytest.raises(InputError, match="not an IDX file"):
         mnist.read_idx(tmp_path / "x")
-    (tmp_path / "y").write_bytes(_idx(np.zeros((4, 2), np.uint8))[:-3])
+    (tmp_path / "y").write_bytes(idx_bytes(np.zeros((4, 2), np.uint8))[:-3])
     with pytest.raises(InputError, match="truncated"):
         mnist.read_idx(tmp_path / "y")
     with pytest.raises(InputError, match=r"--data_dir=.*HINT: "):

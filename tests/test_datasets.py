@@ -29,17 +29,10 @@ from slurmtf import cli as slurmtf_cli
 from slurmtf.cli import data as cli
 from slurmtf.datasets import fetch, manifest, sample
 from slurmtf.errors import InputError
+from tests.helpers.datafiles import have_sklearn
 from tests.prereqs import require
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _have_sklearn() -> bool:
-    try:
-        import sklearn  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def tiny_digits(n: int = sample.NUM_TRAIN + 40) -> tuple[np.ndarray, np.ndarray, str]:
@@ -50,7 +43,7 @@ def tiny_digits(n: int = sample.NUM_TRAIN + 40) -> tuple[np.ndarray, np.ndarray,
 
 @pytest.fixture(scope="module")
 def real_sample(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    require(_have_sklearn(), "scikit-learn (pip install 'slurmtf[data]')")
+    require(have_sklearn(), "scikit-learn (pip install 'slurmtf[data]')")
     out = tmp_path_factory.mktemp("sample")
     assert cli.main(["sample-mnist", str(out)]) == 0
     return out

@@ -19,29 +19,23 @@ tests/e2e/test_faults.py.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import random
-import re
 import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
-from slurmtf.events import named, read_events
-from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env, start_rank
-
-REPO = Path(__file__).resolve().parents[1]
-PYTHON = sys.executable
-MODEL = ("-m", "models.mnist")
+from tests.helpers.localjobs import (
+    Cluster,
+    checkpoint_step,
+    final_error,
+    names_rank,
+    progress_step,
+    report,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -49,204 +43,6 @@ pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
 
 # ---------------------------------------------------------------- processes
-
-
-@dataclass
-class Rank:
-    """One worker process and its output files."""
-
-    index: int
-    argv: list[str]
-    env: dict[str, str]
-    out: Path
-    err: Path
-    proc: subprocess.Popen[bytes] | None = None
-    started: float = 0.0
-    stopped: bool = False
-
-    def start(self) -> Rank:
-        # its own process group, killed by its PID
-        self.proc = start_rank(self.argv, self.env, self.out, self.err, cwd=REPO, append=True)
-        self.started = time.monotonic()
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def poll(self) -> int | None:
-        return None if self.proc is None else self.proc.poll()
-
-    def wait(self, timeout: float) -> int | None:
-        """Exit status, or None if still running after ``timeout`` seconds."""
-        assert self.proc is not None
-        try:
-            return self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            return None
-
-    def signal(self, signum: int) -> None:
-        if self.poll() is None:
-            os.kill(self.pid, signum)
-            self.stopped = signum == signal.SIGSTOP or (self.stopped and signum != signal.SIGCONT)
-
-    def kill(self) -> None:
-        """SIGCONT (if stopped) then SIGKILL to the process group we created; reap."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        for signum in (signal.SIGCONT, signal.SIGKILL):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.pid, signum)
-        self.proc.wait(timeout=30)
-
-    def text(self) -> str:
-        parts = []
-        for path in (self.out, self.err):
-            if path.exists():
-                parts.append(path.read_text(errors="replace"))
-        return "\n".join(parts)
-
-    def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        found = read_events(self.out)
-        return found if name is None else named(found, name)
-        for line in self.out.read_text(errors="replace").splitlines():
-            if not line.startswith("{"):
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and (name is None or record.get("event") == name):
-                found.append(record)
-        return found
-
-
-@dataclass
-class Cluster:
-    """N ranks of one fake Slurm step on ``localhost``."""
-
-    root: Path
-    size: int
-    port_base: int
-    job_id: int
-    ranks: list[Rank] = field(default_factory=list)
-
-    @property
-    def model_dir(self) -> Path:
-        return self.root / "model"
-
-    def worker(self, index: int) -> str:
-        return f"localhost:{self.port_base + index}"
-
-    def env(self, index: int, extra: dict[str, str] | None = None) -> dict[str, str]:
-        step = LocalStep(tasks_per_node=self.size, job_id=self.job_id, port_base=self.port_base)
-        env = scrubbed_env(extra={"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
-        return env | step.rank_env(index) | (extra or {})
-
-    def launch(
-        self,
-        index: int,
-        flags: Sequence[str],
-        *,
-        tag: str = "",
-        python_args: Sequence[str] = MODEL,
-        extra_env: dict[str, str] | None = None,
-    ) -> Rank:
-        name = f"rank{index}{tag}"
-        rank = Rank(
-            index=index,
-            argv=[PYTHON, *python_args, *flags],
-            env=self.env(index, extra_env),
-            out=self.root / f"{name}.out",
-            err=self.root / f"{name}.err",
-        )
-        self.ranks.append(rank)
-        return rank.start()
-
-    def launch_all(self, flags: Sequence[str], *, tag: str = "") -> list[Rank]:
-        return [self.launch(i, flags, tag=tag) for i in range(self.size)]
-
-    def logs(self) -> str:
-        chunks = []
-        for rank in self.ranks:
-            text = rank.text()
-            tail = text[-6000:]
-            chunks.append(f"===== {rank.out.stem} (pid {rank.proc and rank.pid}) =====\n{tail}")
-        return "\n".join(chunks)
-
-    def cleanup(self) -> None:
-        for rank in self.ranks:
-            rank.kill()
-
-
-@pytest.fixture
-def cluster_factory(tmp_path: Path) -> Iterator[Callable[[int], Cluster]]:
-    clusters: list[Cluster] = []
-
-    def make(size: int) -> Cluster:
-        root = tmp_path / f"c{len(clusters)}"
-        root.mkdir()
-        base = free_port_base(size)
-        made = Cluster(root=root, size=size, port_base=base, job_id=4000 + len(clusters))
-        clusters.append(made)
-        return made
-
-    yield make
-    for made in clusters:
-        made.cleanup()
-    for made in clusters:
-        print(made.logs())  # shown by pytest only when the test failed
-
-
-def wait_for(
-    condition: Callable[[], bool], timeout: float, what: str, logs: Callable[[], str]
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}\n{logs()}")
-
-
-def checkpoint_step(model_dir: Path) -> int | None:
-    """Step of the newest complete checkpoint, from TensorFlow's ``checkpoint`` state file."""
-    state = model_dir / "checkpoints" / "checkpoint"
-    if not state.exists():
-        return None
-    match = re.search(r'^model_checkpoint_path: "(?:.*/)?ckpt-(\d+)"', state.read_text(), re.M)
-    return int(match.group(1)) if match else None
-
-
-def progress_step(rank: Rank) -> int:
-    """Highest step the rank has logged progress for (``step N/M`` lines), else 0."""
-    steps = [int(m) for m in re.findall(r"step (\d+)/\d+", rank.text())]
-    return max(steps, default=0)
-
-
-def report(case: str, seconds: float) -> None:
-    """Print a detection time; also append it to $SLURMTF_FAULT_REPORT when set."""
-    line = f"DETECTED {case} {seconds:.1f}"
-    print(line)
-    target = os.environ.get("SLURMTF_FAULT_REPORT")
-    if target:
-        with Path(target).open("a") as stream:
-            stream.write(line + "\n")
-
-
-def final_error(rank: Rank) -> str:
-    """The one-line message the model printed last on stderr (``models.mnist: ...``)."""
-    lines = rank.err.read_text(errors="replace").splitlines()
-    ours = [line for line in lines if line.startswith("models.mnist:")]
-    return ours[-1] if ours else ""
-
-
-def names_rank(message: str, cluster: Cluster, index: int) -> bool:
-    """True when ``message`` names rank ``index``: its number and its host:port."""
-    return bool(re.search(rf"\b(rank|task|worker) ?{index}\b", message)) and (
-        cluster.worker(index) in message
-    )
 
 
 TRAIN = [

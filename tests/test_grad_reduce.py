@@ -17,8 +17,8 @@ import pytest
 from slurmtf.errors import InputError
 from slurmtf.training.flags import TrainConfig
 from slurmtf.training.grad_reduce import FP16_TARGET, GradReduce, fp16_exponent
-from tests.test_data_readers import write_mnist
-from tests.test_models_train import REPO, Job
+from tests.helpers.datafiles import write_mnist
+from tests.helpers.localjobs import REPO, Job
 
 # A compressed run may differ from fp32 by this much in the loss at every logged step
 # (relative, or LOSS_ATOL absolute). bf16 keeps 8 bits of mantissa: each summed

@@ -11,133 +11,30 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 
-from slurmtf.events import named, parse_events
-from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env, start_rank
-from tests.test_data_readers import write_cifar, write_imagenet, write_mnist
+from tests.helpers.datafiles import write_cifar, write_imagenet, write_mnist
+from tests.helpers.localjobs import (
+    Job,
+    checkpoint_step,
+    checkpoint_steps,
+    checkpoint_values,
+    wait_for,
+)
 
-REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 # Largest difference allowed between the weights of a 1-worker and a 2-worker run after
 # the same steps on the same global batches: only the order of float32 sums differs.
 WEIGHT_TOLERANCE = 1e-4
 
 
-class Job:
-    """N ranks of one fake Slurm step on localhost; logs in ``tmp``; killed at the end."""
-
-    def __init__(self, tmp: Path, size: int, tag: str) -> None:
-        self.tmp, self.size, self.tag = tmp, size, tag
-        self.port_base = free_port_base(size)
-        self.procs: list[subprocess.Popen[bytes]] = []
-        # The 2-core CI box can starve a rank for over TF's default 10 s heartbeat.
-        self.extra = ["--heartbeat_timeout=60"] if size > 1 else []
-
-    def env(self, rank: int) -> dict[str, str]:
-        env = scrubbed_env(
-            extra={
-                "PYTHONPATH": str(REPO),
-                "TF_CPP_MIN_LOG_LEVEL": "2",
-                "TF_NUM_INTRAOP_THREADS": "1",
-                "TF_NUM_INTEROP_THREADS": "1",
-            }
-        )
-        if self.size > 1:
-            job_id = 40000 + self.port_base % 1000
-            step = LocalStep(tasks_per_node=self.size, job_id=job_id, port_base=self.port_base)
-            env |= step.rank_env(rank)
-        return env
-
-    def start(self, model: str, flags: Sequence[str]) -> Job:
-        for rank in range(self.size):
-            argv = [sys.executable, "-m", f"models.{model}", *flags, *self.extra]
-            out, err = self.tmp / f"{self.tag}.{rank}.out", self.tmp / f"{self.tag}.{rank}.err"
-            self.procs.append(start_rank(argv, self.env(rank), out, err, cwd=REPO))
-        return self
-
-    def wait(self, timeout: float = 180) -> list[int]:
-        deadline = time.monotonic() + timeout
-        codes = []
-        for proc in self.procs:
-            try:
-                codes.append(proc.wait(max(deadline - time.monotonic(), 1)))
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"{self.tag}: rank did not finish in {timeout}s\n{self.logs()}")
-        return codes
-
-    def stdout(self, rank: int) -> str:
-        return (self.tmp / f"{self.tag}.{rank}.out").read_text()
-
-    def stderr(self, rank: int) -> str:
-        return (self.tmp / f"{self.tag}.{rank}.err").read_text()
-
-    def events(self, rank: int, name: str) -> list[dict[str, Any]]:
-        return named(parse_events(self.stdout(rank)), name)
-
-    def done(self, rank: int) -> dict[str, Any]:
-        found = self.events(rank, "done")
-        assert found, f"{self.tag} rank {rank} printed no done event\n{self.logs()}"
-        return found[-1]
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {self.tag} rank {r} stderr\n{self.stderr(r)[-3000:]}" for r in range(self.size)
-        )
-
-    def kill(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-
-
-@pytest.fixture
-def jobs(tmp_path: Path) -> Iterator[list[Job]]:
-    made: list[Job] = []
-    yield made
-    for job in made:
-        job.kill()
-
-
-def wait_until(condition: Any, timeout: float, what: str, job: Job) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        if any(p.poll() is not None for p in job.procs):
-            pytest.fail(f"{job.tag} exited while waiting for {what}\n{job.logs()}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}\n{job.logs()}")
-
-
-def checkpoint_steps(model_dir: Path) -> list[int]:
-    return sorted(int(p.name[5:-6]) for p in (model_dir / "checkpoints").glob("ckpt-*.index"))
-
-
-def latest_checkpoint_step(model_dir: Path) -> int | None:
-    state = model_dir / "checkpoints" / "checkpoint"
-    if not state.exists():
-        return None
-    match = re.search(r'model_checkpoint_path: "ckpt-(\d+)"', state.read_text())
-    return int(match.group(1)) if match else None
-
-
-def checkpoint_values(model_dir: Path) -> dict[str, Any]:
-    """Every variable of the latest checkpoint (weights, optimizer slots, step)."""
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(str(model_dir / "checkpoints"))
-    skip = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
-    return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n not in skip}
+def _reached(job: Job, step: int) -> bool:
+    """The chief's progress events show ``step`` done."""
+    return any(e["step"] >= step for e in job.events(0, "progress"))
 
 
 # ---------------------------------------------------------------------- tests
@@ -206,10 +103,13 @@ def test_kill9_then_restart_resumes_at_the_saved_step(tmp_path: Path, jobs: list
     ]
     run = Job(tmp_path, 1, "killed").start("mnist", [*flags, "--train_steps=100000"])
     jobs.append(run)
-    wait_until(lambda: len(checkpoint_steps(model_dir)) >= 2, 120, "two checkpoints", run)
+    wait_for(
+        lambda: len(checkpoint_steps(model_dir)) >= 2, 120, "two checkpoints", run.logs,
+        running=run.running,
+    )  # fmt: skip
     os.kill(run.procs[0].pid, signal.SIGKILL)
     assert run.procs[0].wait(10) == -signal.SIGKILL
-    saved = latest_checkpoint_step(model_dir)
+    saved = checkpoint_step(model_dir)
     assert saved is not None
     assert saved % 5 == 0
 
@@ -232,7 +132,7 @@ def test_preemption_signal_saves_on_all_ranks_and_exits_75(tmp_path: Path, jobs:
     flags = [f"--model_dir={model_dir}", "--batch_size=8", "--log_every=5", "--eval_steps=1"]
     job = Job(tmp_path, 2, "preempted").start("mnist", [*flags, "--train_steps=100000"])
     jobs.append(job)
-    wait_until(lambda: " I step 10/" in job.stderr(0), 120, "step 10", job)
+    wait_for(lambda: _reached(job, 10), 120, "step 10", job.logs, running=job.running)
     os.kill(job.procs[1].pid, signal.SIGUSR2)
     assert job.wait(60) == [75, 75], job.logs()
     done = [job.done(0), job.done(1)]
@@ -240,7 +140,7 @@ def test_preemption_signal_saves_on_all_ranks_and_exits_75(tmp_path: Path, jobs:
     assert done[1]["preempted"]
     assert done[0]["step"] == done[1]["step"]
     step = done[0]["step"]
-    assert latest_checkpoint_step(model_dir) == step
+    assert checkpoint_step(model_dir) == step
     assert "exiting 75" in job.stderr(1)
 
     rerun = Job(tmp_path, 1, "rerun").start("mnist", [*flags, f"--train_steps={step + 2}"])
@@ -344,7 +244,7 @@ def test_dead_peer_ends_the_run_with_a_clear_error(tmp_path: Path, jobs: list[Jo
         "mnist", ["--batch_size=8", "--train_steps=100000", "--log_every=5", "--eval_steps=1"]
     )
     jobs.append(job)
-    wait_until(lambda: " I step 5/" in job.stderr(0), 120, "step 5", job)
+    wait_for(lambda: _reached(job, 5), 120, "step 5", job.logs, running=job.running)
     os.kill(job.procs[1].pid, signal.SIGKILL)
     started = time.monotonic()
     assert job.procs[0].wait(90) == 1, job.logs()

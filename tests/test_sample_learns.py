@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.datafiles import have_sklearn
+from tests.helpers.localjobs import Job
 from tests.prereqs import require
-from tests.test_datasets import _have_sklearn
-from tests.test_models_train import Job
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 MIN_ACCURACY = 0.90  # held-out, 10 classes: chance is 0.10
@@ -47,7 +47,7 @@ def test_two_workers_learn_real_digits_as_well_as_one(
 ) -> None:
     from slurmtf.datasets.sample import write_mnist_sample
 
-    require(_have_sklearn(), "scikit-learn (pip install 'slurmtf[data]')")
+    require(have_sklearn(), "scikit-learn (pip install 'slurmtf[data]')")
     data = tmp_path / "sample"
     write_mnist_sample(data)
     common = [f"--data_dir={data}", *FLAGS]

@@ -151,7 +151,7 @@ def wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
 @pytest.fixture(scope="module")
 def example_paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The example paths of the docs, mapped to small real files."""
-    from tests.test_data_readers import write_cifar, write_imagenet, write_mnist
+    from tests.helpers.datafiles import write_cifar, write_imagenet, write_mnist
 
     root = tmp_path_factory.mktemp("data")
     return {

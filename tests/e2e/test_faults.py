@@ -26,8 +26,8 @@ import pytest
 
 from slurmtf.localstep import free_port_base
 from tests.e2e.conftest import REPO, TERMINAL, SlurmSandbox
+from tests.helpers.localjobs import checkpoint_step, report
 from tests.prereqs import require
-from tests.test_faults_local import checkpoint_step, report
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 

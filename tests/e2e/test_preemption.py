@@ -30,7 +30,7 @@ import pytest
 
 from tests.e2e.conftest import SlurmSandbox
 from tests.e2e.test_faults import SandboxJob, jobs, wait_until
-from tests.test_faults_local import checkpoint_step
+from tests.helpers.localjobs import checkpoint_step
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
