@@ -16,7 +16,7 @@ import pytest
 
 from slurmtf.errors import InputError
 from slurmtf.training.flags import TrainConfig
-from slurmtf.training.grad_reduce import FP16_TARGET, GradReduce, buckets, fp16_exponent
+from slurmtf.training.grad_reduce import FP16_TARGET, GradReduce, fp16_exponent
 from tests.test_data_readers import write_mnist
 from tests.test_models_train import REPO, Job
 
@@ -50,23 +50,6 @@ def test_fp16_exponent(bound: float, exponent: float) -> None:
         assert FP16_TARGET / 2 < scaled <= FP16_TARGET  # as large as safe, never above
 
 
-@pytest.mark.parametrize(
-    ("nbytes", "per_pack", "expected"),
-    [
-        ([4, 8, 16], 0, [[2, 1, 0]]),  # one bucket, last gradient first
-        ([4, 8, 16], 16, [[2], [1, 0]]),  # a bucket closes once it is full
-        ([4, 8, 16], 1, [[2], [1], [0]]),
-        ([100, 1, 1, 1], 2, [[3, 2], [1, 0]]),  # a big tensor is never split
-        ([5], 1 << 20, [[0]]),
-        ([], 4, []),
-    ],
-)
-def test_buckets_fill_in_backprop_order(
-    nbytes: list[int], per_pack: int, expected: list[list[int]]
-) -> None:
-    assert buckets(nbytes, per_pack) == expected
-
-
 _TWO_REPLICAS = """
 import numpy as np
 import tensorflow as tf
@@ -89,7 +72,7 @@ for dtype in ("fp16", "bf16", "fp32"):
     rtol = 2e-3 if dtype == "fp16" else 1e-2
     np.testing.assert_allclose(out[0].numpy(), 2 * tiny, rtol=rtol, err_msg=dtype)
     np.testing.assert_allclose(out[1].numpy(), 2 * huge, rtol=rtol, err_msg=dtype)
-# Buckets change when each gradient is summed, never the sum: exactly equal to one pack.
+# Packing changes how gradients travel, never the sum: exactly equal to one pack.
 rng = np.random.default_rng(3)
 grads = [tf.constant(rng.normal(size=(i + 1, 7)), tf.float32) for i in range(9)]
 for dtype in ("fp32", "bf16", "fp16"):

@@ -6,9 +6,8 @@ the replicas and cast back. ``fp16`` keeps 3 more mantissa bits but only 5 expon
 bits, so each tensor is first multiplied by a power of two chosen from a bound on its
 summed magnitude (one extra all-reduce of one float per tensor): the largest sum lands
 near 2**14, far below fp16's 65504, and gradients down to ~2**-24 of a tensor's largest
-survive. ``--bytes_per_pack`` splits the all-reduce into buckets of about that size,
-filled and issued in the order backprop makes the gradients (last layer first), so a
-bucket crosses the network while earlier layers are still differentiated (0 = one pack).
+survive. ``--bytes_per_pack`` splits the all-reduce into packs of that size
+(``tf.distribute.experimental.CommunicationOptions``; 0 = one pack).
 
 With ``fp32`` and no packing, training keeps Keras's own all-reduce inside
 ``optimizer.apply_gradients``. Otherwise the all-reduce is done here and Keras's is
@@ -75,69 +74,26 @@ def _fp16_scales(bound: Any) -> Any:
     return tf.pow(2.0, tf.clip_by_value(exp, -_MAX_EXPONENT, _MAX_EXPONENT))
 
 
-def buckets(nbytes: Sequence[int], bytes_per_pack: int) -> list[list[int]]:
-    """Gradient indices grouped into all-reduce buckets, in the order backprop makes them.
-
-    Backprop produces the last layer's gradient first, so buckets are filled from the
-    last gradient backwards: the first bucket can cross the network while the earlier
-    layers' gradients are still being computed. A bucket closes once it holds at least
-    ``bytes_per_pack`` bytes (0 = one bucket); a tensor is never split.
-    """
-    order = list(range(len(nbytes) - 1, -1, -1))
-    if bytes_per_pack <= 0:
-        return [order] if order else []
-    groups: list[list[int]] = []
-    current: list[int] = []
-    filled = 0
-    for index in order:
-        current.append(index)
-        filled += nbytes[index]
-        if filled >= bytes_per_pack:
-            groups.append(current)
-            current, filled = [], 0
-    if current:
-        groups.append(current)
-    return groups
-
-
 def all_reduce(grads: Sequence[Any], spec: GradReduce) -> list[Any]:
-    """Sum ``grads`` over the replicas (call in a replica context) as ``spec`` says.
-
-    One collective per bucket (:func:`buckets`), issued last layer first. Collectives run
-    in the order they are issued, and each depends only on its own bucket's gradients,
-    so with ``bytes_per_pack`` set the later layers' all-reduce overlaps the backward
-    pass of the earlier ones.
-    """
-    import tensorflow as tf
-
-    dense = [tf.convert_to_tensor(g) for g in grads]
-    sizes = [g.shape.num_elements() * g.dtype.size for g in dense]
-    summed: list[Any] = list(dense)
-    for bucket in buckets(sizes, spec.bytes_per_pack):
-        for index, value in zip(
-            bucket, _reduce_bucket([dense[i] for i in bucket], spec), strict=True
-        ):
-            summed[index] = value
-    return summed
-
-
-def _reduce_bucket(dense: list[Any], spec: GradReduce) -> list[Any]:
+    """Sum ``grads`` over the replicas (call in a replica context) as ``spec`` says."""
     import tensorflow as tf
 
     ctx = tf.distribute.get_replica_context()
+    options = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=spec.bytes_per_pack)
+    dense = [tf.convert_to_tensor(g) for g in grads]
     total = tf.distribute.ReduceOp.SUM
     if spec.dtype == "fp32":
-        return list(ctx.all_reduce(total, dense))
+        return list(ctx.all_reduce(total, dense, options=options))
     if spec.dtype == "bf16":
-        summed = ctx.all_reduce(total, [tf.cast(g, tf.bfloat16) for g in dense])
+        summed = ctx.all_reduce(total, [tf.cast(g, tf.bfloat16) for g in dense], options=options)
         return [tf.cast(s, g.dtype) for s, g in zip(summed, dense, strict=True)]
     wide = [tf.cast(g, tf.float32) for g in dense]
     local_max = tf.stack([tf.reduce_max(tf.abs(g)) for g in wide])
     # The sum of every replica's largest |g| bounds every element of the summed tensor
     # (and every partial sum on the way), so the scaled fp16 sum cannot overflow.
-    scales = tf.unstack(_fp16_scales(ctx.all_reduce(total, local_max)))
+    scales = tf.unstack(_fp16_scales(ctx.all_reduce(total, local_max, options=options)))
     packed = [tf.cast(g * s, tf.float16) for g, s in zip(wide, scales, strict=True)]
-    summed = ctx.all_reduce(total, packed)
+    summed = ctx.all_reduce(total, packed, options=options)
     return [
         tf.cast(tf.cast(x, tf.float32) / s, g.dtype)
         for x, s, g in zip(summed, scales, dense, strict=True)
