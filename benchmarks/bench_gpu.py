@@ -34,8 +34,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options
 
 COMMAND = (
     "pip install -e '.[gpu,dev]'   # CUDA build of TensorFlow\n"
@@ -295,7 +296,8 @@ def worker(quick: bool, smoke: bool, allow_cpu: bool, profile_root: str | None) 
 
 
 # ---------------------------------------------------------------------------- harness side
-def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
+def run(options: Options) -> JSONDict:
+    quick, log_dir = options.quick, options.log_dir
     names = gpu_names()
     if not names:
         return {
@@ -359,24 +361,25 @@ def markdown(result: JSONDict) -> str:
     return text
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_gpu", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="fewer steps, bf16 + XLA only")
-    parser.add_argument("--worker", action="store_true", help="run the measurements here")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow_cpu", action="store_true", help="with --worker: run without GPU")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the code paths")
     parser.add_argument("--profile_dir", help="write TensorBoard profiles here")
-    args = parser.parse_args(argv)
-    if args.worker:
-        return worker(args.quick, args.smoke, args.allow_cpu, args.profile_dir)
-    result = run(quick=args.quick)
-    print(json.dumps(result, indent=1))
-    if not result.get("pending"):
-        print(markdown(result))
-    return 0
 
+
+def _worker(args: argparse.Namespace) -> int:
+    return worker(args.quick, args.smoke, args.allow_cpu, args.profile_dir)
+
+
+BENCHMARK = Benchmark(
+    "gpu",
+    "GPU throughput",
+    run,
+    markdown,
+    description=__doc__,
+    arguments=_arguments,
+    worker=_worker,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

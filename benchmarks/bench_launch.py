@@ -20,8 +20,6 @@ A job is cancelled once its milestone is seen. Both nodes share this machine's c
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import shlex
 import subprocess
@@ -32,8 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options, figure
 
 POLL_S = 0.02
 FIRST_STEP = re.compile(r"\bstep 1/\d+ ")
@@ -173,9 +172,10 @@ def mnist_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
     return {"job": job, **seen}
 
 
-def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
+def run(options: Options) -> JSONDict:
     from slurmtf.sandbox.core import Sandbox
 
+    quick, log_dir = options.quick, options.log_dir
     repeats = 1 if quick else 3
     keep = log_dir is not None
     work = Path(tempfile.mkdtemp(prefix="slurmtf-bench-launch-"))
@@ -247,40 +247,24 @@ def markdown(result: JSONDict) -> str:
 
 
 def plot(result: JSONDict, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     med = result["median"]
-    fig, ax = plt.subplots(figsize=(6.4, 2.8))
-    ax.barh(["bare srun\nimport tensorflow"], [med["bare_import_s"]], color="C0")
-    ax.barh(["MNIST via\njobs/mnist.sbatch"], [med["mnist_cluster_s"]], color="C1",
-            label="sbatch -> cluster event")  # fmt: skip
-    rest = med["mnist_first_step_s"] - med["mnist_cluster_s"]
-    ax.barh(["MNIST via\njobs/mnist.sbatch"], [rest], left=[med["mnist_cluster_s"]],
-            color="C2", label="cluster event -> first step")  # fmt: skip
-    ax.set_xlabel("seconds after sbatch (median)")
-    ax.set_title("Launch overhead on the 2-node sandbox")
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
     path = out_dir / "launch.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(6.4, 2.8)) as ax:
+        ax.barh(["bare srun\nimport tensorflow"], [med["bare_import_s"]], color="C0")
+        ax.barh(["MNIST via\njobs/mnist.sbatch"], [med["mnist_cluster_s"]], color="C1",
+                label="sbatch -> cluster event")  # fmt: skip
+        rest = med["mnist_first_step_s"] - med["mnist_cluster_s"]
+        ax.barh(["MNIST via\njobs/mnist.sbatch"], [rest], left=[med["mnist_cluster_s"]],
+                color="C2", label="cluster event -> first step")  # fmt: skip
+        ax.set_xlabel("seconds after sbatch (median)")
+        ax.set_title("Launch overhead on the 2-node sandbox")
+        ax.legend(fontsize=8, loc="lower right")
     return [path]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_launch", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="one repeat")
-    args = parser.parse_args(argv)
-    result = run(quick=args.quick)
-    print(json.dumps(result, indent=1))
-    print(markdown(result))
-    return 0
-
+BENCHMARK = Benchmark(
+    "launch", "Launch overhead (sandbox, 2 nodes)", run, markdown, plot, description=__doc__
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

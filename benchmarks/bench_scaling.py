@@ -13,18 +13,16 @@ All counts are measured in one run, alternating, ``repeats`` times; medians are 
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
 import re
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options, figure
 
 DONE = '"event": "done"'  # every rank prints this JSON event line when training ends
 PROGRESS = re.compile(r"step (\d+)/(\d+) loss \S+ accuracy \S+ ([\d.]+) examples/s")
@@ -133,7 +131,8 @@ def run_model(
     }
 
 
-def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
+def run(options: Options) -> JSONDict:
+    quick, log_dir = options.quick, options.log_dir
     cpus = harness.cores()
     counts = worker_counts(len(cpus))
     repeats = 1 if quick else 2
@@ -213,44 +212,28 @@ def markdown(result: JSONDict) -> str:
 
 
 def plot(result: JSONDict, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     counts = result["worker_counts"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    width = 0.8 / max(len(result["models"]), 1)
-    for i, m in enumerate(result["models"]):
-        xs = [j + i * width for j in range(len(counts))]
-        effs = [m["efficiency"][str(n)] for n in counts]
-        bars = ax.bar(xs, effs, width, label=f"{m['model']}, batch {m['per_replica_batch']}")
-        ax.bar_label(bars, labels=[f"{e:.2f}" for e in effs], fontsize=8)
-    ax.axhline(0.95, color="gray", ls="--", lw=1, label="target 0.95")
-    ax.set_xticks([j + width * (len(result["models"]) - 1) / 2 for j in range(len(counts))])
-    ax.set_xticklabels([f"{n} worker{'s' if n > 1 else ''}" for n in counts])
-    ax.set_ylabel("efficiency = rate(N) / (N x rate(1))")
-    ax.set_ylim(0, 1.15)
-    ax.set_title("Scaling efficiency, CPU workers pinned to cores, loopback RING")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
     path = out_dir / "scaling.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path) as ax:
+        width = 0.8 / max(len(result["models"]), 1)
+        for i, m in enumerate(result["models"]):
+            xs = [j + i * width for j in range(len(counts))]
+            effs = [m["efficiency"][str(n)] for n in counts]
+            bars = ax.bar(xs, effs, width, label=f"{m['model']}, batch {m['per_replica_batch']}")
+            ax.bar_label(bars, labels=[f"{e:.2f}" for e in effs], fontsize=8)
+        ax.axhline(0.95, color="gray", ls="--", lw=1, label="target 0.95")
+        ax.set_xticks([j + width * (len(result["models"]) - 1) / 2 for j in range(len(counts))])
+        ax.set_xticklabels([f"{n} worker{'s' if n > 1 else ''}" for n in counts])
+        ax.set_ylabel("efficiency = rate(N) / (N x rate(1))")
+        ax.set_ylim(0, 1.15)
+        ax.set_title("Scaling efficiency, CPU workers pinned to cores, loopback RING")
+        ax.legend(fontsize=8)
     return [path]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_scaling", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="few steps, one repeat")
-    args = parser.parse_args(argv)
-    result = run(quick=args.quick)
-    print(json.dumps(result, indent=1))
-    print(markdown(result))
-    return 0
-
+BENCHMARK = Benchmark(
+    "scaling", "Scaling efficiency (CPU, loopback)", run, markdown, plot, description=__doc__
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))
