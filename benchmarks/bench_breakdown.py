@@ -271,13 +271,16 @@ def run(options: Options) -> JSONDict:
     quick = options.quick
     steps = options.flag("steps", None) or (3 if quick else 10)
     rounds = options.flag("rounds", None) or (2 if quick else 4)
-    rates = [r for r in options.flag("links", "" if quick else ",".join(RATES)).split(",") if r]
+    rates_text = options.flag("links", None)
+    if rates_text is None:
+        rates_text = "" if quick else ",".join(RATES)
+    rates = [r for r in rates_text.split(",") if r and r != "none"]
     names = [options.flag("model", None)] if options.flag("model", None) else NAMES
     models = []
     for name in names:
         default = next(settings for model, _, settings in MODELS if model == name)
         plan = Plan(name, options.flag("settings", None) or default, steps, rounds)
-        measured = [run_local(plan, options.log_dir)]
+        measured = [run_local(plan, options.log_dir)] if options.flag("loopback", True) else []
         if rates:
             nodes = [int(n) for n in options.flag("nodes", "2,4").split(",")]
             measured += run_links(plan, rates, nodes if name == "mnist" else [2])
@@ -338,7 +341,15 @@ def plot(result: JSONDict, out_dir: Path) -> list[Path]:
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=NAMES, help="one model (default: both)")
-    parser.add_argument("--links", help=f"link rates to run over (default {','.join(RATES)})")
+    parser.add_argument(
+        "--links", help=f"link rates to run over, or none (default {','.join(RATES)})"
+    )
+    parser.add_argument(
+        "--loopback",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run pinned to cores over loopback",
+    )
     parser.add_argument("--nodes", default="2,4", help="MNIST worker counts over the links")
     parser.add_argument("--settings", help="DTYPE:BYTES_PER_PACK,... to compare")
     parser.add_argument("--steps", type=int, help="timed steps per phase and round")
