@@ -326,7 +326,7 @@ def plot(result: JSONDict, out_dir: Path) -> list[Path]:
         table = [r for r in rows(result) if r[0] == entry["model"]]
         names = [f"{r[1]}, {r[2]}w, {r[3]}" for r in table]
         path = out_dir / f"breakdown_{entry['model']}.png"
-        with figure(path, size=(7.0, 0.8 + 0.22 * len(table))) as ax:
+        with figure(path, size=(7.0, 1.2 + 0.22 * len(table))) as ax:
             ax.barh(names, [r[5] for r in table], color="C0", label="compute, all workers at once")
             ax.barh(names, [max(r[9], 0.0) for r in table], left=[r[5] for r in table],
                     color="C3", label="exposed all-reduce (step - compute)")  # fmt: skip
@@ -334,7 +334,7 @@ def plot(result: JSONDict, out_dir: Path) -> list[Path]:
             ax.invert_yaxis()
             ax.tick_params(axis="y", labelsize=6)
             ax.set_xlabel(f"ms per step ({entry['model']}, batch {entry['batch']} per worker)")
-            ax.legend(fontsize=7, loc="lower right")
+            ax.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3)
         paths.append(path)
     return paths
 
