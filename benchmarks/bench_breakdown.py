@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 import time
@@ -223,18 +224,22 @@ def launch_local(n: int, argv: list[str], log_dir: Path | None) -> JSONDict:
 
 
 def launch_srun(sandbox: Any, n: int, argv: list[str]) -> JSONDict:
-    """``n`` workers as one ``srun -N n`` step on the sandbox (one per node, over its links)."""
-    import subprocess
+    """``n`` workers as one ``srun -N n`` step on the sandbox (one per node, over its links).
 
+    Each task writes its own output file: srun relays several tasks' stdout through one
+    pipe, where long lines of different ranks can interleave and be lost.
+    """
     threads = {"TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}
     env = sandbox.env(harness.clean_env(threads))
-    done = subprocess.run(
-        ["srun", f"-N{n}", "--ntasks-per-node=1", *argv],
-        env=env, cwd=harness.REPO, capture_output=True, text=True, timeout=900, check=False,
-    )  # fmt: skip
+    with tempfile.TemporaryDirectory(prefix="slurmtf-breakdown-out-") as out:
+        done = subprocess.run(
+            ["srun", f"-N{n}", "--ntasks-per-node=1", f"--output={out}/rank%t.out", *argv],
+            env=env, cwd=harness.REPO, capture_output=True, text=True, timeout=900, check=False,
+        )  # fmt: skip
+        stdout = "".join(path.read_text() for path in sorted(Path(out).glob("rank*.out")))
     if done.returncode != 0:
         raise RuntimeError(f"srun -N{n} failed ({done.returncode}): {done.stderr[-3000:]}")
-    return {"workers": n, "rows": _slowest(_events(done.stdout, n, f"srun -N{n}"))}
+    return {"workers": n, "rows": _slowest(_events(stdout, n, f"srun -N{n}"))}
 
 
 def run_local(plan: Plan, log_dir: Path | None) -> JSONDict:
@@ -259,11 +264,20 @@ def run_links(plan: Plan, rates: Sequence[str], nodes: Sequence[int]) -> list[JS
             one = launch_srun(sandbox, 1, [*plan.argv(), "--compute_only"])
             for rate in rates:
                 links.reshape(link_plan, links.parse_rate(rate))
-                runs = [launch_srun(sandbox, n, plan.argv()) for n in nodes]
+                runs = [_attempt(launch_srun, sandbox, n, plan.argv()) for n in nodes]
                 out.append({"link": rate, "one_worker": one, "runs": runs})
         finally:
             sandbox.down()
     return out
+
+
+def _attempt(launch: Any, sandbox: Any, n: int, argv: list[str]) -> JSONDict:
+    """One launch; a failure is recorded in its place so the other runs still count."""
+    try:
+        result: JSONDict = launch(sandbox, n, argv)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        return {"workers": n, "error": f"{type(exc).__name__}: {str(exc)[-500:]}"}
+    return result
 
 
 def run(options: Options) -> JSONDict:
@@ -295,6 +309,8 @@ def rows(result: JSONDict) -> list[list[Any]]:
         for link in entry["links"]:
             t1 = link["one_worker"]["rows"][0]["seconds"]
             for run_ in link["runs"]:
+                if "error" in run_:
+                    continue
                 by = {(r["phase"], r["setting"]): r for r in run_["rows"]}
                 compute = by["compute", ""]["seconds"]
                 for (phase, setting), r in by.items():

@@ -232,6 +232,8 @@ def measured_overlap(breakdown: JSONDict | None) -> float:
     for entry in breakdown["models"]:
         link = entry["links"][-1]
         for run_ in link["runs"]:
+            if "error" in run_:
+                continue
             by = {(r["phase"], r["setting"]): r["seconds"] for r in run_["rows"]}
             reduce = next(v for (ph, st), v in by.items() if ph == "all-reduce" and "Keras" in st)
             step = next(v for (ph, st), v in by.items() if ph == "step" and "Keras" in st)
