@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness
 from benchmarks.harness import JSONDict
 
 
@@ -66,6 +67,7 @@ def main(bench: Benchmark, argv: Sequence[str] | None = None) -> int:
     if bench.worker is not None and args.worker:
         return bench.worker(args)
     result = bench.run(Options(quick=args.quick, out_dir=args.out, args=args))
+    result.setdefault("machine", harness.machine_info())
     print(json.dumps(result, indent=1))
     if not result.get("pending") and not result.get("error"):
         print(bench.markdown(result))
