@@ -1,21 +1,24 @@
-"""Where a 2-worker MNIST training step goes: compute, all-reduce, and what overlaps.
+"""Where a training step's time goes: compute, the gradient all-reduce, and what overlaps.
 
-Two workers, each pinned to its own core and given the Slurm variables of a 2-task
-step (MultiWorkerMirroredStrategy, RING, through the slurmtf resolver), build the MNIST
-CNN and time, in one process, one after the other:
+Every rank builds the model (MNIST CNN or CIFAR ResNet-20) under MultiWorkerMirroredStrategy
+(RING, through the slurmtf resolver) and times, in one process, interleaved in rounds so
+a burst of other load hits every phase (median of the per-call times, slowest rank):
 
 - **compute**: forward, backward and the optimizer update with no all-reduce at all
-  (both workers computing at once, as in training);
+  (every worker computing at once, as in training);
 - **all-reduce**: slurmtf's gradient all-reduce alone, of tensors shaped like the
   model's gradients, with its CPU time (the process's user + system seconds: the
-  collective's copies and sums run on the same core that computes);
-- **step**: the real training step (``slurmtf.training.loop`` train step: input,
-  compute, all-reduce, update) for each gradient-reduction setting.
+  collective's copies and sums run on the core that computes);
+- **step**: the real training step (``slurmtf.training.loop``: input, compute,
+  all-reduce, update) for each gradient-reduction setting (``--settings``).
 
-``exposed`` = step - compute is the part of the all-reduce the step did not hide.
-Efficiency needs the 1-worker rate: ``compute`` on one worker alone is measured first.
+``exposed`` = step - compute is the part of the all-reduce the step did not hide;
+efficiency = 1-worker compute / N-worker step. Over loopback the workers are local
+processes pinned to a core each (as bench_scaling); with ``--links`` they are ``srun``
+tasks on a sandbox whose nodes sit behind shaped links (as bench_links).
 
-    python -m benchmarks.bench_breakdown [--quick]
+    python -m benchmarks.bench_breakdown [--quick] [--model mnist|resnet20]
+        [--links RATES|none] [--nodes 2,4] [--no-loopback] [--out DIR]
 """
 
 from __future__ import annotations
@@ -38,8 +41,7 @@ from slurmtf.errors import SlurmtfError
 from slurmtf.training.grad_reduce import GradReduce
 
 DONE = '"event": "breakdown"'
-# (label, --allreduce_dtype, --bytes_per_pack): Keras's own all-reduce first (one pack,
-# issued after the whole backward pass), then slurmtf's, bucketed last layer first.
+# (label, --allreduce_dtype, --bytes_per_pack); fp32 with 0 is Keras's own all-reduce
 Setting = tuple[str, str, int]
 # (model, per-worker batch, settings): packs of about a third of each model's gradient
 MODELS = (
