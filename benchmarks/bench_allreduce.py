@@ -17,7 +17,6 @@ the physical ceiling for its bus bandwidth here.
 from __future__ import annotations
 
 import argparse
-import json
 import socket
 import struct
 import sys
@@ -27,8 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options, figure
+from slurmtf.events import emit, parse_events
+from slurmtf.localstep import free_port_base
 
 MB = 1 << 20
 SIZES_MB = (1, 4, 16, 64, 256)
@@ -101,7 +103,7 @@ def tcp_client(port: int, sizes: Sequence[int], iters: int) -> int:
                 row[key] = {"seconds": seconds, "bytes_per_s": size / seconds}
             rows.append(row)
         conn.sendall(_HEADER.pack(b"Q", 0))
-    print(json.dumps({"event": "tcp", "results": rows}), flush=True)
+    emit("tcp", results=rows)
     return 0
 
 
@@ -109,8 +111,8 @@ def measure_tcp(sizes: Sequence[int], iters: int, cpus: Sequence[Sequence[int] |
     """Run the TCP server and client as two pinned processes; return the client's rows."""
     import subprocess
 
-    port = harness.free_port_base(1)
-    me = [harness.python(), "-m", "benchmarks.bench_allreduce"]
+    port = free_port_base(1)
+    me = [harness.python(), "-m", "benchmarks.bench_allreduce", "--worker"]
     env = harness.clean_env()
     server = subprocess.Popen(
         [*me, "--tcp_server", str(port), "--sizes", ",".join(map(str, sizes))],
@@ -146,7 +148,7 @@ def measure_tcp(sizes: Sequence[int], iters: int, cpus: Sequence[Sequence[int] |
         if server.poll() is None:
             server.kill()
             server.wait()
-    events = [e for e in harness.parse_events(runs[0].stdout) if e["event"] == "tcp"]
+    events = [e for e in parse_events(runs[0].stdout) if e["event"] == "tcp"]
     return {"results": events[0]["results"]}
 
 
@@ -207,7 +209,7 @@ def allreduce_worker(sizes: Sequence[int], iters: int, warmup: int) -> int:
         if value != info["workers"].__len__():
             raise RuntimeError(f"all-reduce of ones gave {value}, expected {len(info['workers'])}")
         rows.append({"bytes": size, "seconds": harness.median(times), "times": times})
-    print(json.dumps({"event": "allreduce", **info, "results": rows}), flush=True)
+    emit("allreduce", **info, results=rows)
     return 0
 
 
@@ -219,7 +221,7 @@ def measure_allreduce(
     log_dir: Path | None,
 ) -> JSONDict:
     n = len(cpus)
-    port_base = harness.free_port_base(n)
+    port_base = free_port_base(n)
     job_id = 700000 + port_base % 1000
     argv = [
         harness.python(),
@@ -241,8 +243,7 @@ def measure_allreduce(
     )
     harness.check_runs(runs, "all-reduce worker")
     per_rank = [
-        next(e for e in harness.parse_events(run.stdout) if e["event"] == "allreduce")
-        for run in runs
+        next(e for e in parse_events(run.stdout) if e["event"] == "allreduce") for run in runs
     ]
     rows = []
     for i, size in enumerate(sizes):
@@ -259,14 +260,15 @@ def measure_allreduce(
 
 
 # ---------------------------------------------------------------------------- entry
-def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
+def run(options: Options) -> JSONDict:
+    quick = options.quick
     sizes = [mb * MB for mb in SIZES_MB]
     avail = harness.cores()
     cpus: list[Sequence[int] | None] = [[avail[0]], [avail[-1]]]
     iters = 3 if quick else 10
     tcp = measure_tcp(sizes, iters, cpus)
     allreduce = measure_allreduce(
-        sizes, iters, warmup=1 if quick else 2, cpus=cpus, log_dir=log_dir
+        sizes, iters, warmup=1 if quick else 2, cpus=cpus, log_dir=options.log_dir
     )
     return {
         "name": "allreduce",
@@ -312,55 +314,53 @@ def markdown(result: JSONDict) -> str:
 
 
 def plot(result: JSONDict, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     table = rows(result)
     sizes = [r[0] for r in table]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    ax.plot(sizes, [r[2] for r in table], "o-", label="MWMS all-reduce busbw (RING, 2 workers)")
-    ax.plot(sizes, [r[3] for r in table], "s--", label="loopback TCP, one way")
-    ax.plot(sizes, [r[4] for r in table], "^--", label="loopback TCP, both ways (per direction)")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sizes, [str(s) for s in sizes])
-    ax.set_xlabel("tensor size (MB)")
-    ax.set_ylabel("GB/s")
-    ax.set_title("All-reduce bus bandwidth vs loopback TCP (CPU)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
     path = out_dir / "allreduce.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path) as ax:
+        ax.plot(sizes, [r[2] for r in table], "o-", label="MWMS all-reduce busbw (RING, 2 workers)")
+        ax.plot(sizes, [r[3] for r in table], "s--", label="loopback TCP, one way")
+        ax.plot(
+            sizes, [r[4] for r in table], "^--", label="loopback TCP, both ways (per direction)"
+        )
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [str(s) for s in sizes])
+        ax.set_xlabel("tensor size (MB)")
+        ax.set_ylabel("GB/s")
+        ax.set_title("All-reduce bus bandwidth vs loopback TCP (CPU)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
     return [path]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_allreduce", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="fewer iterations")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tcp_server", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--tcp_client", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sizes", default="", help=argparse.SUPPRESS)
     parser.add_argument("--iters", type=int, default=5, help=argparse.SUPPRESS)
     parser.add_argument("--warmup", type=int, default=1, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """The processes this benchmark starts: a TCP server or client, or an all-reduce rank."""
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    if args.worker:
-        return allreduce_worker(sizes, args.iters, args.warmup)
     if args.tcp_server is not None:
         return tcp_server(args.tcp_server, max(sizes))
     if args.tcp_client is not None:
         return tcp_client(args.tcp_client, sizes, args.iters)
-    result = run(quick=args.quick)
-    print(json.dumps(result, indent=1))
-    print(markdown(result))
-    return 0
+    return allreduce_worker(sizes, args.iters, args.warmup)
 
+
+BENCHMARK = Benchmark(
+    "allreduce",
+    "All-reduce bus bandwidth vs loopback TCP",
+    run,
+    markdown,
+    plot,
+    description=__doc__,
+    arguments=_arguments,
+    worker=_worker,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

@@ -25,7 +25,6 @@ target here is at least 4,000 images/s on one H100.
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import tempfile
@@ -34,8 +33,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options
+from slurmtf.events import emit, parse_events
 
 COMMAND = (
     "pip install -e '.[gpu,dev]'   # CUDA build of TensorFlow\n"
@@ -60,7 +61,7 @@ def gpu_names() -> list[str]:
 
 # ---------------------------------------------------------------------------- in the worker
 def _emit(kind: str, **fields: Any) -> None:
-    print(json.dumps({"event": kind, **fields}), flush=True)
+    emit(kind, **fields)
 
 
 def resnet_compute(
@@ -258,7 +259,7 @@ def model_cli(module: str, flags: Sequence[str], batch: int, steps: int, every: 
         [argv], [harness.clean_env()], [None], timeout=1200, done_marker='"event": "done"'
     )
     harness.check_runs(runs, module)
-    rate, timed = steady_rate(runs[0].stderr, batch)
+    rate, timed = steady_rate(runs[0].stdout, batch)
     return {"module": module, "flags": list(flags), "batch": batch, "examples_per_s": rate,
             "steps_per_s": rate / batch, "steps_timed": timed}  # fmt: skip
 
@@ -295,7 +296,8 @@ def worker(quick: bool, smoke: bool, allow_cpu: bool, profile_root: str | None) 
 
 
 # ---------------------------------------------------------------------------- harness side
-def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
+def run(options: Options) -> JSONDict:
+    quick, log_dir = options.quick, options.log_dir
     names = gpu_names()
     if not names:
         return {
@@ -313,7 +315,7 @@ def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
                                log_dir=log_dir)  # fmt: skip
     harness.check_runs(runs, "GPU benchmark")
     result: JSONDict = {"name": "gpu", "nvidia_smi": names, "resnet50": []}
-    for event in harness.parse_events(runs[0].stdout):
+    for event in parse_events(runs[0].stdout):
         kind = event.pop("event")
         if kind == "resnet50":
             result["resnet50"].append(event)
@@ -359,24 +361,25 @@ def markdown(result: JSONDict) -> str:
     return text
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_gpu", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="fewer steps, bf16 + XLA only")
-    parser.add_argument("--worker", action="store_true", help="run the measurements here")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--allow_cpu", action="store_true", help="with --worker: run without GPU")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: check the code paths")
     parser.add_argument("--profile_dir", help="write TensorBoard profiles here")
-    args = parser.parse_args(argv)
-    if args.worker:
-        return worker(args.quick, args.smoke, args.allow_cpu, args.profile_dir)
-    result = run(quick=args.quick)
-    print(json.dumps(result, indent=1))
-    if not result.get("pending"):
-        print(markdown(result))
-    return 0
 
+
+def _worker(args: argparse.Namespace) -> int:
+    return worker(args.quick, args.smoke, args.allow_cpu, args.profile_dir)
+
+
+BENCHMARK = Benchmark(
+    "gpu",
+    "GPU throughput",
+    run,
+    markdown,
+    description=__doc__,
+    arguments=_arguments,
+    worker=_worker,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

@@ -20,9 +20,6 @@ A job is cancelled once its milestone is seen. Both nodes share this machine's c
 
 from __future__ import annotations
 
-import argparse
-import json
-import re
 import shlex
 import subprocess
 import sys
@@ -32,11 +29,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, protocol
+from benchmarks.bench_scaling import progress_events
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options, figure
 
 POLL_S = 0.02
-FIRST_STEP = re.compile(r"\bstep 1/\d+ ")
 MNIST_FLAGS = (
     "--use_synthetic_data",
     "--batch_size=64",
@@ -161,7 +159,7 @@ def mnist_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
         seen = wait_for(
             {
                 "cluster_s": lambda: '"event": "cluster"' in _read(logs / "rank0.out"),
-                "first_step_s": lambda: bool(FIRST_STEP.search(_read(logs / "rank0.err"))),
+                "first_step_s": lambda: bool(progress_events(_read(logs / "rank0.out"))),
             },
             start,
             timeout=600,
@@ -173,9 +171,10 @@ def mnist_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
     return {"job": job, **seen}
 
 
-def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
+def run(options: Options) -> JSONDict:
     from slurmtf.sandbox.core import Sandbox
 
+    quick, log_dir = options.quick, options.log_dir
     repeats = 1 if quick else 3
     keep = log_dir is not None
     work = Path(tempfile.mkdtemp(prefix="slurmtf-bench-launch-"))
@@ -247,40 +246,24 @@ def markdown(result: JSONDict) -> str:
 
 
 def plot(result: JSONDict, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     med = result["median"]
-    fig, ax = plt.subplots(figsize=(6.4, 2.8))
-    ax.barh(["bare srun\nimport tensorflow"], [med["bare_import_s"]], color="C0")
-    ax.barh(["MNIST via\njobs/mnist.sbatch"], [med["mnist_cluster_s"]], color="C1",
-            label="sbatch -> cluster event")  # fmt: skip
-    rest = med["mnist_first_step_s"] - med["mnist_cluster_s"]
-    ax.barh(["MNIST via\njobs/mnist.sbatch"], [rest], left=[med["mnist_cluster_s"]],
-            color="C2", label="cluster event -> first step")  # fmt: skip
-    ax.set_xlabel("seconds after sbatch (median)")
-    ax.set_title("Launch overhead on the 2-node sandbox")
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
     path = out_dir / "launch.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(6.4, 2.8)) as ax:
+        ax.barh(["bare srun\nimport tensorflow"], [med["bare_import_s"]], color="C0")
+        ax.barh(["MNIST via\njobs/mnist.sbatch"], [med["mnist_cluster_s"]], color="C1",
+                label="sbatch -> cluster event")  # fmt: skip
+        rest = med["mnist_first_step_s"] - med["mnist_cluster_s"]
+        ax.barh(["MNIST via\njobs/mnist.sbatch"], [rest], left=[med["mnist_cluster_s"]],
+                color="C2", label="cluster event -> first step")  # fmt: skip
+        ax.set_xlabel("seconds after sbatch (median)")
+        ax.set_title("Launch overhead on the 2-node sandbox")
+        ax.legend(fontsize=8, loc="lower right")
     return [path]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_launch", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="one repeat")
-    args = parser.parse_args(argv)
-    result = run(quick=args.quick)
-    print(json.dumps(result, indent=1))
-    print(markdown(result))
-    return 0
-
+BENCHMARK = Benchmark(
+    "launch", "Launch overhead (sandbox, 2 nodes)", run, markdown, plot, description=__doc__
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

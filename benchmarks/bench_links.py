@@ -15,7 +15,7 @@ more bandwidth): size / time * 2(n-1)/n, as nccl-tests defines it.
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import sys
 import tempfile
 import time
@@ -23,8 +23,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options, figure
+from slurmtf.events import emit, parse_events
 
 MB = 1 << 20
 RATES = ("unshaped", "10gbit", "2.5gbit", "1gbit")
@@ -65,7 +67,7 @@ def worker(sizes: Sequence[int], iters: int, dtypes: Sequence[str]) -> int:
             if value != len(info["workers"]):
                 raise RuntimeError(f"{dtype} all-reduce of ones gave {value}")
             rows.append({"dtype": dtype, "bytes": size, "seconds": harness.median(times)})
-    print(json.dumps({"event": "links_allreduce", **info, "results": rows}), flush=True)
+    emit("links_allreduce", **info, results=rows)
     return 0
 
 
@@ -82,7 +84,7 @@ def _measure_rate(sandbox: Any, plan: Any, rate: str, argv: list[str], nodes: in
         ["srun", f"-N{nodes}", "--ntasks-per-node=1", *argv],
         env=env, cwd=harness.REPO, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
-    per_rank = [e for e in harness.parse_events(done.stdout) if e["event"] == "links_allreduce"]
+    per_rank = [e for e in parse_events(done.stdout) if e["event"] == "links_allreduce"]
     if done.returncode != 0 or len(per_rank) != nodes:
         raise RuntimeError(f"srun at {rate} failed ({done.returncode}): {done.stderr[-3000:]}")
     rows = []
@@ -93,14 +95,14 @@ def _measure_rate(sandbox: Any, plan: Any, rate: str, argv: list[str], nodes: in
     return {"rate": rate, "workers": nodes, "tcp_bits_per_s": tcp, "results": rows}
 
 
-def run(
-    rates: Sequence[str] = RATES,
-    quick: bool = False,
-    dtypes: Sequence[str] = DTYPES,
-    nodes: int = 2,
-) -> JSONDict:
+def run(options: Options) -> JSONDict:
+    """The sandbox with links, every rate in turn; ``--rates``, ``--dtypes``, ``--nodes``."""
     from slurmtf.sandbox import Sandbox
 
+    quick = options.quick
+    rates = options.flag("rates", ",".join(RATES)).split(",")
+    dtypes = options.flag("dtypes", ",".join(DTYPES)).split(",")
+    nodes = options.flag("nodes", 2)
     sizes = [mb * MB for mb in ((4, 16) if quick else (4, 16, 64))]
     iters = 3 if quick else 5
     argv = [harness.python(), "-m", "benchmarks.bench_links", "--worker", "--iters", str(iters),
@@ -113,73 +115,7 @@ def run(
             measured = [_measure_rate(sandbox, plan, rate, argv, nodes) for rate in rates]
         finally:
             sandbox.down()
-    return {"name": "links", "quick": quick, "iterations": iters, "rates": measured,
-            "machine": harness.machine_info()}  # fmt: skip
-
-
-# ---- training over the links: 1 vs 2 workers, per wire dtype --------------------------
-MNIST_STEPS, MNIST_LOG_EVERY, MNIST_BATCH = 120, 30, 100
-
-
-def _train(sandbox: Any, nodes: int, dtype: str) -> JSONDict:
-    """MNIST (synthetic, batch 100 per worker, one thread each) on ``nodes`` nodes."""
-    import subprocess
-
-    from benchmarks.bench_scaling import steady_rate
-
-    batch = MNIST_BATCH * nodes
-    argv = [harness.python(), "-m", "models.mnist", "--use_synthetic_data",
-            f"--batch_size={batch}", f"--train_steps={MNIST_STEPS}",
-            f"--log_every={MNIST_LOG_EVERY}", "--epochs_between_evals=100000", "--eval_steps=1",
-            "--num_threads=1", f"--allreduce_dtype={dtype}", "--heartbeat_timeout=60"]  # fmt: skip
-    with tempfile.TemporaryDirectory(prefix="slurmtf-links-mnist-") as model_dir:
-        done = subprocess.run(
-            ["srun", f"-N{nodes}", "--ntasks-per-node=1", *argv, f"--model_dir={model_dir}"],
-            env=sandbox.env(harness.clean_env()), cwd=harness.REPO, capture_output=True,
-            text=True, timeout=900, check=False,
-        )  # fmt: skip
-    if done.returncode != 0:
-        raise RuntimeError(f"MNIST on {nodes} nodes failed: {done.stderr[-3000:]}")
-    rate, timed = steady_rate(done.stderr, batch)
-    return {"workers": nodes, "dtype": dtype, "examples_per_s": rate, "steps_timed": timed,
-            "step_ms": 1e3 * batch / rate}  # fmt: skip
-
-
-def run_training(rates: Sequence[str], dtypes: Sequence[str]) -> JSONDict:
-    """Scaling efficiency of MNIST per link rate and wire dtype; 1 worker measured once."""
-    from slurmtf.sandbox import Sandbox, links
-
-    with tempfile.TemporaryDirectory(prefix="slurmtf-links-") as tmp:
-        sandbox = Sandbox(Path(tmp), nodes=2, gpus_per_node=0, link="unshaped")
-        sandbox.up()
-        try:
-            plan = sandbox.config().link_plan
-            if plan is None:
-                raise RuntimeError("the sandbox has no links")
-            one = _train(sandbox, 1, "fp32")
-            measured = []
-            for rate in rates:
-                links.reshape(plan, links.parse_rate(rate))
-                for dtype in dtypes:
-                    two = _train(sandbox, 2, dtype)
-                    eff = two["examples_per_s"] / (2 * one["examples_per_s"])
-                    comm = two["step_ms"] - one["step_ms"]  # same 100 examples per worker
-                    measured.append({"rate": rate, **two, "efficiency": eff, "extra_ms": comm})
-        finally:
-            sandbox.down()
-    return {"name": "links_training", "one_worker": one, "runs": measured,
-            "machine": harness.machine_info()}  # fmt: skip
-
-
-def training_markdown(result: JSONDict) -> str:
-    one = result["one_worker"]
-    table = [["1 worker", "-", one["examples_per_s"], one["step_ms"], None, None]]
-    for r in result["runs"]:
-        table.append([r["rate"], r["dtype"], r["examples_per_s"], r["step_ms"],
-                      r["step_ms"] - one["step_ms"], r["efficiency"]])  # fmt: skip
-    headers = ("link", "wire dtype", "examples/s", "step time (ms, 100 examples per worker)",
-               "step time over 1 worker (ms)", "efficiency")  # fmt: skip
-    return harness.markdown_table(headers, table)
+    return {"name": "links", "quick": quick, "iterations": iters, "rates": measured}
 
 
 def rows(result: JSONDict) -> list[list[Any]]:
@@ -205,73 +141,46 @@ def markdown(result: JSONDict) -> str:
 
 
 def plot(result: JSONDict, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     table = [r for r in rows(result) if r[3] == max(r[3] for r in rows(result))]
     rates = list(dict.fromkeys(r[0] for r in table))
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for dtype in dict.fromkeys(r[2] for r in table):
-        ax.plot(rates, [next(r[5] for r in table if r[0] == x and r[2] == dtype) for x in rates],
-                "o-", label=f"all-reduce busbw, {dtype} on the wire")  # fmt: skip
-    caps = [
-        float(x.removesuffix("gbit")) / 8 if x.endswith("gbit") else float("nan") for x in rates
-    ]
-    ax.plot(rates, caps, "k--", label="link rate (GB/s)")
-    ax.set_xlabel("link (each way, tc tbf)")
-    ax.set_ylabel("GB/s (fp32 bytes reduced)")
+    caps = [float(x.removesuffix("gbit")) / 8 if x.endswith("gbit") else math.nan for x in rates]
     workers = result["rates"][0].get("workers", 2)
-    ax.set_title(f"{workers}-worker all-reduce of {table[0][3]} MB over shaped links (CPU)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out_dir / "links_allreduce.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    path = out_dir / f"links_allreduce_{workers}w.png"
+    with figure(path) as ax:
+        for dtype in dict.fromkeys(r[2] for r in table):
+            busbw = [next(r[5] for r in table if r[0] == x and r[2] == dtype) for x in rates]
+            ax.plot(rates, busbw, "o-", label=f"all-reduce busbw, {dtype} on the wire")
+        ax.plot(rates, caps, "k--", label="link rate (GB/s)")
+        ax.set_xlabel("link (each way, tc tbf)")
+        ax.set_ylabel("GB/s (fp32 bytes reduced)")
+        ax.set_title(f"{workers}-worker all-reduce of {table[0][3]} MB over shaped links (CPU)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
     return [path]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_links", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="two sizes, fewer iterations")
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rates", default=",".join(RATES), help="comma-separated link rates")
     parser.add_argument("--dtypes", default=",".join(DTYPES), help="wire dtypes to compare")
     parser.add_argument("--nodes", type=int, default=2, help="workers, one per node (default 2)")
-    parser.add_argument("--out", type=Path, default=None, help="write JSON, table and plot here")
-    parser.add_argument(
-        "--training", action="store_true", help="MNIST 1 vs 2 workers per rate and dtype"
-    )
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--sizes", default="", help=argparse.SUPPRESS)
     parser.add_argument("--iters", type=int, default=3, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    dtypes = args.dtypes.split(",")
-    if args.worker:
-        return worker([int(s) for s in args.sizes.split(",")], args.iters, dtypes)
-    if args.training:
-        trained = run_training(args.rates.split(","), dtypes)
-        _report(trained, training_markdown(trained), args.out, "links_training")
-        return 0
-    result = run(args.rates.split(","), quick=args.quick, dtypes=dtypes, nodes=args.nodes)
-    _report(result, markdown(result), args.out, "links")
-    if args.out:
-        plot(result, args.out)
-    return 0
 
 
-def _report(result: JSONDict, table: str, out: Path | None, name: str) -> None:
-    """Print ``result`` and its table; with ``out``, also write ``<name>.json`` and ``.md``."""
-    print(json.dumps(result, indent=1))
-    print(table)
-    if out:
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
-        (out / f"{name}.md").write_text(table + "\n")
+def _worker(args: argparse.Namespace) -> int:
+    return worker([int(s) for s in args.sizes.split(",")], args.iters, args.dtypes.split(","))
 
+
+BENCHMARK = Benchmark(
+    "links",
+    "All-reduce over shaped links",
+    run,
+    markdown,
+    plot,
+    description=__doc__,
+    arguments=_arguments,
+    worker=_worker,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

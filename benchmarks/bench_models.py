@@ -11,17 +11,15 @@ tracing and compilation are left out. Prints one JSON line per case and a table.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-_PROGRESS = re.compile(r"step (\d+)/(\d+) loss \S+ accuracy \S+ ([\d.]+) examples/s")
+from benchmarks import harness, protocol
+from benchmarks.bench_scaling import progress_events
+from benchmarks.harness import REPO, JSONDict
+from benchmarks.protocol import Benchmark, Options
 
 # (name, module, flags, steps per interval)
 CPU_CASES: list[tuple[str, str, list[str], int]] = [
@@ -73,7 +71,7 @@ def run_case(module: str, flags: list[str], interval: int, threads: int) -> dict
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
-    rates = [float(m.group(3)) for m in _PROGRESS.finditer(proc.stderr)]
+    rates = [float(e["examples_per_sec"]) for e in progress_events(proc.stdout)]
     batch = next(int(f.split("=")[1]) for f in flags if f.startswith("--batch_size="))
     rate = rates[-1]
     return {
@@ -83,25 +81,39 @@ def run_case(module: str, flags: list[str], interval: int, threads: int) -> dict
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run(options: Options) -> JSONDict:
+    """Every case of the CPU (or ``--gpu``) list whose name holds ``--only``."""
+    cases = GPU_CASES if options.flag("gpu", False) else CPU_CASES
+    only, threads = options.flag("only", ""), options.flag("threads", 0)
+    rows = []
+    for name, module, flags, interval in cases:
+        if only and only not in name:
+            continue
+        every = max(1, interval // 2) if options.quick else interval
+        result = run_case(module, flags, every, threads)
+        rows.append({"case": name, **result, "load": os.getloadavg()[0]})
+    return {"name": "models", "threads": threads, "cases": rows}
+
+
+def markdown(result: JSONDict) -> str:
+    table = [[r["case"], r["examples_per_s"], r["ms_per_step"]] for r in result["cases"]]
+    return harness.markdown_table(["case", "examples/s", "ms/step"], table)
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", action="store_true", help="the GPU cases")
     parser.add_argument("--only", default="", help="run cases whose name contains this")
     parser.add_argument("--threads", type=int, default=0, help="--num_threads for TF (0 = all)")
-    args = parser.parse_args(argv)
-    cases = GPU_CASES if args.gpu else CPU_CASES
-    rows = []
-    for name, module, flags, interval in cases:
-        if args.only and args.only not in name:
-            continue
-        result = run_case(module, flags, interval, args.threads)
-        rows.append((name, result))
-        print(json.dumps({"case": name, **result, "load": os.getloadavg()[0]}), flush=True)
-    print("\n| case | examples/s | ms/step |\n| --- | ---: | ---: |")
-    for name, result in rows:
-        print(f"| {name} | {result['examples_per_s']:.1f} | {result['ms_per_step']:.0f} |")
-    return 0
 
+
+BENCHMARK = Benchmark(
+    "models",
+    "Training throughput of the bundled models (one worker)",
+    run,
+    markdown,
+    description=__doc__,
+    arguments=_arguments,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

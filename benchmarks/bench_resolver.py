@@ -1,15 +1,14 @@
 """Resolver speed: in-process resolve, CLI wall time and ``import slurmtf`` time.
 
 Run ``python -m benchmarks.bench_resolver``. Targets (issue 2): a 4,096-node,
-32,768-task step resolves in-process in < 50 ms and through the CLI in < 1 s. Prints a
-table, then one JSON line with every number.
+32,768-task step resolves in-process in < 50 ms and through the CLI in < 1 s. Prints the
+result as JSON, then its table.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import statistics
 import subprocess
@@ -19,7 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, protocol
+from benchmarks.protocol import Benchmark, Options
 from slurmtf.localstep import LocalStep
 from slurmtf.resolver import resolve
 
@@ -90,10 +90,12 @@ def measure(repeat: int, cli_repeat: int) -> dict[str, Any]:
     }
 
 
-def run(quick: bool = False, log_dir: Path | None = None) -> dict[str, Any]:
-    """The run_all entry point: :func:`measure` at full or quick size."""
-    del log_dir  # in-process and CLI timings only: no per-process logs
-    return {"name": "resolver", **measure(repeat=5 if quick else 20, cli_repeat=2 if quick else 5)}
+def run(options: Options) -> dict[str, Any]:
+    """:func:`measure` at full or quick size, or with ``--repeat`` / ``--cli_repeat``."""
+    quick = options.quick
+    repeat = options.flag("repeat", None) or (5 if quick else 20)
+    cli_repeat = options.flag("cli_repeat", None) or (2 if quick else 5)
+    return {"name": "resolver", **measure(repeat=repeat, cli_repeat=cli_repeat)}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -134,16 +136,14 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Time the slurmtf resolver.")
-    parser.add_argument("--repeat", type=int, default=20, help="runs per in-process timing")
-    parser.add_argument("--cli_repeat", type=int, default=5, help="runs per subprocess timing")
-    args = parser.parse_args(argv)
-    results = measure(args.repeat, args.cli_repeat)
-    print(table(results))
-    print(json.dumps(results))
-    return 0
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--repeat", type=int, help="runs per in-process timing (default 20)")
+    parser.add_argument("--cli_repeat", type=int, help="runs per subprocess timing (default 5)")
 
+
+BENCHMARK = Benchmark(
+    "resolver", "Resolver", run, markdown, description=__doc__, arguments=_arguments
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

@@ -13,21 +13,19 @@ All counts are measured in one run, alternating, ``repeats`` times; medians are 
 
 from __future__ import annotations
 
-import argparse
 import itertools
-import json
-import re
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness
+from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options, figure
+from slurmtf.events import named, parse_events
+from slurmtf.localstep import free_port_base
 
 DONE = '"event": "done"'  # every rank prints this JSON event line when training ends
-PROGRESS = re.compile(r"step (\d+)/(\d+) loss \S+ accuracy \S+ ([\d.]+) examples/s")
 
 
 @dataclass(frozen=True)
@@ -58,15 +56,21 @@ MODELS = (
 )  # fmt: skip
 
 
-def steady_rate(stderr: str, global_batch: int) -> tuple[float, int]:
+def progress_events(stdout: str) -> list[JSONDict]:
+    """The chief's ``progress`` events (step, total, loss, accuracy, examples_per_sec)."""
+    return named(parse_events(stdout), "progress")
+
+
+def steady_rate(stdout: str, global_batch: int) -> tuple[float, int]:
     """Examples/s over every progress interval after the first; (rate, steps timed).
 
-    Each progress line reports the rate of the interval since the previous one; the
-    overall rate is total examples over total time, so intervals are weighted by time.
+    Each ``progress`` event (the chief's stdout) reports the rate of the interval since
+    the previous one; the overall rate is total examples over total time, so intervals
+    are weighted by time.
     """
-    points = [(int(m[1]), float(m[3])) for m in PROGRESS.finditer(stderr)]
+    points = [(int(e["step"]), float(e["examples_per_sec"])) for e in progress_events(stdout)]
     if len(points) < 2:
-        raise ValueError(f"need at least 2 progress lines to skip the first, got {len(points)}")
+        raise ValueError(f"need at least 2 progress events to skip the first, got {len(points)}")
     examples = seconds = 0.0
     steps = 0
     for (prev, _), (step, rate) in itertools.pairwise(points):
@@ -77,7 +81,7 @@ def steady_rate(stderr: str, global_batch: int) -> tuple[float, int]:
         seconds += n * global_batch / rate
         steps += n
     if seconds <= 0:
-        raise ValueError("no timed interval in the progress lines")
+        raise ValueError("no timed interval in the progress events")
     return examples / seconds, steps
 
 
@@ -105,7 +109,7 @@ def run_model(
         "--epochs_between_evals=100000",
         "--eval_steps=1",
     ]
-    port_base = harness.free_port_base(n)
+    port_base = free_port_base(n)
     job_id = 800000 + port_base % 1000
     envs = [
         harness.clean_env(harness.fake_slurm_env(rank, n, job_id, port_base)) for rank in range(n)
@@ -119,8 +123,8 @@ def run_model(
         done_marker=DONE,
     )
     harness.check_runs(runs, f"{model.name} with {n} workers")
-    cluster = next(e for e in harness.parse_events(runs[0].stdout) if e["event"] == "cluster")
-    rate, timed = steady_rate(runs[0].stderr, global_batch)
+    cluster = next(e for e in parse_events(runs[0].stdout) if e["event"] == "cluster")
+    rate, timed = steady_rate(runs[0].stdout, global_batch)
     return {
         "workers": n,
         "global_batch": global_batch,
@@ -133,7 +137,8 @@ def run_model(
     }
 
 
-def run(quick: bool = False, log_dir: Path | None = None) -> JSONDict:
+def run(options: Options) -> JSONDict:
+    quick, log_dir = options.quick, options.log_dir
     cpus = harness.cores()
     counts = worker_counts(len(cpus))
     repeats = 1 if quick else 2
@@ -213,44 +218,28 @@ def markdown(result: JSONDict) -> str:
 
 
 def plot(result: JSONDict, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     counts = result["worker_counts"]
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    width = 0.8 / max(len(result["models"]), 1)
-    for i, m in enumerate(result["models"]):
-        xs = [j + i * width for j in range(len(counts))]
-        effs = [m["efficiency"][str(n)] for n in counts]
-        bars = ax.bar(xs, effs, width, label=f"{m['model']}, batch {m['per_replica_batch']}")
-        ax.bar_label(bars, labels=[f"{e:.2f}" for e in effs], fontsize=8)
-    ax.axhline(0.95, color="gray", ls="--", lw=1, label="target 0.95")
-    ax.set_xticks([j + width * (len(result["models"]) - 1) / 2 for j in range(len(counts))])
-    ax.set_xticklabels([f"{n} worker{'s' if n > 1 else ''}" for n in counts])
-    ax.set_ylabel("efficiency = rate(N) / (N x rate(1))")
-    ax.set_ylim(0, 1.15)
-    ax.set_title("Scaling efficiency, CPU workers pinned to cores, loopback RING")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
     path = out_dir / "scaling.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path) as ax:
+        width = 0.8 / max(len(result["models"]), 1)
+        for i, m in enumerate(result["models"]):
+            xs = [j + i * width for j in range(len(counts))]
+            effs = [m["efficiency"][str(n)] for n in counts]
+            bars = ax.bar(xs, effs, width, label=f"{m['model']}, batch {m['per_replica_batch']}")
+            ax.bar_label(bars, labels=[f"{e:.2f}" for e in effs], fontsize=8)
+        ax.axhline(0.95, color="gray", ls="--", lw=1, label="target 0.95")
+        ax.set_xticks([j + width * (len(result["models"]) - 1) / 2 for j in range(len(counts))])
+        ax.set_xticklabels([f"{n} worker{'s' if n > 1 else ''}" for n in counts])
+        ax.set_ylabel("efficiency = rate(N) / (N x rate(1))")
+        ax.set_ylim(0, 1.15)
+        ax.set_title("Scaling efficiency, CPU workers pinned to cores, loopback RING")
+        ax.legend(fontsize=8)
     return [path]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.bench_scaling", description=__doc__.split("\n\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="few steps, one repeat")
-    args = parser.parse_args(argv)
-    result = run(quick=args.quick)
-    print(json.dumps(result, indent=1))
-    print(markdown(result))
-    return 0
-
+BENCHMARK = Benchmark(
+    "scaling", "Scaling efficiency (CPU, loopback)", run, markdown, plot, description=__doc__
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

@@ -21,11 +21,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from slurmtf.events import parse_events
-from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env
-
-# Shared with slurmtf; the benchmarks reach them through this module.
-__all__ = ["free_port_base", "parse_events"]
+from slurmtf.localstep import LocalStep, scrubbed_env
 
 REPO = Path(__file__).resolve().parent.parent
 JSONDict = dict[str, Any]

@@ -21,23 +21,30 @@ The model (all assumptions are parameters, defaults stated below):
   PyTorch DDP) is modelled with 0.8 (the last buckets are always exposed).
 * Exposed communication = t_ar - min(overlap * t_ar, backward_fraction * step_time);
   efficiency(N) = step_time / (step_time + exposed); images/s = N * batch / that.
-* Not modelled: stragglers, input-pipeline stalls, gradient compression, SHARP /
-  NVLink SHARP in-network reduction, congestion from other jobs. Weak scaling: the
-  per-GPU batch stays fixed.
+* Compression: gradients all-reduced in a smaller dtype (``--allreduce_dtype=bf16``)
+  shrink the bandwidth term by ``compression``. Its value, and the overlap TensorFlow's
+  all-reduce really reaches, are taken from this machine's measurements when their
+  results are in the output folder (``links.json``: all-reduce time fp32 / bf16 at the
+  slowest link; ``breakdown.json``: the part of the all-reduce a training step hid), else
+  2.0 (the byte ratio) and 0.0.
+* Not modelled: stragglers, input-pipeline stalls, SHARP / NVLink SHARP in-network
+  reduction, congestion from other jobs. Weak scaling: the per-GPU batch stays fixed.
 
-    python -m benchmarks.projection            # print the tables
+    python -m benchmarks.projection [--out DIR]   # the tables; measured inputs from DIR
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import math
 import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
 
-from benchmarks import harness
+from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options, figure
 
 GB = 1e9
 GPU_COUNTS = (8, 16, 32, 64, 128, 256, 512)
@@ -127,12 +134,20 @@ def allreduce_time(n_gpus: int, nbytes: float, net: Interconnect, algorithm: str
 
 
 def project(
-    work: Workload, net: Interconnect, n_gpus: int, overlap: float = 0.0, algorithm: str = "ring"
+    work: Workload,
+    net: Interconnect,
+    n_gpus: int,
+    *,
+    overlap: float = 0.0,
+    algorithm: str = "ring",
+    compression: float = 1.0,
 ) -> JSONDict:
     """Efficiency and throughput of ``work`` on ``n_gpus`` GPUs of ``net``."""
     if not 0 <= overlap <= 1:
         raise ValueError(f"overlap={overlap!r} must be in [0, 1]")
-    t_ar = allreduce_time(n_gpus, work.grad_bytes, net, algorithm)
+    if compression < 1:
+        raise ValueError(f"compression={compression!r} must be at least 1 (1 = none)")
+    t_ar = allreduce_time(n_gpus, work.grad_bytes / compression, net, algorithm)
     hidden = min(overlap * t_ar, work.backward_fraction * work.step_time)
     exposed = t_ar - hidden
     step = work.step_time + exposed
@@ -168,25 +183,95 @@ def default_workloads(measured_img_s: float | None = None) -> list[Workload]:
     return works
 
 
-def run(quick: bool = False, measured_img_s: float | None = None) -> JSONDict:
-    """Every workload x interconnect x GPU count, with and without overlap, ring and tree."""
-    del quick  # pure arithmetic: always complete
+@dataclass(frozen=True)
+class Case:
+    """One way of reducing gradients: how much of the all-reduce is hidden, how compressed."""
+
+    label: str
+    overlap: float
+    algorithm: str
+    compression: float = 1.0
+
+
+def cases(overlap: float, compression: float) -> list[Case]:
+    """TensorFlow as measured here (fp32, then bf16 on the wire), tree, and a bucketed
+    all-reduce that overlaps the backward pass (Horovod, PyTorch DDP)."""
+    return [
+        Case(f"fp32, overlap {overlap:.2f} (measured)", overlap, "ring"),
+        Case(f"fp32, overlap {overlap:.2f} (measured), tree", overlap, "tree"),
+        Case(f"bf16 on the wire ({compression:.2f}x measured)", overlap, "ring", compression),
+        Case("fp32, overlap 0.8 (bucketed, Horovod / DDP)", 0.8, "ring"),
+    ]
+
+
+def measured_compression(links: JSONDict | None) -> float:
+    """fp32 / bf16 all-reduce time of the largest tensor at the slowest shaped link."""
+    if not links:
+        return 2.0
+    from slurmtf.sandbox.links import parse_rate
+
+    shaped = [r for r in links["rates"] if parse_rate(r["rate"])]
+    if not shaped:
+        return 2.0
+    slowest = min(shaped, key=lambda r: parse_rate(r["rate"]))
+    size = max(row["bytes"] for row in slowest["results"])
+    time = {r["dtype"]: float(r["seconds"]) for r in slowest["results"] if r["bytes"] == size}
+    if "fp32" not in time or "bf16" not in time:
+        return 2.0
+    return max(1.0, time["fp32"] / time["bf16"])
+
+
+def measured_overlap(breakdown: JSONDict | None) -> float:
+    """The part of the fp32 all-reduce a 2-worker training step hid, at the slowest link.
+
+    hidden = compute + all-reduce alone - step, as a fraction of the all-reduce alone.
+    """
+    if not breakdown:
+        return 0.0
+    fractions = []
+    for entry in breakdown["models"]:
+        link = entry["links"][-1]
+        for run_ in link["runs"]:
+            if "error" in run_:
+                continue
+            by = {(r["phase"], r["setting"]): r["seconds"] for r in run_["rows"]}
+            reduce = next(v for (ph, st), v in by.items() if ph == "all-reduce" and "Keras" in st)
+            step = next(v for (ph, st), v in by.items() if ph == "step" and "Keras" in st)
+            hidden = by["compute", ""] + reduce - step
+            fractions.append(min(1.0, max(0.0, hidden / reduce)))
+    return harness.median(fractions) if fractions else 0.0
+
+
+def _earlier(out_dir: Path | None, name: str) -> JSONDict | None:
+    path = None if out_dir is None else out_dir / f"{name}.json"
+    if path is None or not path.exists():
+        return None
+    data: JSONDict = json.loads(path.read_text())
+    return None if data.get("pending") or data.get("error") else data
+
+
+def measured_gpu_img_s(gpu: JSONDict | None) -> float | None:
+    """Best measured ResNet-50 images/s on one GPU, from ``gpu.json`` when it holds one."""
+    rates = [r["images_per_s"] for r in (gpu or {}).get("resnet50", []) if r.get("images_per_s")]
+    return float(max(rates)) if rates else None
+
+
+def run(options: Options) -> JSONDict:
+    """Every workload x interconnect x case x GPU count; measured inputs from ``out_dir``."""
+    out_dir = options.out_dir
+    img_s = options.flag("measured_img_s", None) or measured_gpu_img_s(_earlier(out_dir, "gpu"))
+    overlap = measured_overlap(_earlier(out_dir, "breakdown"))
+    compression = measured_compression(_earlier(out_dir, "links"))
     rows = []
-    for work in default_workloads(measured_img_s):
+    for work in default_workloads(img_s):
         for net in INTERCONNECTS:
-            for overlap in (0.0, 0.8):
-                for algorithm in ("ring", "tree"):
-                    for n in GPU_COUNTS:
-                        rows.append(
-                            {
-                                "workload": work.name,
-                                "interconnect": net.name,
-                                "overlap": overlap,
-                                "algorithm": algorithm,
-                                "step_time_1gpu_s": work.step_time,
-                                **project(work, net, n, overlap, algorithm),
-                            }
-                        )
+            for case in cases(overlap, compression):
+                for n in GPU_COUNTS:
+                    got = project(work, net, n, overlap=case.overlap, algorithm=case.algorithm,
+                                  compression=case.compression)  # fmt: skip
+                    rows.append({"workload": work.name, "interconnect": net.name,
+                                 "case": case.label, "step_time_1gpu_s": work.step_time,
+                                 **got})  # fmt: skip
     return {
         "name": "projection",
         "assumptions": {
@@ -194,81 +279,70 @@ def run(quick: bool = False, measured_img_s: float | None = None) -> JSONDict:
             "batch_per_gpu": 256,
             "backward_fraction": 2 / 3,
             "interconnects": [vars(net) for net in INTERCONNECTS],
-            "measured_img_s": measured_img_s,
+            "measured_img_s": img_s,
+            "measured_overlap": overlap,
+            "measured_compression": compression,
         },
         "rows": rows,
     }
 
 
-def select(result: JSONDict, workload: str, overlap: float, algorithm: str) -> list[JSONDict]:
-    return [
-        r
-        for r in result["rows"]
-        if r["workload"] == workload and r["overlap"] == overlap and r["algorithm"] == algorithm
-    ]
+def select(result: JSONDict, workload: str, case: str) -> list[JSONDict]:
+    return [r for r in result["rows"] if r["workload"] == workload and r["case"] == case]
 
 
 def markdown(result: JSONDict) -> str:
     """Efficiency per interconnect (rows) and GPU count (columns), one table per case."""
     parts = []
-    workloads = list(dict.fromkeys(r["workload"] for r in result["rows"]))
-    for work in workloads:
-        for overlap, algorithm in ((0.0, "ring"), (0.0, "tree"), (0.8, "ring")):
-            chosen = select(result, work, overlap, algorithm)
-            nets = list(dict.fromkeys(r["interconnect"] for r in chosen))
+    for work in dict.fromkeys(r["workload"] for r in result["rows"]):
+        for case in dict.fromkeys(r["case"] for r in result["rows"]):
+            chosen = select(result, work, case)
             table = []
-            for net in nets:
+            for net in dict.fromkeys(r["interconnect"] for r in chosen):
                 mine = {r["gpus"]: r for r in chosen if r["interconnect"] == net}
                 table.append([net, *[f"{mine[n]['efficiency']:.3f}" for n in GPU_COUNTS]])
-            parts.append(
-                f"**{work}**, {algorithm} all-reduce, overlap {overlap:g}: scaling efficiency\n\n"
-            )
+            parts.append(f"**{work}**, {case}: scaling efficiency\n\n")
             parts.append(harness.markdown_table(["interconnect", *map(str, GPU_COUNTS)], table))
             parts.append("\n")
     return "".join(parts)
 
 
-def plot(result: JSONDict, out_dir: Any) -> list[Any]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def plot(result: JSONDict, out_dir: Path) -> list[Path]:
     work = next(r["workload"] for r in result["rows"] if "H100 target" in r["workload"])
-    fig, ax = plt.subplots(figsize=(6.4, 4.0))
-    for overlap, algorithm, style in ((0.0, "ring", "-"), (0.8, "ring", ":")):
-        chosen = select(result, work, overlap, algorithm)
-        nets = list(dict.fromkeys(r["interconnect"] for r in chosen))
-        for i, net in enumerate(nets):
-            mine = [r for r in chosen if r["interconnect"] == net]
-            ax.plot(
-                [r["gpus"] for r in mine],
-                [r["efficiency"] for r in mine],
-                style,
-                marker="o",
-                color=f"C{i}",
-                label=f"{net}" + (", overlap 0.8" if overlap else ""),
-            )
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(GPU_COUNTS, [str(n) for n in GPU_COUNTS])
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("scaling efficiency")
-    ax.set_title("Projected ResNet-50 efficiency (4,000 img/s per GPU, ring)")
-    ax.set_ylim(0, 1.02)
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=6, loc="lower left")
-    fig.tight_layout()
+    labels = list(dict.fromkeys(r["case"] for r in result["rows"]))
+    shown = ((labels[0], "-"), (labels[2], "--"), (labels[3], ":"))
     path = out_dir / "projection.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path) as ax:
+        for case, style in shown:
+            chosen = select(result, work, case)
+            for i, net in enumerate(dict.fromkeys(r["interconnect"] for r in chosen)):
+                mine = [r for r in chosen if r["interconnect"] == net]
+                ax.plot([r["gpus"] for r in mine], [r["efficiency"] for r in mine], style,
+                        marker="o", color=f"C{i}", label=f"{net}; {case}")  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(GPU_COUNTS, [str(n) for n in GPU_COUNTS])
+        ax.set_xlabel("GPUs")
+        ax.set_ylabel("scaling efficiency")
+        ax.set_title("Projected ResNet-50 efficiency (4,000 img/s per GPU, ring)")
+        ax.set_ylim(0, 1.02)
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=5, loc="lower left")
     return [path]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    del argv
-    print(markdown(run()))
-    return 0
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--measured_img_s", type=float, help="one GPU's ResNet-50 images/s")
 
+
+BENCHMARK = Benchmark(
+    "projection",
+    "Projection to 8-512 GPUs (model, not a measurement)",
+    run,
+    markdown,
+    plot,
+    description=__doc__,
+    arguments=_arguments,
+)
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(protocol.main(BENCHMARK))

@@ -5,7 +5,8 @@
 Each benchmark writes ``DIR/NAME.json`` (default ``docs/benchmarks/``); the report
 ``DIR/results.md`` is then rebuilt from every JSON file present, so ``--only`` refreshes
 one section without losing the others. Per-process logs go to ``runs/benchmarks/``.
-Benchmarks: resolver, launch, scaling, allreduce, gpu, projection (in that order).
+Benchmarks, in this order: resolver, launch, scaling, allreduce, links, breakdown, models,
+gpu, projection (each module declares a ``BENCHMARK``, see protocol.py).
 ``--quick`` uses small sizes; the numbers in docs/BENCHMARKS.md come from a full run.
 """
 
@@ -19,30 +20,31 @@ import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from benchmarks import harness
 from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options
 
-NAMES = ("resolver", "launch", "scaling", "allreduce", "gpu", "projection")
 MODULES = {
     "resolver": "benchmarks.bench_resolver",
     "launch": "benchmarks.bench_launch",
     "scaling": "benchmarks.bench_scaling",
     "allreduce": "benchmarks.bench_allreduce",
+    "links": "benchmarks.bench_links",
+    "breakdown": "benchmarks.bench_breakdown",
+    "models": "benchmarks.bench_models",
     "gpu": "benchmarks.bench_gpu",
-    "projection": "benchmarks.projection",
+    "projection": "benchmarks.projection",  # last: it reads links, breakdown and gpu
 }
-TITLES = {
-    "resolver": "Resolver",
-    "launch": "Launch overhead (sandbox, 2 nodes)",
-    "scaling": "Scaling efficiency (CPU, loopback)",
-    "allreduce": "All-reduce bus bandwidth vs loopback TCP",
-    "gpu": "GPU throughput",
-    "projection": "Projection to 8-512 GPUs (model, not a measurement)",
-}
+NAMES = tuple(MODULES)
 DEFAULT_OUT = harness.REPO / "docs" / "benchmarks"
 LOG_ROOT = harness.REPO / "runs" / "benchmarks"
+
+
+def benchmark(name: str) -> Benchmark:
+    """The ``BENCHMARK`` a module declares (see benchmarks/protocol.py)."""
+    bench: Benchmark = importlib.import_module(MODULES[name]).BENCHMARK
+    return bench
 
 
 def parse_only(text: str | None) -> list[str]:
@@ -56,28 +58,11 @@ def parse_only(text: str | None) -> list[str]:
     return [n for n in NAMES if n in wanted]
 
 
-def _call_module(name: str, quick: bool, out_dir: Path) -> JSONDict:
-    module = importlib.import_module(MODULES[name])
-    if name == "projection":
-        return module.run(quick=quick, measured_img_s=measured_gpu_img_s(out_dir))  # type: ignore[no-any-return]
-    result: JSONDict = module.run(quick=quick, log_dir=LOG_ROOT / name)
-    return result
-
-
-def measured_gpu_img_s(out_dir: Path) -> float | None:
-    """Best measured ResNet-50 images/s on one GPU, from ``gpu.json`` when it holds one."""
-    path = out_dir / "gpu.json"
-    if not path.exists():
-        return None
-    data = json.loads(path.read_text())
-    rates = [r["images_per_s"] for r in data.get("resnet50", []) if r.get("images_per_s")]
-    return max(rates) if rates else None
-
-
 def run_one(name: str, quick: bool, out_dir: Path) -> JSONDict:
     start = time.perf_counter()
     try:
-        result = _call_module(name, quick, out_dir)
+        options = Options(quick=quick, log_dir=LOG_ROOT / name, out_dir=out_dir)
+        result = benchmark(name).run(options)
     except Exception as exc:  # one failing benchmark must not stop the rest
         traceback.print_exc()
         result = {"name": name, "error": f"{type(exc).__name__}: {exc}"}
@@ -95,16 +80,9 @@ def run_one(name: str, quick: bool, out_dir: Path) -> JSONDict:
     return result
 
 
-def _module_attr(name: str, attr: str) -> Any:
-    try:
-        module = importlib.import_module(MODULES[name])
-    except ImportError:
-        return None
-    return getattr(module, attr, None)
-
-
 def render_section(name: str, result: JSONDict, out_dir: Path) -> str:
-    lines = [f"## {TITLES[name]}\n"]
+    bench = benchmark(name)
+    lines = [f"## {bench.title}\n"]
     machine = result.get("machine", {})
     lines.append(
         f"_{machine.get('date_utc', '?')}, {'quick' if result.get('quick') else 'full'} run, "
@@ -117,13 +95,10 @@ def render_section(name: str, result: JSONDict, out_dir: Path) -> str:
         lines.append(f"**PENDING:** {result.get('reason', '')}\n")
         lines.append(f"```bash\n{result.get('command', '')}\n```\n")
         return "\n".join(lines) + "\n"
-    markdown = _module_attr(name, "markdown")
-    if markdown is not None:
-        lines.append(markdown(result))
-    plot = _module_attr(name, "plot")
-    if plot is not None:
+    lines.append(bench.markdown(result))
+    if bench.plot is not None:
         try:
-            paths = plot(result, out_dir)
+            paths = bench.plot(result, out_dir)
         except Exception as exc:  # a plot failure must not lose the table
             lines.append(f"(plot failed: {exc})\n")
         else:

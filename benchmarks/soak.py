@@ -27,7 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import REPO, JSONDict, machine_info, markdown_table, parse_events
+from benchmarks.harness import REPO, JSONDict, machine_info, markdown_table
+from benchmarks.protocol import figure
+from slurmtf.events import parse_events
 
 MODELS = {  # name -> (job script, model flags)
     "mnist": ("mnist.sbatch", ()),
@@ -296,31 +298,22 @@ def markdown(result: JSONDict) -> str:
 
 
 def plot(result: JSONDict, out_dir: Path) -> list[Path]:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(3, 1, figsize=(7.0, 7.5), sharex=True)
-    keys = (("threads", "threads", 1), ("rss_kb", "RSS (MB)", 1024), ("fds", "open fds", 1))
-    for ax, (key, label, scale) in zip(axes, keys, strict=True):
-        for rank in sorted({s["rank"] for s in result["samples"]}):
-            mine = [s for s in result["samples"] if s["rank"] == rank]
-            ax.plot(
-                [s["t"] / 60 for s in mine], [s[key] / scale for s in mine], label=f"rank {rank}"
-            )
-        ax.axvline(result["warmup_s"] / 60, color="gray", ls="--", lw=1)
-        ax.set_ylabel(label)
-        ax.set_ylim(bottom=0)
-    axes[0].legend(fontsize=8, ncol=4)
-    axes[-1].set_xlabel("minutes (dashed: end of warm-up)")
-    axes[0].set_title(
-        f"Soak: {result['model']}, {result['nodes']}x{result['tasks_per_node']} ranks"
-    )
-    fig.tight_layout()
     path = out_dir / f"soak-{result['model']}.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    keys = (("threads", "threads", 1), ("rss_kb", "RSS (MB)", 1024), ("fds", "open fds", 1))
+    with figure(path, (7.0, 7.5), rows=3, dpi=110) as axes:
+        for ax, (key, label, scale) in zip(axes, keys, strict=True):
+            for rank in sorted({s["rank"] for s in result["samples"]}):
+                mine = [s for s in result["samples"] if s["rank"] == rank]
+                ax.plot([s["t"] / 60 for s in mine], [s[key] / scale for s in mine],
+                        label=f"rank {rank}")  # fmt: skip
+            ax.axvline(result["warmup_s"] / 60, color="gray", ls="--", lw=1)
+            ax.set_ylabel(label)
+            ax.set_ylim(bottom=0)
+        axes[0].legend(fontsize=8, ncol=4)
+        axes[-1].set_xlabel("minutes (dashed: end of warm-up)")
+        axes[0].set_title(
+            f"Soak: {result['model']}, {result['nodes']}x{result['tasks_per_node']} ranks"
+        )
     return [path]
 
 

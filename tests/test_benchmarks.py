@@ -5,6 +5,7 @@ Benchmarks are not timed tests: nothing here measures or asserts a speed.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import bench_resolver, harness, projection, run_all
+from benchmarks.protocol import Options
 
 
 # ---------------------------------------------------------------------------- efficiency
@@ -153,13 +155,64 @@ def test_model_inputs_are_validated() -> None:
 
 
 def test_projection_run_and_markdown_cover_every_case() -> None:
-    result = projection.run(measured_img_s=3000.0)
-    n_cases = 3 * len(projection.INTERCONNECTS) * 2 * 2 * len(projection.GPU_COUNTS)
+    result = projection.run(Options(args=argparse.Namespace(measured_img_s=3000.0)))
+    n_cases = 3 * len(projection.INTERCONNECTS) * 4 * len(projection.GPU_COUNTS)
     assert len(result["rows"]) == n_cases
     text = projection.markdown(result)
     assert "| interconnect | 8 | 16 | 32 | 64 | 128 | 256 | 512 |" in text
     assert "measured (3,000 img/s)" in text
     assert not math.isnan(sum(r["efficiency"] for r in result["rows"]))
+
+
+def test_compression_shrinks_only_the_bandwidth_term() -> None:
+    work = projection.Workload("w", step_time=0.05, grad_bytes=1e9, batch_per_gpu=32)
+    net = projection.INTERCONNECTS[2]  # 100 GbE: the network binds
+    plain = projection.project(work, net, 64)
+    half = projection.project(work, net, 64, compression=2.0)
+    t_ar = projection.allreduce_time(64, 1e9, net)
+    latency = projection.allreduce_time(64, 0.0, net)
+    assert half["allreduce_s"] == pytest.approx(latency + (t_ar - latency) / 2)
+    assert half["efficiency"] > plain["efficiency"]
+    with pytest.raises(ValueError, match="compression"):
+        projection.project(work, net, 8, compression=0.5)
+
+
+MB = 1 << 20
+
+
+def _links(fp32_s: float, bf16_s: float) -> dict[str, object]:
+    rows = [{"dtype": "fp32", "bytes": 64 * MB, "seconds": fp32_s},
+            {"dtype": "bf16", "bytes": 64 * MB, "seconds": bf16_s},
+            {"dtype": "bf16", "bytes": 4 * MB, "seconds": 9.0}]  # fmt: skip
+    slow = [{"dtype": "fp32", "bytes": 64 * MB, "seconds": 1.0},
+            {"dtype": "bf16", "bytes": 64 * MB, "seconds": 1.0}]  # fmt: skip
+    return {"rates": [{"rate": "unshaped", "results": slow},
+                      {"rate": "1gbit", "results": rows},
+                      {"rate": "10gbit", "results": slow}]}  # fmt: skip
+
+
+def _breakdown(compute: float, reduce: float, step: float) -> dict[str, object]:
+    rows = [{"phase": "compute", "setting": "", "seconds": compute},
+            {"phase": "all-reduce", "setting": "fp32, Keras (one pack)", "seconds": reduce},
+            {"phase": "step", "setting": "fp32, Keras (one pack)", "seconds": step}]  # fmt: skip
+    return {"models": [{"links": [{"link": "1gbit", "runs": [{"rows": rows}]}]}]}
+
+
+def test_measured_compression_and_overlap(tmp_path: Path) -> None:
+    # fp32 / bf16 time of the largest tensor at the slowest shaped link, never below 1
+    assert projection.measured_compression(_links(0.8, 0.4)) == pytest.approx(2.0)
+    assert projection.measured_compression(_links(0.3, 0.4)) == 1.0
+    assert projection.measured_compression(None) == 2.0  # nothing measured: the byte ratio
+    # hidden = compute + all-reduce alone - step, as a part of the all-reduce
+    assert projection.measured_overlap(_breakdown(0.1, 0.1, 0.15)) == pytest.approx(0.5)
+    assert projection.measured_overlap(_breakdown(0.1, 0.1, 0.25)) == 0.0
+    assert projection.measured_overlap(None) == 0.0
+    (tmp_path / "links.json").write_text(json.dumps(_links(0.9, 0.3)))
+    (tmp_path / "breakdown.json").write_text(json.dumps(_breakdown(0.1, 0.1, 0.2)))
+    result = projection.run(Options(out_dir=tmp_path))
+    assert result["assumptions"]["measured_compression"] == pytest.approx(3.0)
+    assert result["assumptions"]["measured_overlap"] == 0.0
+    assert "bf16 on the wire (3.00x measured)" in projection.markdown(result)
 
 
 # ---------------------------------------------------------------------------- run_all
@@ -192,11 +245,11 @@ def test_report_from_json(tmp_path: Path) -> None:
 
 # ---------------------------------------------------------------------------- scaling
 PROGRESS_LOG = """\
-10:00:01 rank0 W Training on SYNTHETIC data (no --data_dir)
-10:00:09 rank0 I step 10/40 loss 0.6 accuracy 0.8 50.0 examples/s ETA 0m20s
-10:00:14 rank0 I step 20/40 loss 0.1 accuracy 1.0 400.0 examples/s ETA 0m11s
-10:00:19 rank0 I step 40/40 loss 0.1 accuracy 1.0 200.0 examples/s ETA 0m00s
-"""
+{"event": "cluster", "rank": 0, "synthetic": true}
+{"event": "progress", "step": 10, "total": 40, "loss": 0.6, "accuracy": 0.8, "examples_per_sec": 50.0}
+{"event": "progress", "step": 20, "total": 40, "loss": 0.1, "accuracy": 1.0, "examples_per_sec": 400.0}
+{"event": "progress", "step": 40, "total": 40, "loss": 0.1, "accuracy": 1.0, "examples_per_sec": 200.0}
+"""  # noqa: E501 - event lines as the chief prints them
 
 
 def test_steady_rate_skips_the_first_interval_and_weights_by_time() -> None:
@@ -211,7 +264,7 @@ def test_steady_rate_skips_the_first_interval_and_weights_by_time() -> None:
 def test_steady_rate_needs_two_lines() -> None:
     from benchmarks.bench_scaling import steady_rate
 
-    with pytest.raises(ValueError, match="progress lines"):
+    with pytest.raises(ValueError, match="progress events"):
         steady_rate(PROGRESS_LOG.splitlines()[1], global_batch=100)
 
 
@@ -275,6 +328,6 @@ def test_gpu_pending_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     from benchmarks import bench_gpu
 
     monkeypatch.setattr(bench_gpu, "gpu_names", list)
-    result = bench_gpu.run()
+    result = bench_gpu.run(Options())
     assert result["pending"] is True
     assert "run_all --only gpu" in result["command"]

@@ -72,6 +72,18 @@ for dtype in ("fp16", "bf16", "fp32"):
     rtol = 2e-3 if dtype == "fp16" else 1e-2
     np.testing.assert_allclose(out[0].numpy(), 2 * tiny, rtol=rtol, err_msg=dtype)
     np.testing.assert_allclose(out[1].numpy(), 2 * huge, rtol=rtol, err_msg=dtype)
+# Packing changes how gradients travel, never the sum: exactly equal to one pack.
+rng = np.random.default_rng(3)
+grads = [tf.constant(rng.normal(size=(i + 1, 7)), tf.float32) for i in range(9)]
+for dtype in ("fp32", "bf16", "fp16"):
+    one, many = (
+        strategy.experimental_local_results(
+            strategy.run(lambda: all_reduce(grads, GradReduce(dtype, pack)))
+        )[0]
+        for pack in (0, 64)
+    )
+    for a, b in zip(one, many, strict=True):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=dtype)
 print("SUMS OK")
 """
 

@@ -82,4 +82,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub_argv = [name, *rest] if name in _PASS_NAME else rest
     result: int = module.main(sub_argv)
     return result
-
