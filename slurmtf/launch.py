@@ -31,12 +31,10 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from types import FrameType
 from typing import Any
 
 from slurmtf.contracts import EXIT_PREEMPTED, parse_preemption_signal
-from slurmtf.errors import SlurmtfError
 from slurmtf.events import emit
 from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec, task_command
 from slurmtf.layout import ClusterLayout
@@ -150,23 +148,7 @@ def call_function(target: str, argv: Sequence[str]) -> int:
     return 0 if result is None else int(result)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) >= 2 and args[0] == "--call":
-        rest = args[2:]
-        return call_function(args[1], rest[1:] if rest[:1] == ["--"] else rest)
-    spec_file = next((a.split("=", 1)[1] for a in args if a.startswith("--spec=")), None)
-    params_text = next((a.split("=", 1)[1] for a in args if a.startswith("--params=")), "{}")
-    if spec_file is None:
-        print("usage: python -m slurmtf.launch --spec=FILE [--params=JSON]", file=sys.stderr)
-        return 2
-    try:
-        spec = JobSpec.from_json(json.loads(Path(spec_file).read_text()))
-        return run_task(spec, json.loads(params_text), os.environ)
-    except SlurmtfError as exc:
-        print(f"slurmtf.launch: {exc}", file=sys.stderr)
-        return 1
+if __name__ == "__main__":  # `python -m slurmtf.launch`: the front end is slurmtf.cli.launch
+    from slurmtf.cli.launch import main
 
-
-if __name__ == "__main__":
     sys.exit(main())

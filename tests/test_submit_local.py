@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf import launch, local, submit
+from slurmtf.cli import launch as launch_cli
 from slurmtf.errors import InputError
 from slurmtf.jobspec import JobSpec
 
@@ -81,8 +82,8 @@ def test_function_kind_calls_module_function(
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     assert launch.call_function("userjob:train", ["--x=1", "--lr=2"]) == 0
-    assert launch.main(["--call", "userjob:train", "--", "--x=1", "--lr=2"]) == 0
-    assert launch.main(["--call", "userjob:train", "--", "--x=2"]) == 9
+    assert launch_cli.main(["--call", "userjob:train", "--", "--x=1", "--lr=2"]) == 0
+    assert launch_cli.main(["--call", "userjob:train", "--", "--x=2"]) == 9
 
 
 def test_a_bad_restart_count_is_one_line_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
