@@ -22,6 +22,15 @@ class InputError(SlurmtfError, ValueError):
         super().__init__(f"{name}={value!r}: {problem}. HINT: {hint}")
 
 
+class UsageError(SlurmtfError, ValueError):
+    """A command line that does not parse (unknown option, missing argument, bad type)."""
+
+    def __init__(self, problem: str, usage: str) -> None:
+        self.problem = problem
+        self.usage = " ".join(usage.split())
+        super().__init__(f"{problem}. HINT: {self.usage}")
+
+
 class SlurmCommandError(SlurmtfError, RuntimeError):
     """A Slurm command (sbatch, squeue, scontrol, ...) failed; carries its own message."""
 

@@ -8,12 +8,14 @@ arguments (argparse), call them and turn errors into exit codes through
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
-from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.errors import InputError, SlurmtfError, UsageError
 
 # subcommand -> (module with `main(argv) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -33,7 +35,15 @@ _PASS_NAME = {"status", "logs", "cancel"}
 def report_error(program: str, exc: SlurmtfError) -> int:
     """Print ``program: message`` on stderr; the exit status for ``exc`` (2: bad input)."""
     print(f"{program}: {exc}", file=sys.stderr)
-    return EXIT_USAGE if isinstance(exc, InputError) else EXIT_FAILURE
+    return EXIT_USAGE if isinstance(exc, InputError | UsageError) else EXIT_FAILURE
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors raise :class:`~slurmtf.errors.UsageError` (one line,
+    exit 2 through :func:`report_error`) instead of exiting the caller."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message, self.format_usage())
 
 
 def flag(name: str) -> list[str]:

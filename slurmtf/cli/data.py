@@ -7,9 +7,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf.cli import report_error
+from slurmtf.cli import ArgumentParser, report_error
 from slurmtf.datasets import manifest
-from slurmtf.errors import SlurmtfError
+from slurmtf.errors import SlurmtfError, UsageError
 
 EPILOG = """examples:
   slurmtf data sample-mnist runs/data/mnist-sample   # real digits, offline (scikit-learn)
@@ -20,7 +20,7 @@ then: python -m models.mnist --data_dir=DIR ..."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="slurmtf data",
         description="Data sets for the bundled models, in their official formats, with a "
         "MANIFEST.json of SHA-256 checksums, source and licence that the readers check.",
@@ -46,7 +46,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    except UsageError as exc:
+        return report_error("slurmtf data", exc)
     try:
         if args.command == "sample-mnist":
             from slurmtf.datasets.sample import write_mnist_sample

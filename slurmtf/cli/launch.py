@@ -14,9 +14,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf.cli import report_error
+from slurmtf.cli import ArgumentParser, report_error
 from slurmtf.contracts import EXIT_USAGE
-from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.errors import InputError, SlurmtfError, UsageError
 from slurmtf.jobspec import JobSpec
 from slurmtf.launch import call_function, run_task
 
@@ -24,7 +24,7 @@ PROGRAM = "slurmtf.launch"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=f"python -m {PROGRAM}", description=__doc__)
+    parser = ArgumentParser(prog=f"python -m {PROGRAM}", description=__doc__)
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--spec", type=Path, metavar="FILE", help="the job's JobSpec as JSON")
     what.add_argument("--call", metavar="MODULE:FUNCTION", help="call FUNCTION(argv)")
@@ -35,7 +35,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit status of the task (2: bad arguments, 1: a slurmtf error)."""
-    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    except UsageError as exc:
+        return report_error(PROGRAM, exc)
     if args.call is not None:
         return call_function(args.call, args.args)
     if args.args:

@@ -13,9 +13,9 @@ import os
 import sys
 from collections.abc import Sequence
 
-from slurmtf.cli import flag, report_error
+from slurmtf.cli import ArgumentParser, flag, report_error
 from slurmtf.env import read_slurm_env
-from slurmtf.errors import SlurmtfError
+from slurmtf.errors import SlurmtfError, UsageError
 from slurmtf.layout import build_layout
 from slurmtf.resolver import explain, export_lines
 
@@ -23,7 +23,7 @@ PROGRAM = "slurmtf resolve"
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog=PROGRAM,
         description=(
             "Print TF_CONFIG for this Slurm task (run it under srun). Outside Slurm, or in "
@@ -54,7 +54,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: exit 0 with the output, or 2 with one line on stderr."""
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except UsageError as exc:
+        return report_error(PROGRAM, exc)
     handler = None
     package_log = logging.getLogger("slurmtf")
     if args.verbose:

@@ -8,14 +8,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf.cli import flag, report_error
-from slurmtf.errors import SlurmtfError
+from slurmtf.cli import ArgumentParser, flag, report_error
+from slurmtf.errors import SlurmtfError, UsageError
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox.core import Sandbox, default_dir
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="slurmtf sandbox",
         description="A local multi-node Slurm cluster (munged, slurmctld, N slurmd) "
         "with fake GPUs, all state in one directory.",
@@ -46,7 +46,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    try:
+        args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    except UsageError as exc:
+        return report_error("slurmtf sandbox", exc)
     try:
         sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node, link=args.link)
     except SlurmtfError as exc:
