@@ -1,0 +1,201 @@
+# Shared part of slurmtf's batch scripts (jobs/*.sbatch, and the jobs `slurmtf submit`
+# writes): sourced, never run. It sets up the run folders, binds GPUs, starts the tasks
+# with srun and decides what happens when they end:
+#
+#   all tasks exit 0                    -> the job ends COMPLETED
+#   preempted (exit 75 after a save)    -> requeue (same job id), resume from the checkpoint
+#   a rank died, a peer was lost, a     -> requeue and resume from the last complete
+#   stall was detected, a node is gone     checkpoint; a node that stopped answering (slurmd
+#                                          gone, every process frozen) or whose rank froze
+#                                          (heartbeats stopped) is excluded first
+#   bad flags (exit 2), a model error   -> no retry; the last line says why
+#
+# Every requeue, whatever its cause, counts against one budget: MAX_RESTARTS (default 3;
+# MAX_REQUEUES, its former name, is read when MAX_RESTARTS is unset), compared with
+# Slurm's SLURM_RESTART_COUNT, so the budget holds across restarts.
+#
+# Functions (the batch script calls them in this order):
+#   slurmtf_job_setup NAME              REPO, RUN, MODEL_DIR, LOG_DIR, PYTHON, gpu_bind
+#   slurmtf_job_srun COMMAND...         srun with per-rank logs; sets slurmtf_rc
+#   slurmtf_job_end                     exits with the job's final status (or requeues)
+
+slurmtf_log() { echo "$(date -Is) slurmtf: $*"; }
+
+slurmtf_job_setup() {
+    local name="$1"
+    REPO="${SLURMTF_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"
+    RUN="${SLURM_JOB_NAME:-$name}-${SLURM_JOB_ID:-local}"
+    MODEL_DIR="${MODEL_DIR:-$REPO/runs/$RUN}"
+    LOG_DIR="${LOG_DIR:-$REPO/logs/$RUN}"
+    PYTHON="${PYTHON:-python3}"
+    export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+    mkdir -p "$MODEL_DIR" "$LOG_DIR"
+    slurmtf_restarts="${SLURM_RESTART_COUNT:-0}"
+    slurmtf_budget="${MAX_RESTARTS:-${MAX_REQUEUES:-3}}"
+    slurmtf_job_record
+    # Where this attempt's output starts in each rank's logs (they are appended to).
+    declare -gA slurmtf_offsets=()
+    local f
+    for f in "$LOG_DIR"/rank*.out "$LOG_DIR"/rank*.err "$LOG_DIR/srun.err"; do
+        [ -e "$f" ] && slurmtf_offsets["$f"]=$(stat -c %s "$f")
+    done
+    # Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+) unless
+    # the job chose a binding itself (--gpus-per-task, --gpu-bind); the model checks it.
+    gpu_bind=()
+    local per_node="${SLURM_NTASKS_PER_NODE:-1}"
+    if [ -z "${SLURM_GPU_BIND:-}${SLURM_GPUS_PER_TASK:-}" ] && [[ "$per_node" =~ ^[0-9]+$ ]] \
+            && [[ "${SLURM_GPUS_ON_NODE:-0}" =~ ^[0-9]+$ ]] && [ "$per_node" -gt 1 ] \
+            && [ "${SLURM_GPUS_ON_NODE:-0}" -ge "$per_node" ]; then
+        gpu_bind=(--gpu-bind="per_task:$((SLURM_GPUS_ON_NODE / per_node))")
+    fi
+    echo "$(date -Is) job ${SLURM_JOB_ID:-local} restart $slurmtf_restarts of" \
+         "$slurmtf_budget: ${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-}," \
+         "model_dir $MODEL_DIR, per-rank logs $LOG_DIR"
+}
+
+# One line per job in the user's record ($XDG_STATE_HOME/slurmtf/jobs.jsonl), so that
+# `slurmtf status|logs JOB` find the logs from any directory once Slurm forgot the job.
+slurmtf_job_record() {
+    [ -n "${SLURM_JOB_ID:-}" ] || return 0
+    [ "$slurmtf_restarts" = "0" ] || return 0
+    local dir="${XDG_STATE_HOME:-$HOME/.local/state}/slurmtf"
+    mkdir -p "$dir" 2>/dev/null || return 0
+    local line
+    line=$(printf '{"job_id": "%s", "log_dir": "%s", "logs": "rank{rank}.{kind}", "name": "%s", "time": %s}' \
+        "$SLURM_JOB_ID" "$(slurmtf_json_escape "$LOG_DIR")" \
+        "$(slurmtf_json_escape "${SLURM_JOB_NAME:-}")" "$(date +%s)")
+    # One write of one short line to a file opened for appending is atomic.
+    printf '%s\n' "$line" >> "$dir/jobs.jsonl" 2>/dev/null || true
+    scontrol update JobId="$SLURM_JOB_ID" Comment="slurmtf:$LOG_DIR" >/dev/null 2>&1 || true
+}
+
+slurmtf_json_escape() {
+    local s="${1//\\/\\\\}"
+    s="${s//\"/\\\"}"
+    printf '%s' "${s//$'\n'/\\n}"
+}
+
+slurmtf_job_srun() {
+    srun --kill-on-bad-exit=1 --open-mode=append "${gpu_bind[@]}" \
+         --output="$LOG_DIR/rank%t.out" --error="$LOG_DIR/rank%t.err" \
+         "$@" 2> >(tee -a "$LOG_DIR/srun.err" >&2)
+    slurmtf_rc=$?
+    wait  # for tee
+    echo "$(date -Is) srun exited $slurmtf_rc"
+}
+
+# What this attempt appended to FILE.
+slurmtf_new() {
+    local f="$1"
+    [ -e "$f" ] || return 0
+    tail -c "+$(( ${slurmtf_offsets[$f]:-0} + 1 ))" "$f"
+}
+
+slurmtf_preempted() {
+    [ "$slurmtf_rc" -eq 75 ] && return 0
+    slurmtf_new "$LOG_DIR/rank0.out" | grep -q -e '"event": "preempted"' -e '"preempted": true'
+}
+
+# Prints why this attempt failed and sets slurmtf_retry (1: a restart may fix it) and
+# slurmtf_bad_nodes (nodes to avoid next time).
+slurmtf_classify() {
+    slurmtf_retry=0
+    slurmtf_bad_nodes=()
+    local srun_text errs f text lost=()
+    srun_text=$(slurmtf_new "$LOG_DIR/srun.err")
+    if grep -q "Exited with exit code 2" <<<"$srun_text" || [ "$slurmtf_rc" -eq 2 ]; then
+        slurmtf_why="bad flags or settings (exit 2): a restart cannot fix them"
+        return
+    fi
+    local peer="a peer failed, stalled or timed out" stall="no training step finished for"
+    local own="" evidence=""
+    for f in "$LOG_DIR"/rank*.err; do
+        [ -e "$f" ] || continue
+        text=$(slurmtf_new "$f")
+        if grep -q -e "$peer" -e "$stall" <<<"$text"; then
+            evidence="lost peer"
+            # "lost rank 1 (node2:12001)": remember the node when its rank froze
+            # (TensorFlow's heartbeat error) or stopped answering.
+            mapfile -t -O "${#lost[@]}" lost < <(grep -o "lost rank [0-9]* ([^:)]*" <<<"$text" \
+                | sed 's/.*(//')
+            if grep -q -i "heartbeat" <<<"$text"; then
+                slurmtf_frozen=1
+            fi
+        elif grep -q "^Traceback" <<<"$text"; then
+            own="${f##*/}: $(grep -v '^\s*$' <<<"$text" | tail -n 1)"
+        fi
+    done
+    if grep -q -e "Killed" -e "Terminated" -e "Node failure" -e "not responding" \
+            -e "Communication connection failure" <<<"$srun_text"; then
+        evidence="${evidence:-a task was killed}"
+    fi
+    if [ -n "$own" ]; then
+        slurmtf_why="a rank failed with its own error (not a lost peer or node), $own"
+        return
+    fi
+    if [ -z "$evidence" ] && [ "$slurmtf_rc" -lt 128 ]; then
+        slurmtf_why="srun exited $slurmtf_rc without a lost peer, node or killed task"
+        return
+    fi
+    slurmtf_retry=1
+    slurmtf_why="${evidence:-srun exited $slurmtf_rc}"
+    local node
+    for node in $(printf '%s\n' "${lost[@]}" | sort -u); do
+        if [ "${slurmtf_frozen:-0}" = "1" ] || ! slurmtf_node_answers "$node"; then
+            slurmtf_bad_nodes+=("$node")
+        fi
+    done
+}
+
+# Whether NODE's slurmd still starts a task of this job (a dead or frozen one does not).
+slurmtf_node_answers() {
+    timeout -s KILL "${SLURMTF_NODE_PROBE_S:-15}" \
+        srun --nodes=1 --ntasks=1 --nodelist="$1" --time=1 --output=/dev/null \
+             --error=/dev/null true >/dev/null 2>&1
+}
+
+slurmtf_requeue() {
+    # `scontrol requeue` ends this script with SIGTERM: finish the update first.
+    trap '' TERM
+    scontrol requeue "$SLURM_JOB_ID" || { echo "scontrol requeue failed" >&2; return 1; }
+    if [ "${#slurmtf_bad_nodes[@]}" -gt 0 ]; then
+        local old exclude
+        old=$(scontrol show job "$SLURM_JOB_ID" | grep -o "ExcNodeList=[^ ]*" | cut -d= -f2)
+        exclude=$(printf '%s\n' "${slurmtf_bad_nodes[@]}" | paste -sd,)
+        [ -n "$old" ] && [ "$old" != "(null)" ] && exclude="$old,$exclude"
+        scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$exclude" \
+            && slurmtf_log "the restarted job avoids node(s) $exclude"
+    fi
+    return 0
+}
+
+slurmtf_job_end() {
+    if [ "$slurmtf_rc" -eq 0 ] && ! slurmtf_preempted; then
+        exit 0
+    fi
+    local what status="$slurmtf_rc"
+    if slurmtf_preempted; then
+        what="preempted after saving a checkpoint"
+        slurmtf_why="$what"
+        slurmtf_retry=1
+        slurmtf_bad_nodes=()
+        status=75
+    else
+        slurmtf_classify
+        what="failed: $slurmtf_why"
+    fi
+    if [ "$slurmtf_retry" = "1" ]; then
+        if [ "$slurmtf_restarts" -lt "$slurmtf_budget" ]; then
+            slurmtf_log "$what: requeueing job $SLURM_JOB_ID" \
+                "(restart $((slurmtf_restarts + 1)) of $slurmtf_budget, MAX_RESTARTS)"
+            slurmtf_requeue && exit 0
+        else
+            slurmtf_log "$what; not requeued: already restarted $slurmtf_restarts" \
+                "time(s) (MAX_RESTARTS=$slurmtf_budget)" >&2
+        fi
+    else
+        slurmtf_log "$what; not requeued" >&2
+    fi
+    [ "$status" -eq 0 ] && status=1
+    exit "$status"
+}
