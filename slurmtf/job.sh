@@ -96,52 +96,52 @@ slurmtf_preempted() {
     slurmtf_new "$LOG_DIR/rank0.out" | grep -q -e '"event": "preempted"' -e '"preempted": true'
 }
 
-# Prints why this attempt failed and sets slurmtf_retry (1: a restart may fix it) and
-# slurmtf_bad_nodes (nodes to avoid next time).
+# Sets slurmtf_why (why this attempt failed), slurmtf_retry (1: a restart may fix it)
+# and slurmtf_bad_nodes (nodes to avoid next time). srun names the task that failed
+# first; the others were stopped by --kill-on-bad-exit and say nothing about the cause.
 slurmtf_classify() {
     slurmtf_retry=0
     slurmtf_bad_nodes=()
-    local srun_text errs f text lost=()
+    local srun_text first rank reason text f lost=() frozen=0
+    local peer="a peer failed, stalled or timed out" stall="no training step finished for"
     srun_text=$(slurmtf_new "$LOG_DIR/srun.err")
     if grep -q "Exited with exit code 2" <<<"$srun_text" || [ "$slurmtf_rc" -eq 2 ]; then
         slurmtf_why="bad flags or settings (exit 2): a restart cannot fix them"
         return
     fi
-    local peer="a peer failed, stalled or timed out" stall="no training step finished for"
-    local own="" evidence=""
     for f in "$LOG_DIR"/rank*.err; do
         [ -e "$f" ] || continue
         text=$(slurmtf_new "$f")
-        if grep -q -e "$peer" -e "$stall" <<<"$text"; then
-            evidence="lost peer"
-            # "lost rank 1 (node2:12001)": remember the node when its rank froze
-            # (TensorFlow's heartbeat error) or stopped answering.
-            mapfile -t -O "${#lost[@]}" lost < <(grep -o "lost rank [0-9]* ([^:)]*" <<<"$text" \
-                | sed 's/.*(//')
-            if grep -q -i "heartbeat" <<<"$text"; then
-                slurmtf_frozen=1
-            fi
-        elif grep -q "^Traceback" <<<"$text"; then
-            own="${f##*/}: $(grep -v '^\s*$' <<<"$text" | tail -n 1)"
+        # "lost rank 1 (node2:12001)": the node of a rank that died, froze or went quiet.
+        mapfile -t -O "${#lost[@]}" lost < <(grep -o "lost rank [0-9]* ([^:)]*" <<<"$text" \
+            | sed 's/.*(//')
+        if grep -v -e "$peer" -e "$stall" <<<"$text" | grep -q -i "heartbeat"; then
+            frozen=1  # TensorFlow's coordination service: a task stopped sending heartbeats
         fi
     done
-    if grep -q -e "Killed" -e "Terminated" -e "Node failure" -e "not responding" \
-            -e "Communication connection failure" <<<"$srun_text"; then
-        evidence="${evidence:-a task was killed}"
-    fi
-    if [ -n "$own" ]; then
-        slurmtf_why="a rank failed with its own error (not a lost peer or node), $own"
-        return
-    fi
-    if [ -z "$evidence" ] && [ "$slurmtf_rc" -lt 128 ]; then
+    first=$(grep -m 1 -o -E "tasks? [0-9]+[^:]*: .*" <<<"$srun_text")
+    rank=$(grep -o -E "^tasks? [0-9]+" <<<"$first" | grep -o -E "[0-9]+$")
+    reason="${first#*: }"
+    if [ -n "$rank" ] && [[ "$reason" == "Exited with exit code"* ]]; then
+        text=$(slurmtf_new "$LOG_DIR/rank$rank.err")
+        if ! grep -q -e "$peer" -e "$stall" <<<"$text"; then
+            slurmtf_why="rank $rank failed with its own error ($reason):"
+            slurmtf_why+=" $(grep -v '^[[:space:]]*$' <<<"$text" | tail -n 1)"
+            return
+        fi
+        slurmtf_why="rank $rank lost a peer or saw a stall"
+    elif [ -n "$rank" ]; then
+        slurmtf_why="rank $rank: $reason"
+    elif grep -q "Node failure" <<<"$srun_text" || [ "$slurmtf_rc" -ge 128 ]; then
+        slurmtf_why="srun exited $slurmtf_rc ($(grep -m 1 -o "Node failure.*" <<<"$srun_text"))"
+    else
         slurmtf_why="srun exited $slurmtf_rc without a lost peer, node or killed task"
         return
     fi
     slurmtf_retry=1
-    slurmtf_why="${evidence:-srun exited $slurmtf_rc}"
     local node
     for node in $(printf '%s\n' "${lost[@]}" | sort -u); do
-        if [ "${slurmtf_frozen:-0}" = "1" ] || ! slurmtf_node_answers "$node"; then
+        if [ "$frozen" = "1" ] || ! slurmtf_node_answers "$node"; then
             slurmtf_bad_nodes+=("$node")
         fi
     done

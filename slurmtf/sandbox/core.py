@@ -128,6 +128,13 @@ class Sandbox:
         raw = self._read_state().get("pids", {})
         return {str(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
+    def record_pid(self, name: str, pid: int) -> None:
+        """Record a (re)started daemon, so that ``down()`` stops it too."""
+        state = self._read_state()
+        pids = state.get("pids", {})
+        state["pids"] = {**(pids if isinstance(pids, dict) else {}), name: pid}
+        self._write_state(state)
+
     def _config_from_state(self) -> SandboxConfig | None:
         state = self._read_state()
         if "ctld_port" not in state:

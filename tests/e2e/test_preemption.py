@@ -23,7 +23,6 @@ import os
 import random
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -34,7 +33,7 @@ from tests.test_faults_local import checkpoint_step
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
-__all__ = ["jobs"]  # the fixture, shared with test_faults
+__all__ = ["jobs"]  # the fixture, shared with test_faults; `baseline` is in conftest
 
 STEPS = 120
 INTERVAL = 10  # --checkpoint_every
@@ -60,17 +59,6 @@ MOMENTS = [
 ]
 RESUMED = re.compile(r"Resumed from checkpoint \S*ckpt-(\d+)")
 STEP = re.compile(r" step (\d+)/\d+ ")
-
-
-@pytest.fixture(scope="module")
-def baseline(
-    slurm_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[SandboxJob]:
-    """The uninterrupted run, submitted at once so that it overlaps the first test."""
-    job = SandboxJob(slurm_sandbox, tmp_path_factory.mktemp("preempt") / "baseline")
-    job.submit(ARGS)
-    yield job
-    job.cancel()
 
 
 def resumes(text: str) -> list[tuple[int, int]]:
