@@ -54,9 +54,13 @@ STEP = re.compile(r" step (\d+)/\d+ ")
 def own_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
     """A sandbox of its own, whose nodes have network namespaces of their own: a frozen
     rank keeps its port on its node only, as on separate machines (on the shared
-    loopback it would hold the port its replacement on the spare node needs)."""
+    loopback it would hold the port its replacement on the spare node needs). Slurm
+    declares a silent node failed after 20 s (SlurmdTimeout; 60 s in the shared sandbox,
+    300 s by default on real clusters)."""
     require_sandbox_prereqs()
-    sandbox = Sandbox(tmp_path_factory.mktemp("recovery"), nodes=3, link="unshaped")
+    sandbox = Sandbox(
+        tmp_path_factory.mktemp("recovery"), nodes=3, link="unshaped", slurmd_timeout=20
+    )
     sandbox.up()
     try:
         yield SlurmSandbox(sandbox)
