@@ -21,6 +21,13 @@
 
 slurmtf_log() { echo "$(date -Is) slurmtf: $*"; }
 
+# How rank R's files are named: $LOG_DIR/${slurmtf_rank_prefix}R.out|.err (the job
+# scripts), or submitit's $LOG_DIR/<job>_R_log.out|.err (slurmtf_submitit_setup).
+slurmtf_rank_prefix=rank
+slurmtf_rank_suffix=""
+slurmtf_logs_pattern="rank{rank}.{kind}"
+slurmtf_rank_file() { printf '%s' "$LOG_DIR/$slurmtf_rank_prefix$1$slurmtf_rank_suffix.$2"; }
+
 slurmtf_job_setup() {
     local name="$1"
     REPO="${SLURMTF_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"
@@ -33,12 +40,8 @@ slurmtf_job_setup() {
     slurmtf_restarts="${SLURM_RESTART_COUNT:-0}"
     slurmtf_budget="${MAX_RESTARTS:-${MAX_REQUEUES:-3}}"
     slurmtf_job_record
-    # Where this attempt's output starts in each rank's logs (they are appended to).
-    declare -gA slurmtf_offsets=()
-    local f
-    for f in "$LOG_DIR"/rank*.out "$LOG_DIR"/rank*.err "$LOG_DIR/srun.err"; do
-        [ -e "$f" ] && slurmtf_offsets["$f"]=$(stat -c %s "$f")
-    done
+    slurmtf_srun_err="$LOG_DIR/srun.err"
+    slurmtf_snapshot
     # Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+) unless
     # the job chose a binding itself (--gpus-per-task, --gpu-bind); the model checks it.
     gpu_bind=()
@@ -53,6 +56,16 @@ slurmtf_job_setup() {
          "model_dir $MODEL_DIR, per-rank logs $LOG_DIR"
 }
 
+# Where this attempt's output starts in each log (they are appended to).
+slurmtf_snapshot() {
+    declare -gA slurmtf_offsets=()
+    local f
+    for f in "$LOG_DIR/$slurmtf_rank_prefix"* "${slurmtf_srun_err:-$LOG_DIR/srun.err}"; do
+        [ -e "$f" ] && slurmtf_offsets["$f"]=$(stat -c %s "$f")
+    done
+    return 0
+}
+
 # One line per job in the user's record ($XDG_STATE_HOME/slurmtf/jobs.jsonl), so that
 # `slurmtf status|logs JOB` find the logs from any directory once Slurm forgot the job.
 slurmtf_job_record() {
@@ -61,12 +74,14 @@ slurmtf_job_record() {
     local dir="${XDG_STATE_HOME:-$HOME/.local/state}/slurmtf"
     mkdir -p "$dir" 2>/dev/null || return 0
     local line
-    line=$(printf '{"job_id": "%s", "log_dir": "%s", "logs": "rank{rank}.{kind}", "name": "%s", "time": %s}' \
-        "$SLURM_JOB_ID" "$(slurmtf_json_escape "$LOG_DIR")" \
+    line=$(printf '{"job_id": "%s", "log_dir": "%s", "logs": "%s", "name": "%s", "time": %s}' \
+        "$SLURM_JOB_ID" "$(slurmtf_json_escape "$LOG_DIR")" "$slurmtf_logs_pattern" \
         "$(slurmtf_json_escape "${SLURM_JOB_NAME:-}")" "$(date +%s)")
     # One write of one short line to a file opened for appending is atomic.
     printf '%s\n' "$line" >> "$dir/jobs.jsonl" 2>/dev/null || true
-    scontrol update JobId="$SLURM_JOB_ID" Comment="slurmtf:$LOG_DIR" >/dev/null 2>&1 || true
+    if [ "$slurmtf_rank_prefix" = rank ]; then
+        scontrol update JobId="$SLURM_JOB_ID" Comment="slurmtf:$LOG_DIR" >/dev/null 2>&1 || true
+    fi
 }
 
 slurmtf_json_escape() {
@@ -78,7 +93,7 @@ slurmtf_json_escape() {
 slurmtf_job_srun() {
     srun --kill-on-bad-exit=1 --open-mode=append "${gpu_bind[@]}" \
          --output="$LOG_DIR/rank%t.out" --error="$LOG_DIR/rank%t.err" \
-         "$@" 2> >(tee -a "$LOG_DIR/srun.err" >&2)
+         "$@" 2> >(tee -a "${slurmtf_srun_err:-$LOG_DIR/srun.err}" >&2)
     slurmtf_rc=$?
     wait  # for tee
     echo "$(date -Is) srun exited $slurmtf_rc"
@@ -93,7 +108,7 @@ slurmtf_new() {
 
 slurmtf_preempted() {
     [ "$slurmtf_rc" -eq 75 ] && return 0
-    slurmtf_new "$LOG_DIR/rank0.out" | grep -q -e '"event": "preempted"' -e '"preempted": true'
+    slurmtf_new "$(slurmtf_rank_file 0 out)" | grep -q -e '"event": "preempted"' -e '"preempted": true'
 }
 
 # Sets slurmtf_why (why this attempt failed), slurmtf_retry (1: a restart may fix it)
@@ -104,12 +119,12 @@ slurmtf_classify() {
     slurmtf_bad_nodes=()
     local srun_text first rank reason text f lost=() frozen=0
     local peer="a peer failed, stalled or timed out" stall="no training step finished for"
-    srun_text=$(slurmtf_new "$LOG_DIR/srun.err")
+    srun_text=$(slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}")
     if grep -q "Exited with exit code 2" <<<"$srun_text" || [ "$slurmtf_rc" -eq 2 ]; then
         slurmtf_why="bad flags or settings (exit 2): a restart cannot fix them"
         return
     fi
-    for f in "$LOG_DIR"/rank*.err; do
+    for f in "$LOG_DIR/$slurmtf_rank_prefix"*"$slurmtf_rank_suffix.err"; do
         [ -e "$f" ] || continue
         text=$(slurmtf_new "$f")
         # "lost rank 1 (node2:12001)": the node of a rank that died, froze or went quiet.
@@ -123,7 +138,7 @@ slurmtf_classify() {
     rank=$(grep -o -E "^tasks? [0-9]+" <<<"$first" | grep -o -E "[0-9]+$")
     reason="${first#*: }"
     if [ -n "$rank" ] && [[ "$reason" == "Exited with exit code"* ]]; then
-        text=$(slurmtf_new "$LOG_DIR/rank$rank.err")
+        text=$(slurmtf_new "$(slurmtf_rank_file "$rank" err)")
         if ! grep -q -e "$peer" -e "$stall" <<<"$text"; then
             slurmtf_why="rank $rank failed with its own error ($reason):"
             slurmtf_why+=" $(grep -v '^[[:space:]]*$' <<<"$text" | tail -n 1)"
@@ -198,4 +213,18 @@ slurmtf_job_end() {
     fi
     [ "$status" -eq 0 ] && status=1
     exit "$status"
+}
+
+# For the jobs `slurmtf submit` writes (submitit's script): called from its setup lines,
+# before its srun; the decision runs when the script exits.
+slurmtf_submitit_setup() {
+    LOG_DIR="$1"
+    slurmtf_budget="$2"
+    slurmtf_restarts="${SLURM_RESTART_COUNT:-0}"
+    slurmtf_rank_prefix="${SLURM_JOB_ID:-local}_"
+    slurmtf_rank_suffix="_log"
+    slurmtf_logs_pattern="{job}_{rank}_log.{kind}"
+    slurmtf_srun_err="$(slurmtf_rank_file 0 err)"  # the batch script's stderr too
+    slurmtf_snapshot  # (`slurmtf submit` records the job itself)
+    trap 'slurmtf_rc=$?; trap - EXIT; slurmtf_job_end' EXIT
 }
