@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf.sandbox import Sandbox, daemons, nodefaults
-from tests.e2e.conftest import SlurmSandbox, require_sandbox_prereqs
+from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
 from tests.e2e.test_faults import SandboxJob, jobs, wait_until
 from tests.e2e.test_preemption import ARGS, STEPS
 from tests.test_faults_local import report
@@ -125,7 +125,11 @@ def test_a_hard_failure_recovers_by_itself(
     slurm_sandbox = own_sandbox
     job = SandboxJob(slurm_sandbox, slurm_sandbox.dir / f"run-{kind}-{moment}")
     jobs.append(job)
-    job.submit(ARGS, env={"MAX_RESTARTS": "2", "SLURMTF_NODE_PROBE_S": "10"})
+    state_home = slurm_sandbox.dir / f"state-{kind}-{moment}"  # the user's job record
+    job.submit(
+        ARGS,
+        env={"MAX_RESTARTS": "2", "SLURMTF_NODE_PROBE_S": "10", "XDG_STATE_HOME": str(state_home)},
+    )
     wait_until(job, lambda: job.progress() >= moment, 300, f"step {moment}")
     node = node_of(job, 1)
     if kind == "rank":
@@ -158,6 +162,15 @@ def test_a_hard_failure_recovers_by_itself(
         # (SlurmdTimeout) and requeued the job itself (--requeue, JobRequeue=1).
         assert f"avoids node(s) {node}" in output or "DUE TO NODE FAILURE" in output, output
         assert node not in hosts, f"the restarted job ran on the failed {node}: {hosts}"
+
+    if kind == "rank":  # found by its id alone, from another directory
+        cli = [PYTHON, "-m", "slurmtf.cli"]
+        env = {"XDG_STATE_HOME": str(state_home), "PYTHONPATH": str(REPO)}
+        status = slurm_sandbox.run([*cli, "status", job.job_id], cwd=state_home, env=env)
+        assert "restarts 1" in status.stdout, status.stdout
+        assert f"step {STEPS}/{STEPS}" in status.stdout, status.stdout
+        logs = slurm_sandbox.run([*cli, "logs", job.job_id, "--rank=1"], cwd=state_home, env=env)
+        assert '"event": "done"' in logs.stdout, logs.stdout
 
     assert baseline.wait(400) == "COMPLETED", baseline.report()
     reference = baseline.events(0, "done")[-1]
