@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -114,3 +115,18 @@ def test_an_unknown_job_says_where_it_looked(
     assert "JOB='31337'" in err
     assert "found via default" in err
     assert "HINT:" in err
+
+
+def test_logs_follow_prints_the_rank_file_until_the_job_ends(tmp_path: Path) -> None:
+    log = tmp_path / "rank1.out"
+    log.write_text("first\n")
+    answers = [(0, "JobId=8 JobState=RUNNING\n", ""), (0, "JobId=8 JobState=COMPLETED\n", "")]
+    fake = FakeSlurm({"scontrol": answers})
+    out = io.StringIO()
+
+    def grow(_: float) -> None:
+        with log.open("a") as handle:
+            handle.write("second\n")
+
+    assert watch.follow_rank("8", log, fake, out=out, sleep=grow) == 0
+    assert out.getvalue().startswith("first\nsecond\n"), out.getvalue()
