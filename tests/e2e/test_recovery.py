@@ -22,9 +22,9 @@ CI runs one moment per kind; ``SLURMTF_RECOVERIES=N`` runs N per kind (the soak:
 
 from __future__ import annotations
 
+import json
 import os
 import random
-import re
 import signal
 import time
 from collections.abc import Iterator
@@ -47,7 +47,6 @@ COUNT = int(os.environ.get("SLURMTF_RECOVERIES", "1"))
 SEED = int(os.environ.get("SLURMTF_RECOVERY_SEED", "2027"))
 _rng = random.Random(SEED)
 CASES = [(kind, _rng.randint(3, STEPS - 25)) for _ in range(COUNT) for kind in KINDS]
-STEP = re.compile(r" step (\d+)/\d+ ")
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +103,15 @@ def node_of(job: SandboxJob, rank: int) -> str:
 
 
 def restarted_step(job: SandboxJob) -> int | None:
-    """The first step rank 0 logged after it resumed from a checkpoint, if any yet."""
-    text = job.text("rank0.err")
-    at = text.find("Resumed from checkpoint")
-    if at < 0:
-        return None
-    found = STEP.search(text, at)
-    return int(found.group(1)) if found else None
+    """The first step rank 0 logged after the restart (its second ``cluster`` event), if
+    any yet: from a checkpoint, or from step 0 when it failed before the first one."""
+    starts = 0
+    for line in job.text("rank0.out").splitlines():
+        starts += '"event": "cluster"' in line
+        if starts >= 2 and '"event": "progress"' in line:
+            step: int = json.loads(line)["step"]
+            return step
+    return None
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"{k}-step{m}" for k, m in CASES])
