@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness
+from slurmtf.localstep import LocalStep
 from slurmtf.resolver import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,16 +34,13 @@ def step_env(ntasks: int, distribution: str = "block") -> dict[str, str]:
     """The variables of the last rank of a step with 8 tasks per node (fewer if smaller)."""
     per_node = min(TASKS_PER_NODE, ntasks)
     nodes = -(-ntasks // per_node)
-    rest = ntasks % per_node
-    counts = f"{per_node}(x{nodes})" if not rest else f"{per_node}(x{nodes - 1}),{rest}"
-    return {
-        "SLURM_JOB_ID": "4242",
-        "SLURM_STEP_NODELIST": f"node[0001-{nodes:04d}]",
-        "SLURM_STEP_TASKS_PER_NODE": counts,
-        "SLURM_STEP_NUM_TASKS": str(ntasks),
-        "SLURM_PROCID": str(ntasks - 1),
-        "SLURM_DISTRIBUTION": distribution,
-    }
+    names = tuple(f"node{n:04d}" for n in range(1, nodes + 1))
+    step = LocalStep(names, per_node, num_tasks=ntasks, nodelist=f"node[0001-{nodes:04d}]")
+    env = step.rank_env(ntasks - 1) | {"SLURM_DISTRIBUTION": distribution}
+    if distribution != "block":  # LocalStep places ranks in block order: leave placement out
+        for name in ("SLURMD_NODENAME", "SLURM_NODEID", "SLURM_LOCALID"):
+            del env[name]
+    return env
 
 
 def timed_ms(func: Callable[[], object], repeat: int) -> tuple[float, float]:

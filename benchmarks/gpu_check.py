@@ -37,10 +37,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slurmtf.contracts import is_final
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL_FLAGS = ("--resnet_size=50", "--dtype=bf16", "--enable_xla", "--use_synthetic_data")
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-         "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}  # fmt: skip
 NO_GPU_HINT = (
     "HINT: run on GPU nodes with the CUDA build of TensorFlow (pip install -e '.[gpu]'), "
     "and ask Slurm for the GPUs (--gpus_per_node, --partition)"
@@ -240,7 +240,7 @@ def run_job(
             runner(["scancel", job.job_id])
             job.state = "CANCELLED (a rank sees no GPU)"
             return job
-        if job.state in FINAL:
+        if is_final(job.state):
             time.sleep(2)  # the last lines reach the shared file system
             collect(job, log_dir)
             return job

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import json
 import os
 import platform
-import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +20,12 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from slurmtf.events import parse_events
+from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env
+
+# Shared with slurmtf; the benchmarks reach them through this module.
+__all__ = ["free_port_base", "parse_events"]
 
 REPO = Path(__file__).resolve().parent.parent
 JSONDict = dict[str, Any]
@@ -170,60 +173,14 @@ def cores() -> list[int]:
 
 
 # ---------------------------------------------------------------------------- workers
-def free_port_base(count: int, low: int = 20000, high: int = 40000) -> int:
-    """A base port such that base .. base+count-1 are all free on localhost right now."""
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(low, high - count)
-        if all(_port_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports in [{low}, {high})")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def fake_slurm_env(rank: int, num_tasks: int, job_id: int, port_base: int) -> dict[str, str]:
-    """The variables a one-node Slurm step with ``num_tasks`` tasks gives task ``rank``.
-
-    All tasks run on ``localhost``; the resolver turns this into a worker list of
-    ``localhost:port`` entries, one distinct port per rank from ``port_base``.
-    """
-    if not 0 <= rank < num_tasks:
-        raise ValueError(f"rank={rank!r} must be in [0, {num_tasks})")
-    return {
-        "SLURM_JOB_ID": str(job_id),
-        "SLURM_JOB_NODELIST": "localhost",
-        "SLURM_JOB_NUM_NODES": "1",
-        "SLURM_NNODES": "1",
-        "SLURM_NTASKS": str(num_tasks),
-        "SLURM_TASKS_PER_NODE": str(num_tasks),
-        "SLURM_STEP_NODELIST": "localhost",
-        "SLURM_STEP_NUM_NODES": "1",
-        "SLURM_STEP_NUM_TASKS": str(num_tasks),
-        "SLURM_STEP_TASKS_PER_NODE": str(num_tasks),
-        "SLURM_PROCID": str(rank),
-        "SLURM_LOCALID": str(rank),
-        "SLURM_NODEID": "0",
-        "SLURMD_NODENAME": "localhost",
-        "SLURM_DISTRIBUTION": "block",
-        "SLURMTF_PORT_BASE": str(port_base),
-    }
+    """Rank ``rank`` of a one-node step of ``num_tasks`` tasks on ``localhost``."""
+    return LocalStep(tasks_per_node=num_tasks, job_id=job_id, port_base=port_base).rank_env(rank)
 
 
 def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """This process's environment without Slurm/TF_CONFIG variables, plus ``extra``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("SLURM_", "SLURMD_", "SLURMTF_")) and k != "TF_CONFIG"
-    }
+    env = scrubbed_env()
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONUNBUFFERED"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
@@ -360,22 +317,6 @@ def _pin(cpus: Sequence[int] | None) -> Any:
         os.sched_setaffinity(0, chosen)
 
     return pin
-
-
-def parse_events(text: str) -> list[JSONDict]:
-    """The JSON event lines (objects with an ``"event"`` key) in a process's stdout."""
-    events = []
-    for raw in text.splitlines():
-        line = raw.strip()
-        if not line.startswith("{"):
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict) and "event" in obj:
-            events.append(obj)
-    return events
 
 
 def check_runs(runs: Sequence[WorkerRun], what: str) -> None:

@@ -47,38 +47,18 @@ def build_model(dropout_rate: float = 0.4) -> Any:
 
 def make_spec(config: TrainConfig) -> ModelSpec:
     """The MNIST model, data and optimizer (Adam, as in the official model)."""
-    from models.data import mnist as mnist_data
-    from models.data import synthetic
+    from .data import mnist as mnist_data
+    from .data.splits import from_reader, synthetic_split
 
     dropout = float(flags.FLAGS.dropout_rate)
     if config.synthetic:
-        train: Any = functools.partial(
-            synthetic.dataset,
-            shape=INPUT_SHAPE,
-            num_classes=NUM_CLASSES,
-            num_examples=SYNTHETIC_TRAIN,
-            training=True,
-            seed=config.seed,
+        split = synthetic_split(
+            INPUT_SHAPE, NUM_CLASSES, config.seed, SYNTHETIC_TRAIN, SYNTHETIC_EVAL
         )
-        evaluate: Any = functools.partial(
-            synthetic.dataset,
-            shape=INPUT_SHAPE,
-            num_classes=NUM_CLASSES,
-            num_examples=SYNTHETIC_EVAL,
-            training=False,
-            seed=config.seed,
-        )
-        n_train, n_eval = SYNTHETIC_TRAIN, SYNTHETIC_EVAL
     else:
         data_dir = str(config.data_dir)
-        train = functools.partial(
-            mnist_data.dataset, data_dir=data_dir, training=True, seed=config.seed
-        )
-        evaluate = functools.partial(
-            mnist_data.dataset, data_dir=data_dir, training=False, seed=config.seed
-        )
-        n_train = mnist_data.num_examples(data_dir, True)
-        n_eval = mnist_data.num_examples(data_dir, False)
+        sizes = mnist_data.num_examples(data_dir, True), mnist_data.num_examples(data_dir, False)
+        split = from_reader(mnist_data.dataset, *sizes, data_dir=data_dir, seed=config.seed)
 
     def make_optimizer(schedule: Any) -> Any:
         import keras
@@ -89,10 +69,7 @@ def make_spec(config: TrainConfig) -> ModelSpec:
         name="mnist",
         build_model=functools.partial(build_model, dropout),
         input_shape=INPUT_SHAPE,
-        train_dataset=train,
-        eval_dataset=evaluate,
-        num_train_examples=n_train,
-        num_eval_examples=n_eval,
+        **split.spec_fields(),
         reference_batch=100,
         make_optimizer=make_optimizer,
     )

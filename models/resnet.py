@@ -137,7 +137,7 @@ def _sgd(schedule: Any) -> Any:
 
 def make_spec(config: TrainConfig) -> ModelSpec:
     """Model, data and schedule for ``--resnet_size`` (official schedules)."""
-    from models.data import synthetic
+    from .data.splits import from_reader, synthetic_split
 
     size = int(flags.FLAGS.resnet_size)
     if size in IMAGENET_SIZES:
@@ -151,42 +151,20 @@ def make_spec(config: TrainConfig) -> ModelSpec:
         )
     shape = (32, 32, 3)
     if config.synthetic:
-        train: Any = functools.partial(
-            synthetic.dataset,
-            shape=shape,
-            num_classes=10,
-            num_examples=SYNTHETIC_TRAIN,
-            training=True,
-            seed=config.seed,
-        )
-        evaluate: Any = functools.partial(
-            synthetic.dataset,
-            shape=shape,
-            num_classes=10,
-            num_examples=SYNTHETIC_EVAL,
-            training=False,
-            seed=config.seed,
-        )
-        n_train, n_eval = SYNTHETIC_TRAIN, SYNTHETIC_EVAL
+        split = synthetic_split(shape, 10, config.seed, SYNTHETIC_TRAIN, SYNTHETIC_EVAL)
     else:
-        from models.data import cifar
+        from .data import cifar
 
         data_dir = str(config.data_dir)
-        train = functools.partial(cifar.dataset, data_dir=data_dir, training=True, seed=config.seed)
-        evaluate = functools.partial(
-            cifar.dataset, data_dir=data_dir, training=False, seed=config.seed
-        )
-        n_train, n_eval = cifar.num_examples(data_dir, True), cifar.num_examples(data_dir, False)
+        sizes = cifar.num_examples(data_dir, True), cifar.num_examples(data_dir, False)
+        split = from_reader(cifar.dataset, *sizes, data_dir=data_dir, seed=config.seed)
     return ModelSpec(
         name=f"resnet{size}",
         build_model=functools.partial(
             cifar_resnet, size, sync_batch_norm=bool(flags.FLAGS.sync_batch_norm)
         ),
         input_shape=shape,
-        train_dataset=train,
-        eval_dataset=evaluate,
-        num_train_examples=n_train,
-        num_eval_examples=n_eval,
+        **split.spec_fields(),
         reference_batch=128,
         make_optimizer=_sgd,
         decay_epochs=(91, 136),
@@ -195,38 +173,26 @@ def make_spec(config: TrainConfig) -> ModelSpec:
 
 
 def _imagenet_spec(config: TrainConfig, image_size: int) -> ModelSpec:
-    from models.data import imagenet, synthetic
+    from .data import imagenet
+    from .data.splits import from_reader, synthetic_split
 
     shape = (image_size, image_size, 3)
     if config.synthetic:
-        train: Any = functools.partial(
-            synthetic.dataset,
-            shape=shape,
-            num_classes=imagenet.NUM_CLASSES,
-            num_examples=SYNTHETIC_TRAIN,
-            training=True,
-            seed=config.seed,
+        split = synthetic_split(
+            shape, imagenet.NUM_CLASSES, config.seed, SYNTHETIC_TRAIN, SYNTHETIC_EVAL
         )
-        evaluate: Any = functools.partial(
-            synthetic.dataset,
-            shape=shape,
-            num_classes=imagenet.NUM_CLASSES,
-            num_examples=SYNTHETIC_EVAL,
-            training=False,
-            seed=config.seed,
-        )
-        n_train, n_eval = SYNTHETIC_TRAIN, SYNTHETIC_EVAL
     else:
         data_dir = str(config.data_dir)
-        kw: dict[str, Any] = {"data_dir": data_dir, "seed": config.seed, "image_size": image_size}
-        train = functools.partial(imagenet.dataset, training=True, **kw)
-        evaluate = functools.partial(imagenet.dataset, training=False, **kw)
         train_files, eval_files = imagenet.files(data_dir, True), imagenet.files(data_dir, False)
         # The full official set has 1024/128 shards of known size; count anything else.
         n_train = (
             IMAGENET_TRAIN if len(train_files) == 1024 else imagenet.count_records(train_files)
         )
         n_eval = IMAGENET_EVAL if len(eval_files) == 128 else imagenet.count_records(eval_files)
+        split = from_reader(
+            imagenet.dataset, n_train, n_eval,
+            data_dir=data_dir, seed=config.seed, image_size=image_size,
+        )  # fmt: skip
     return ModelSpec(
         name="resnet50",
         build_model=functools.partial(
@@ -236,10 +202,7 @@ def _imagenet_spec(config: TrainConfig, image_size: int) -> ModelSpec:
             sync_batch_norm=bool(flags.FLAGS.sync_batch_norm),
         ),
         input_shape=shape,
-        train_dataset=train,
-        eval_dataset=evaluate,
-        num_train_examples=n_train,
-        num_eval_examples=n_eval,
+        **split.spec_fields(),
         reference_batch=256,
         make_optimizer=_sgd,
         decay_epochs=(30, 60, 80),

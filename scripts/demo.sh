@@ -19,7 +19,7 @@ DATA_DIR="${DATA_DIR:-$PWD/runs/data/mnist-sample}"
 if [ ! -f "$DATA_DIR/MANIFEST.json" ]; then
     "$PYTHON" -m slurmtf.datasets sample-mnist "$DATA_DIR"
 fi
-"$PYTHON" -m slurmtf.sandbox up --dir "$SANDBOX_DIR" --nodes 2 --gpus-per-node 0
+"$PYTHON" -m slurmtf.sandbox up --dir "$SANDBOX_DIR" --nodes 2 --gpus_per_node 0
 if [ "${KEEP_SANDBOX:-0}" != 1 ]; then
     trap '"$PYTHON" -m slurmtf.sandbox down --dir "$SANDBOX_DIR"' EXIT
 fi
@@ -43,15 +43,15 @@ import sys
 from pathlib import Path
 
 from slurmtf.datasets import manifest
-from slurmtf.watch import events
+from slurmtf.events import named, read_events
 
 log_dir, data_dir = Path(sys.argv[1]), sys.argv[2]
 chief = sorted(log_dir.glob("*_0_log.out"), key=lambda p: p.stat().st_mtime)[-1]
-found = [e for e in events(chief) if e.get("event") == "eval"]
+found = named(read_events(chief), "eval")
 if not found:
     sys.exit(f"demo: no eval event in {chief}")
 last = found[-1]
-workers = next((e["num_workers"] for e in events(chief) if e.get("event") == "cluster"), "?")
+workers = next((e["num_workers"] for e in named(read_events(chief), "cluster")), "?")
 print(
     f"demo: held-out accuracy {last['accuracy']:.4f} on {last['examples']} digits the model "
     f"never trained on (step {last['step']}, {workers} workers; the chief's eval event in "

@@ -5,9 +5,7 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping, MutableMapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slurmtf.env import SlurmEnv, read_slurm_env
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
@@ -16,7 +14,7 @@ from slurmtf.layout import ClusterLayout
 from slurmtf.ports import PortInUseError, ensure_port_free
 
 if TYPE_CHECKING:
-    from slurmtf.tf_resolver import SlurmtfClusterResolver
+    from slurmtf.resolver import cluster_resolver, export_tf_config, resolve
 
 __version__ = "0.1.0"
 
@@ -37,29 +35,14 @@ __all__ = [
 ]
 
 
-# Thin forwarders: importing slurmtf.resolver here would make `python -m slurmtf.resolver`
-# warn that the module was imported before it ran.
-def resolve(
-    environ: Mapping[str, str] | None = None,
-    *,
-    port_base: int | str | None = None,
-    address_template: str | None = None,
-) -> ClusterLayout:
-    """See :func:`slurmtf.resolver.resolve`."""
-    from slurmtf import resolver
-
-    return resolver.resolve(environ, port_base=port_base, address_template=address_template)
+# The resolver's functions load on first use (PEP 562): importing slurmtf.resolver here
+# would make `python -m slurmtf.resolver` warn that it was imported before it ran.
+_LAZY = {"resolve", "export_tf_config", "cluster_resolver"}
 
 
-def export_tf_config(layout: ClusterLayout, environ: MutableMapping[str, str] = os.environ) -> str:
-    """See :func:`slurmtf.resolver.export_tf_config`."""
-    from slurmtf import resolver
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from slurmtf import resolver
 
-    return resolver.export_tf_config(layout, environ)
-
-
-def cluster_resolver(layout: ClusterLayout | None = None) -> SlurmtfClusterResolver:
-    """See :func:`slurmtf.resolver.cluster_resolver` (imports TensorFlow)."""
-    from slurmtf import resolver
-
-    return resolver.cluster_resolver(layout)
+        return getattr(resolver, name)
+    raise AttributeError(f"module 'slurmtf' has no attribute {name!r}")

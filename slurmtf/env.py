@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,6 +89,8 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
     The hostfile of ``--distribution=arbitrary`` (``SLURM_HOSTFILE``) is read here too,
     so that the rest of the package never touches the file system.
     """
+    # Over 60 lines on purpose: one line per variable, the one reader of the environment
+    # reads as a table of what slurmtf uses.
 
     def get(name: str) -> str | None:
         value = environ.get(name)
@@ -96,12 +98,7 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
             value = environ.get(_OLD_NAMES[name])
         return value
 
-    if get("SLURM_STEP_NODELIST") is not None:
-        scope, names = "step", STEP_VARS
-    elif get("SLURM_JOB_NODELIST") is not None:
-        scope, names = "job", JOB_VARS
-    else:
-        scope, names = "none", STEP_VARS
+    scope, names = _scope(get)
 
     def actual(name: str) -> str:
         """The name really set: ``name`` or, when only that is set, its older name."""
@@ -114,11 +111,8 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
     hostfile_text = None
     if hostfile is not None and _node_level(distribution) == "arbitrary":
         hostfile_text = _read_hostfile(hostfile)
-    slurm_gpus_var = (
-        "SLURM_JOB_GPUS"
-        if get("SLURM_STEP_GPUS") is None and get("SLURM_JOB_GPUS") is not None
-        else "SLURM_STEP_GPUS"
-    )
+    only_job_gpus = get("SLURM_STEP_GPUS") is None and get("SLURM_JOB_GPUS") is not None
+    slurm_gpus_var = "SLURM_JOB_GPUS" if only_job_gpus else "SLURM_STEP_GPUS"
     env = SlurmEnv(
         scope=scope,
         nodelist=get(nodelist_var),
@@ -155,6 +149,15 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
     else:
         log.debug("Slurm %s variables used: %s", scope, ", ".join(env.sources))
     return env
+
+
+def _scope(get: Callable[[str], str | None]) -> tuple[str, tuple[str, str, str]]:
+    """``step`` variables when srun set them, else the ``job``'s, else ``none``."""
+    if get("SLURM_STEP_NODELIST") is not None:
+        return "step", STEP_VARS
+    if get("SLURM_JOB_NODELIST") is not None:
+        return "job", JOB_VARS
+    return "none", STEP_VARS
 
 
 def _node_level(distribution: str | None) -> str:

@@ -30,15 +30,3 @@ class SlurmCommandError(SlurmtfError, RuntimeError):
         self.returncode = returncode
         self.stderr = stderr.strip()
         super().__init__(f"{command} failed (exit {returncode}): {self.stderr or 'no message'}")
-
-
-EXIT_FAILURE = 1  # anything else slurmtf raises on purpose (a Slurm command failed, ...)
-EXIT_USAGE = 2  # bad input: a flag, an argument or a variable (as argparse exits)
-
-
-def report_error(program: str, exc: SlurmtfError) -> int:
-    """Print ``program: message`` on stderr; the exit status for ``exc`` (2: bad input)."""
-    import sys
-
-    print(f"{program}: {exc}", file=sys.stderr)
-    return EXIT_USAGE if isinstance(exc, InputError) else EXIT_FAILURE

@@ -24,11 +24,11 @@ before the time limit)::
 
 from __future__ import annotations
 
-import json
-import sys
 from typing import Any
 
-from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
+from slurmtf import events
+from slurmtf.contracts import EXIT_PREEMPTED
+from slurmtf.training.preemption import PreemptionWatcher
 
 __all__ = ["EXIT_PREEMPTED"]  # and PreemptionCheckpoint, built on first use (__getattr__)
 
@@ -42,18 +42,15 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _emit(event: str, **fields: Any) -> None:
-    sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
-    sys.stdout.flush()
-
-
 def _rank(strategy: Any) -> int:
     resolver = getattr(strategy, "cluster_resolver", None)
     task_id = getattr(resolver, "task_id", None)
     return int(task_id) if task_id is not None else 0
 
 
-def _preemption_checkpoint_class() -> Any:
+def _preemption_checkpoint_class() -> Any:  # noqa: C901 - one class body, see below
+    # Over 60 lines on purpose: a class body whose base (Keras 3's or tf_keras's
+    # BackupAndRestore) is known only once TensorFlow is imported, at first use.
     import tensorflow as tf
 
     base = tf.keras.callbacks.BackupAndRestore
@@ -89,7 +86,7 @@ def _preemption_checkpoint_class() -> Any:
             # Keras 3 resumes at model._initial_epoch; tf_keras keeps it elsewhere (null).
             known = hasattr(self.model, "_initial_epoch")
             initial = int(self.model._initial_epoch or 0) if known else None
-            _emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
+            events.emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
 
         def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
             self._epoch = epoch
@@ -100,7 +97,7 @@ def _preemption_checkpoint_class() -> Any:
             self._batches += 1
             if self._batches % self._check_every == 0 and self._preempted():
                 strategy = self.model.distribute_strategy
-                _emit("preempted", rank=_rank(strategy), epoch=self._epoch, batch=batch)
+                events.emit("preempted", rank=_rank(strategy), epoch=self._epoch, batch=batch)
                 self._watcher.uninstall()
                 raise SystemExit(EXIT_PREEMPTED)
 

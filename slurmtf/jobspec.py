@@ -16,26 +16,26 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurmtf.contracts import DEFAULT_LOG_DIR, parse_preemption_signal
 from slurmtf.errors import InputError
 from slurmtf.jobvalues import (
     check_sbatch_value,
-    check_setup,
+    check_setup_lines,
     check_text,
     parse_extra,
-    parse_signal,
     sweep_grid,
 )
 
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "mnist": ("models.mnist", ()),
-    "resnet20": ("models.resnet", ("--resnet_size=20",)),
-    "resnet56": ("models.resnet", ("--resnet_size=56",)),
-    "resnet50": ("models.resnet", ("--resnet_size=50",)),
+    # the bundled models as installed (models/ of the checkout, see pyproject.toml)
+    "mnist": ("slurmtf_models.mnist", ()),
+    "resnet20": ("slurmtf_models.resnet", ("--resnet_size=20",)),
+    "resnet56": ("slurmtf_models.resnet", ("--resnet_size=56",)),
+    "resnet50": ("slurmtf_models.resnet", ("--resnet_size=50",)),
 }
 KINDS = ("model", "module", "function", "command")
 GPU_FLAGS = ("gres", "gpus-per-node", "gpus-per-task")
 CLUSTERS = ("slurm", "local")
-EXIT_PREEMPTED = 75
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
 _MEM = re.compile(r"^[0-9]+[KMGT]?B?$", re.IGNORECASE)
 
@@ -62,7 +62,7 @@ class JobSpec:
     setup: tuple[str, ...] = ()
     sbatch_extra: tuple[tuple[str, str], ...] = ()
     job_name: str = "slurmtf"
-    log_dir: str = "slurmtf_logs"
+    log_dir: str = DEFAULT_LOG_DIR
     signal: str = "USR2"
     signal_delay_s: int = 120
     max_requeues: int = 3
@@ -72,6 +72,12 @@ class JobSpec:
     legacy_keras: bool = False  # TF_USE_LEGACY_KERAS=1 in every task: tf.keras is tf_keras
 
     def __post_init__(self) -> None:
+        self._check_target()
+        self._check_numbers()
+        self._check_choices()
+        self._check_texts()
+
+    def _check_target(self) -> None:
         if self.kind not in KINDS:
             raise InputError("kind", self.kind, "is unknown", f"one of {', '.join(KINDS)}")
         if self.kind == "model" and self.target not in MODELS:
@@ -97,6 +103,8 @@ class JobSpec:
                 raise InputError(
                     "--command", self.target, f"cannot be split ({exc})", "quote it as in a shell"
                 ) from exc
+
+    def _check_numbers(self) -> None:
         for name, low, value in (
             ("--nodes", 1, self.nodes),
             ("--gpus_per_node", 0, self.gpus_per_node),
@@ -125,6 +133,8 @@ class JobSpec:
                 "use a divisor, e.g. --gpus_per_task=1 (one worker per GPU) or "
                 "--gpus_per_task=GPUS_PER_NODE (one worker per node)",
             )
+
+    def _check_choices(self) -> None:
         if self.gpu_flag not in GPU_FLAGS:
             raise InputError(
                 "--gpu_flag", self.gpu_flag, "is unknown", f"one of {', '.join(GPU_FLAGS)}"
@@ -133,6 +143,8 @@ class JobSpec:
             raise InputError(
                 "--cluster", self.cluster, "is unknown", f"one of {', '.join(CLUSTERS)}"
             )
+
+    def _check_texts(self) -> None:
         if self.mem is not None and not _MEM.match(self.mem):
             raise InputError("--mem", self.mem, "is not a Slurm memory size", "e.g. 16G or 4000M")
         for name, text in (
@@ -149,9 +161,9 @@ class JobSpec:
             raise InputError(
                 "--log_dir", self.log_dir, "contains %", "slurmtf adds job and task ids itself"
             )
-        check_setup(self.setup)
+        check_setup_lines(self.setup)  # bash -n: jobvalues.check_setup, at submit
         parse_extra([f"{k}={v}" if v else k for k, v in self.sbatch_extra])
-        parse_signal(self.signal)
+        parse_preemption_signal(self.signal, "--signal")
         for arg in self.args:
             check_text("model/command argument", arg, allow_empty=True)
 

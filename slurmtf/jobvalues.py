@@ -2,7 +2,7 @@
 options, setup lines and any text that reaches the sbatch script.
 
 Each function returns the clean value or raises :class:`InputError` naming the flag.
-Pure, except ``bash -n`` (parse only) on ``--setup`` lines, see :mod:`slurmtf.shell`.
+Pure, except ``bash -n`` (parse only) in :func:`check_setup`, see :mod:`slurmtf.shell`.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import re
 import shlex
-import signal
 from collections.abc import Sequence
 
 from slurmtf.errors import InputError
@@ -51,11 +50,6 @@ _TIME_FORMS = (
     re.compile(r"^(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+)$"),
     re.compile(r"^(?P<d>\d+)-(?P<h>\d+):(?P<m>\d+):(?P<s>\d+)$"),
 )
-_REFUSED_SIGNALS = {
-    "USR1": "NCCL reserves SIGUSR1; use USR2 (the default)",
-    "KILL": "SIGKILL cannot be caught; use USR2",
-    "STOP": "SIGSTOP cannot be caught; use USR2",
-}
 
 
 def check_text(name: str, value: str, *, allow_empty: bool = False) -> str:
@@ -102,25 +96,6 @@ def parse_time(value: str) -> int:
     raise InputError(
         "--time", value, "is not a positive Slurm time", "minutes (30), HH:MM:SS or D-HH:MM"
     )
-
-
-def parse_signal(value: str) -> str:
-    """``USR2``/``SIGUSR2``/``12`` -> ``USR2``; refuses USR1 (NCCL), KILL and STOP."""
-    text = value.strip().upper()
-    try:
-        sig = (
-            signal.Signals(int(text))
-            if text.isdigit()
-            else signal.Signals["SIG" + text.removeprefix("SIG")]
-        )
-    except (KeyError, ValueError) as exc:
-        raise InputError("--signal", value, "is not a signal", "e.g. USR2 (default), TERM") from exc
-    name = sig.name.removeprefix("SIG")
-    if name in _REFUSED_SIGNALS:
-        raise InputError(
-            "--signal", value, "cannot be the preemption signal", _REFUSED_SIGNALS[name]
-        )
-    return name
 
 
 def parse_sweep(items: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -181,8 +156,8 @@ def parse_extra(items: Sequence[str]) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-def check_setup(lines: Sequence[str]) -> tuple[str, ...]:
-    """Each ``--setup`` is one complete shell line (quotes balanced, no ``#SBATCH``)."""
+def check_setup_lines(lines: Sequence[str]) -> tuple[str, ...]:
+    """Each ``--setup`` is one line: balanced quotes, no ``#SBATCH``, no line continuation."""
     for line in lines:
         check_text("--setup", line)
         if line.lstrip().upper().startswith("#SBATCH"):
@@ -199,6 +174,16 @@ def check_setup(lines: Sequence[str]) -> tuple[str, ...]:
             raise InputError(
                 "--setup", line, f"is not a complete shell line ({exc})", "balance the quotes"
             ) from exc
+    return tuple(lines)
+
+
+def check_setup(lines: Sequence[str]) -> tuple[str, ...]:
+    """:func:`check_setup_lines`, then bash's own parse: each line one complete command.
+
+    Runs ``bash -n`` (parse only), once, where the flags are read (``slurmtf submit``).
+    """
+    check_setup_lines(lines)
+    for line in lines:
         problem = syntax_problem(line)
         if problem:
             raise InputError(

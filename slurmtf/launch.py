@@ -35,17 +35,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from slurmtf.contracts import EXIT_PREEMPTED, parse_preemption_signal
 from slurmtf.errors import SlurmtfError
-from slurmtf.jobspec import EXIT_PREEMPTED, LEGACY_KERAS_ENV, JobSpec, task_command
-from slurmtf.jobvalues import parse_signal
+from slurmtf.events import emit
+from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec, task_command
+from slurmtf.layout import ClusterLayout
+from slurmtf.resolver import export_tf_config, resolve
 from slurmtf.runner import Runner, default_runner
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
-
-
-def emit(event: str, **fields: Any) -> None:
-    """One machine-readable JSON line on stdout (this rank's log)."""
-    print(json.dumps({"event": event, **fields}, sort_keys=True), flush=True)
 
 
 def job_id_of(environ: Mapping[str, str]) -> str:
@@ -57,23 +55,22 @@ def job_id_of(environ: Mapping[str, str]) -> str:
     return environ.get("SLURM_JOB_ID", "local")
 
 
-def child_environment(environ: Mapping[str, str], *, legacy_keras: bool = False) -> dict[str, str]:
+def child_environment(
+    environ: Mapping[str, str], layout: ClusterLayout, *, legacy_keras: bool = False
+) -> dict[str, str]:
     """The child's environment: ours plus TF_CONFIG for this task (explicit export), and
     ``TF_USE_LEGACY_KERAS=1`` for ``--legacy_keras``."""
-    from slurmtf import resolver
-
     env = dict(environ)
-    layout = resolver.resolve(env)
-    resolver.export_tf_config(layout, env)
+    export_tf_config(layout, env)
     if legacy_keras:
         env[LEGACY_KERAS_ENV] = "1"
     return env
 
 
-def requeue(environ: Mapping[str, str], max_requeues: int, runner: Runner) -> bool:
+def requeue(layout: ClusterLayout, max_requeues: int, runner: Runner) -> bool:
     """Rank 0: ``scontrol requeue`` this job unless ``--max_requeues`` is spent."""
-    restarts = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
-    job = environ.get("SLURM_JOB_ID", "")
+    restarts = layout.restart_count
+    job = layout.job_id or ""
     if restarts >= max_requeues:
         emit("requeue", done=False, restart_count=restarts, reason="max_requeues reached")
         return False
@@ -90,21 +87,22 @@ def run_task(
     python: str = sys.executable,
 ) -> int:
     """Run this task's command; returns the exit status this task should end with."""
-    rank = int(environ.get("SLURM_PROCID", "0") or 0)
+    layout = resolve(environ)  # SLURM_PROCID and SLURM_RESTART_COUNT checked there
+    rank = layout.task_index
     job = job_id_of(environ)
     command = task_command(spec, params, python=python, job_id=job)
-    env = child_environment(environ, legacy_keras=spec.legacy_keras)
+    env = child_environment(environ, layout, legacy_keras=spec.legacy_keras)
     emit(
         "launch",
         rank=rank,
         job_id=job,
         node=environ.get("SLURMD_NODENAME", ""),
-        restart_count=int(environ.get("SLURM_RESTART_COUNT", "0") or 0),
+        restart_count=layout.restart_count,
         params=dict(params),
         command=command,
         tf_config=json.loads(env.get("TF_CONFIG", "null")),
     )
-    signum = signal.Signals["SIG" + parse_signal(spec.signal)]
+    signum = parse_preemption_signal(spec.signal, "--signal")
 
     def note(sig: int, frame: FrameType | None) -> None:
         del frame
@@ -122,7 +120,7 @@ def run_task(
         return EXIT_PREEMPTED
     if rank != 0:
         return 0
-    return 0 if requeue(environ, spec.max_requeues, runner) else EXIT_PREEMPTED
+    return 0 if requeue(layout, spec.max_requeues, runner) else EXIT_PREEMPTED
 
 
 class TaskLauncher:

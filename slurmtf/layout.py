@@ -17,7 +17,7 @@ from typing import Any
 from slurmtf import ports
 from slurmtf.env import SlurmEnv
 from slurmtf.errors import InputError
-from slurmtf.gpus import node_gpus, parse_split_mode, parse_visible_devices
+from slurmtf.gpu_ids import node_gpus, parse_split_mode, parse_visible_devices
 from slurmtf.hostlists import expand_hostlist, parse_task_counts, short
 
 DISTRIBUTIONS = ("block", "cyclic", "plane", "arbitrary")
@@ -145,15 +145,7 @@ def build_layout(
         why = "SLURM_JOB_ID is set but no node list" if env.in_slurm else "not in a Slurm job"
         return _single(base, key, node=LOCAL_HOST, reason=f"{why}: one local worker", common=common)
 
-    hosts = expand_hostlist(env.nodelist, name=env.nodelist_var)
-    if not hosts:
-        raise InputError(env.nodelist_var, env.nodelist, "lists no node", _SRUN_HINT)
-    index_of = {host: i for i, host in enumerate(hosts)}
-    if len(index_of) != len(hosts):
-        twice = next(h for i, h in enumerate(hosts) if index_of[h] != i)
-        raise InputError(
-            env.nodelist_var, short(env.nodelist), f"lists node {twice!r} twice", _SRUN_HINT
-        )
+    hosts, index_of = _hosts(env.nodelist, env.nodelist_var)
     counts = _task_counts(env, len(hosts))
     ntasks = sum(counts)
     task = _procid(env, ntasks)
@@ -169,14 +161,33 @@ def build_layout(
         base = ports.derive_port_base(key, ntasks, env.num_tasks_var)
     else:
         ports.check_port_range(base, ntasks, port_base_name)
+    workers = _workers(hosts, ranks, base, address_template)
+    nodes = tuple(map(hosts.__getitem__, ranks))
+    return ClusterLayout(workers=workers, nodes=nodes, task_index=task, port_base=base, **common)
+
+
+def _hosts(nodelist: str, name: str) -> tuple[list[str], dict[str, int]]:
+    """The nodes of the step in Slurm's order, and each one's index; none twice."""
+    hosts = expand_hostlist(nodelist, name=name)
+    if not hosts:
+        raise InputError(name, nodelist, "lists no node", _SRUN_HINT)
+    index_of = {host: i for i, host in enumerate(hosts)}
+    if len(index_of) != len(hosts):
+        twice = next(h for i, h in enumerate(hosts) if index_of[h] != i)
+        raise InputError(name, short(nodelist), f"lists node {twice!r} twice", _SRUN_HINT)
+    return hosts, index_of
+
+
+def _workers(
+    hosts: list[str], ranks: list[int], base: int, address_template: str | None
+) -> tuple[str, ...]:
+    """``address:port`` of every rank (``ranks[r]``: the index of rank r's node)."""
     if address_template is None:
         addresses = hosts
     else:
         addresses = [address_template.format(host=host) for host in hosts]
     prefixes = [f"{address}:" for address in addresses]
-    workers = tuple([f"{prefixes[i]}{base + rank}" for rank, i in enumerate(ranks)])
-    nodes = tuple(map(hosts.__getitem__, ranks))
-    return ClusterLayout(workers=workers, nodes=nodes, task_index=task, port_base=base, **common)
+    return tuple([f"{prefixes[i]}{base + rank}" for rank, i in enumerate(ranks)])
 
 
 def check_address_template(template: str, name: str = "SLURMTF_ADDRESS_TEMPLATE") -> None:

@@ -13,21 +13,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from slurmtf.jobspec import EXIT_PREEMPTED, JobSpec
+from slurmtf.contracts import EXIT_PREEMPTED, rank_log_paths
+from slurmtf.jobspec import JobSpec
 from slurmtf.launch import LOCAL_ENV, job_id_of
-from slurmtf.watch import log_paths, summary
-
-
-def node_names(nodes: int) -> list[str]:
-    """``localhost`` for one node, else distinct loopback addresses."""
-    return ["localhost"] if nodes == 1 else [f"127.0.0.{n}" for n in range(1, nodes + 1)]
+from slurmtf.localstep import LocalStep, node_names, start_rank
+from slurmtf.watch import summary
 
 
 def job_ids(base: int, index: int, size: int) -> dict[str, str]:
@@ -41,35 +37,11 @@ def job_ids(base: int, index: int, size: int) -> dict[str, str]:
     }
 
 
-def fake_slurm_env(
-    spec: JobSpec, ids: Mapping[str, str], rank: int, restarts: int
-) -> dict[str, str]:
-    """The ``SLURM_*`` variables of rank ``rank`` in a block-distributed ``srun`` step."""
+def rank_step(spec: JobSpec, ids: Mapping[str, str], restarts: int) -> LocalStep:
+    """The ``srun`` step of one grid point: ``spec.nodes`` loopback nodes, block order."""
     names = node_names(spec.nodes)
-    per_node = spec.tasks_per_node
-    nodelist = ",".join(names)
-    tasks = f"{per_node}(x{spec.nodes})" if spec.nodes > 1 else str(per_node)
-    return {
-        **ids,
-        "SLURM_JOB_NAME": spec.job_name,
-        "SLURM_JOB_NODELIST": nodelist,
-        "SLURM_NODELIST": nodelist,
-        "SLURM_STEP_NODELIST": nodelist,
-        "SLURM_JOB_NUM_NODES": str(spec.nodes),
-        "SLURM_NNODES": str(spec.nodes),
-        "SLURM_STEP_NUM_NODES": str(spec.nodes),
-        "SLURM_NTASKS": str(spec.num_tasks),
-        "SLURM_STEP_NUM_TASKS": str(spec.num_tasks),
-        "SLURM_TASKS_PER_NODE": tasks,
-        "SLURM_STEP_TASKS_PER_NODE": tasks,
-        "SLURM_DISTRIBUTION": "block",
-        "SLURM_PROCID": str(rank),
-        "SLURM_LOCALID": str(rank % per_node),
-        "SLURM_NODEID": str(rank // per_node),
-        "SLURMD_NODENAME": names[rank // per_node],
-        "SLURM_RESTART_COUNT": str(restarts),
-        LOCAL_ENV: "1",
-    }
+    extra = {**ids, "SLURM_JOB_NAME": spec.job_name, LOCAL_ENV: "1"}
+    return LocalStep(names, spec.tasks_per_node, job_id_of(ids), restarts=restarts, extra=extra)
 
 
 def run_point(
@@ -83,15 +55,22 @@ def run_point(
 ) -> list[int]:
     """Start every rank of one grid point, wait, stop the rest when one fails."""
     job_id = job_id_of(ids)
-    outs = log_paths(spec.folder, job_id, spec.num_tasks)
-    errs = log_paths(spec.folder, job_id, spec.num_tasks, "err")
-    procs: list[subprocess.Popen[bytes]] = []
+    outs = rank_log_paths(spec.folder, job_id, spec.num_tasks)
+    errs = rank_log_paths(spec.folder, job_id, spec.num_tasks, "err")
     command = [sys.executable, "-u", "-m", "slurmtf.launch", f"--spec={spec_file}"]
     command.append(f"--params={json.dumps(dict(params))}")
-    for rank in range(spec.num_tasks):
-        env = {**environ, **fake_slurm_env(spec, ids, rank, restarts)}
-        with outs[rank].open("ab") as out, errs[rank].open("ab") as err:
-            procs.append(subprocess.Popen(command, env=env, stdout=out, stderr=err))
+    step = rank_step(spec, ids, restarts)
+    procs = [
+        start_rank(
+            command,
+            {**environ, **step.rank_env(rank)},
+            outs[rank],
+            errs[rank],
+            append=True,
+            new_session=False,
+        )
+        for rank in range(spec.num_tasks)
+    ]
     codes: list[int | None] = [None] * len(procs)
     while any(c is None for c in codes):
         for rank, proc in enumerate(procs):
@@ -121,7 +100,7 @@ def run_local(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = No
         job_id = job_id_of(ids)
         label = f" {params}" if params else ""
         print(f"slurmtf: local job {job_id}{label}: {spec.num_tasks} process(es); logs:", file=out)
-        for rank, path in enumerate(log_paths(spec.folder, job_id, spec.num_tasks)):
+        for rank, path in enumerate(rank_log_paths(spec.folder, job_id, spec.num_tasks)):
             print(f"  rank {rank}: {path}", file=out)
         out.flush()
         for restarts in range(spec.max_requeues + 1):

@@ -1,19 +1,16 @@
-"""Resolve this Slurm task's place in the job: ``resolve()``, TF_CONFIG and the CLI.
+"""Resolve this Slurm task's place in the job: ``resolve()``, TF_CONFIG, explanations.
 
-``python -m slurmtf.resolver`` (or ``slurmtf resolve``) prints the TF_CONFIG JSON of the
-current task; ``--explain`` prints the layout as a table and ``--export`` prints shell
-``export`` lines for ``eval "$(python -m slurmtf.resolver --export)"``. Bad input exits
-with status 2 and one line on stderr. Neither this module nor the CLI imports TensorFlow.
+The library behind ``slurmtf resolve`` / ``python -m slurmtf.resolver`` (front end:
+:mod:`slurmtf.cli.resolve`). Imports TensorFlow only in :func:`cluster_resolver`.
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import shlex
 import sys
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
 from slurmtf.env import read_slurm_env
@@ -30,7 +27,6 @@ __all__ = [
     "explain",
     "export_lines",
     "export_tf_config",
-    "main",
     "resolve",
 ]
 
@@ -160,75 +156,7 @@ def _gpu_text(gpus: tuple[str, ...] | None) -> str:
     return ",".join(gpus) or "none"
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="slurmtf resolve",
-        description=(
-            "Print TF_CONFIG for this Slurm task (run it under srun). Outside Slurm, or in "
-            "a one-task step, the cluster is a single local worker."
-        ),
-    )
-    view = parser.add_mutually_exclusive_group()
-    view.add_argument("--explain", action="store_true", help="print the layout as a table instead")
-    view.add_argument(
-        "--export",
-        action="store_true",
-        help='print shell export lines, for eval "$(python -m slurmtf.resolver --export)"',
-    )
-    parser.add_argument(
-        "--port_base",
-        metavar="PORT",
-        help="port of rank 0; rank r uses PORT+r (default: from the job id, or SLURMTF_PORT_BASE)",
-    )
-    parser.add_argument(
-        "--address_template",
-        metavar="TEMPLATE",
-        help="address of each node, e.g. '{host}-ib' (default: the node name, or "
-        "SLURMTF_ADDRESS_TEMPLATE)",
-    )
-    parser.add_argument("-v", "--verbose", action="store_true", help="log which variables are used")
-    return parser
+if __name__ == "__main__":  # `python -m slurmtf.resolver`, the same as `slurmtf resolve`
+    from slurmtf.cli.resolve import main
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point: exit 0 with the output, or 2 with one line on stderr."""
-    args = _parser().parse_args(argv)
-    handler = None
-    package_log = logging.getLogger("slurmtf")
-    if args.verbose:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-        package_log.addHandler(handler)
-        package_log.setLevel(logging.DEBUG)
-    try:
-        return _run(args)
-    finally:
-        if handler is not None:
-            package_log.removeHandler(handler)
-            package_log.setLevel(logging.NOTSET)
-
-
-def _run(args: argparse.Namespace) -> int:
-    try:
-        env = read_slurm_env(os.environ)
-        layout = build_layout(
-            env,
-            port_base=args.port_base,
-            address_template=args.address_template,
-            port_base_name="--port_base",
-            address_template_name="--address_template",
-        )
-    except SlurmtfError as exc:
-        print(" ".join(str(exc).splitlines()), file=sys.stderr)
-        return 2
-    if args.explain:
-        print(explain(layout))
-    elif args.export:
-        print(export_lines(layout))
-    else:
-        print(layout.tf_config_json())
-    return 0
-
-
-if __name__ == "__main__":
     sys.exit(main())

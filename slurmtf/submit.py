@@ -22,9 +22,18 @@ from typing import Any, TextIO
 from absl import flags
 
 from slurmtf import jobrecord, jobspec, jobvalues
-from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError, report_error
+from slurmtf.cli import report_error, underscore_flags
+from slurmtf.contracts import (
+    DEFAULT_LOG_DIR,
+    DEFAULT_PREEMPTION_SIGNAL,
+    EXIT_USAGE,
+    parse_preemption_signal,
+    rank_log_paths,
+    signal_name,
+)
+from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.jobspec import JobSpec
-from slurmtf.watch import follow, log_paths
+from slurmtf.watch import follow
 
 
 def define_flags(fv: flags.FlagValues) -> None:
@@ -88,11 +97,16 @@ def define_flags(fv: flags.FlagValues) -> None:
     s("job_name", "slurmtf", "Job name.", flag_values=fv)
     s(
         "log_dir",
-        "slurmtf_logs",
+        DEFAULT_LOG_DIR,
         "Folder (shared by the nodes) for per-rank logs and job files.",
         flag_values=fv,
     )
-    s("signal", "USR2", "Signal sent before the time limit (NCCL reserves USR1).", flag_values=fv)
+    s(
+        "signal",
+        DEFAULT_PREEMPTION_SIGNAL,
+        "Signal sent before the time limit (NCCL reserves USR1).",
+        flag_values=fv,
+    )
     i("signal_delay_s", 120, "Seconds before the time limit the signal arrives.", flag_values=fv)
     i(
         "max_restarts",
@@ -162,7 +176,7 @@ def spec_from_flags(fv: flags.FlagValues, rest: Sequence[str]) -> JobSpec:
         sbatch_extra=jobvalues.parse_extra(fv.sbatch_extra),
         job_name=fv.job_name,
         log_dir=fv.log_dir,
-        signal=jobvalues.parse_signal(fv.signal),
+        signal=signal_name(parse_preemption_signal(fv.signal, "--signal")),
         signal_delay_s=fv.signal_delay_s,
         max_requeues=fv.max_restarts if fv.max_requeues is None else fv.max_requeues,
         sweep=jobvalues.parse_sweep(fv.sweep),
@@ -232,7 +246,7 @@ def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
     for job_id, params in zip(ids, grid, strict=True):
         label = f" {params}" if params else ""
         print(f"slurmtf: {job_id}{label} logs:", file=out)
-        for rank, path in enumerate(log_paths(spec.folder, job_id, spec.num_tasks)):
+        for rank, path in enumerate(rank_log_paths(spec.folder, job_id, spec.num_tasks)):
             print(f"  rank {rank}: {path}", file=out)
     out.flush()
     return main_id, ids
@@ -248,10 +262,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         print(fv.get_help(), file=out)
         return 0
     try:
-        rest = fv(["slurmtf submit", *args])[1:]
+        rest = fv(["slurmtf submit", *underscore_flags(args, set(fv))])[1:]
     except flags.Error as exc:
         print(f"slurmtf submit: {exc}. HINT: see `slurmtf submit --help`", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
         spec = spec_from_flags(fv, rest)
         if fv.dry_run:

@@ -24,11 +24,7 @@ class SlurmtfClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):  #
     ``MultiWorkerMirroredStrategy`` runs locally without opening a port.
     """
 
-    def __init__(self, layout: ClusterLayout | None = None, *, rpc_layer: str = "grpc") -> None:
-        if layout is None:
-            from slurmtf.resolver import resolve
-
-            layout = resolve()
+    def __init__(self, layout: ClusterLayout, *, rpc_layer: str = "grpc") -> None:
         self._layout = layout
         self.task_type = TASK_TYPE
         self.task_id = layout.task_index

@@ -33,10 +33,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.training.app import main_for
 from slurmtf.training.flags import TrainConfig
 from slurmtf.training.loop import ModelSpec, weights_checksum
-from slurmtf.training.preemption import EXIT_PREEMPTED
 
 __all__ = [
     "EXIT_PREEMPTED",

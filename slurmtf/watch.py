@@ -7,7 +7,6 @@ each rank's log, with a message saying so. Every Slurm command goes through one 
 
 from __future__ import annotations
 
-import json
 import re
 import sys
 import time
@@ -16,28 +15,19 @@ from pathlib import Path
 from typing import TextIO
 
 from slurmtf import jobrecord
-from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError, report_error
+from slurmtf.cli import report_error
+from slurmtf.contracts import (
+    DEFAULT_LOG_DIR,
+    FINAL_STATES,
+    base_state,
+    is_final,
+    rank_log_paths,
+)
+from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
+from slurmtf.events import last, named, read_events
 from slurmtf.jobrecord import JobPlace
 from slurmtf.runner import Runner, default_runner
-from slurmtf.training.events import format_seconds
-
-FINAL = {
-    "COMPLETED": 0,
-    "FAILED": 1,
-    "CANCELLED": 130,
-    "TIMEOUT": 124,
-    "NODE_FAIL": 1,
-    "PREEMPTED": 1,
-    "OUT_OF_MEMORY": 137,
-    "BOOT_FAIL": 1,
-    "DEADLINE": 124,
-}
-DEFAULT_LOG_DIR = "slurmtf_logs"
-
-
-def log_paths(folder: Path, job_id: str, num_tasks: int, suffix: str = "out") -> list[Path]:
-    """Per-rank logs as submitit names them: ``<folder>/<job>_<rank>_log.<suffix>``."""
-    return [folder / f"{job_id}_{rank}_log.{suffix}" for rank in range(num_tasks)]
+from slurmtf.training.reporting import format_seconds
 
 
 def parse_scontrol(text: str) -> list[dict[str, str]]:
@@ -52,7 +42,7 @@ def parse_scontrol(text: str) -> list[dict[str, str]]:
 
 def exit_status(state: str, exit_code: str) -> int:
     """A final Slurm state and ``ExitCode=N:S`` -> the status ``--wait`` exits with."""
-    base = state.split(maxsplit=1)[0].rstrip("+")
+    base = base_state(state)
     if base == "COMPLETED":
         return 0
     code, _, sig = exit_code.partition(":")
@@ -60,7 +50,7 @@ def exit_status(state: str, exit_code: str) -> int:
         return int(code)
     if sig.isdigit() and int(sig):
         return 128 + int(sig)
-    return FINAL.get(base, 1)
+    return FINAL_STATES.get(base, 1)
 
 
 def job_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
@@ -88,38 +78,17 @@ def accounting_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | No
 
 def logged_exit(path: Path) -> int | None:
     """The status in the last ``{"event": "exit"}`` line of a rank's log, if any."""
-    status = None
-    for event in events(path):
-        if event.get("event") == "exit":
-            value = event.get("status", 1)
-            status = int(value) if isinstance(value, int | str) else 1
-    return status
-
-
-def events(path: Path) -> list[dict[str, object]]:
-    """The JSON event lines of a log (other lines are skipped)."""
-    out = []
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return []
-    for line in text.splitlines():
-        if line.startswith("{") and '"event"' in line:
-            try:
-                value = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                out.append(value)
-    return out
+    event = last(read_events(path), "exit")
+    if event is None:
+        return None
+    value = event.get("status", 1)
+    return int(value) if isinstance(value, int | str) else 1
 
 
 def final_accuracy(path: Path) -> tuple[float, object] | None:
     """Accuracy and step of the last ``eval`` event in the chief's log."""
     found = None
-    for event in events(path):
-        if event.get("event") != "eval":
-            continue
+    for event in named(read_events(path), "eval"):
         keys = [k for k in event if "accuracy" in k]
         key = "accuracy" if "accuracy" in event else (keys[0] if keys else None)
         value = event.get(key) if key is not None else None
@@ -135,7 +104,7 @@ def state_line(job_id: str, runner: Runner, folder: Path) -> tuple[str, int | No
     if states is None:
         states, source = accounting_states(job_id, runner), "sacct"
     if states is None:
-        status = logged_exit(log_paths(folder, job_id, 1)[0])
+        status = logged_exit(rank_log_paths(folder, job_id, 1)[0])
         where = "from its rank 0 log" if status is not None else "unknown"
         return (
             f"job {job_id}: no longer known to Slurm and accounting is unavailable (sacct); "
@@ -144,7 +113,7 @@ def state_line(job_id: str, runner: Runner, folder: Path) -> tuple[str, int | No
             status,
         )
     text = ", ".join(f"{s} (exit {c})" for s, c in states)
-    done = all(s.split(maxsplit=1)[0].rstrip("+") in FINAL for s, _ in states)
+    done = all(is_final(s) for s, _ in states)
     status = max((exit_status(s, c) for s, c in states), default=1) if done else None
     return f"job {job_id}: {text} [{source}]", status
 
@@ -166,8 +135,8 @@ def follow(
     first task of array ``123``).
     """
     log_job = log_job or job_id
-    rank0 = log_paths(folder, log_job, 1)[0]
-    rank0_err = log_paths(folder, log_job, 1, "err")[0]
+    rank0 = rank_log_paths(folder, log_job, 1)[0]
+    rank0_err = rank_log_paths(folder, log_job, 1, "err")[0]
     offsets = [0, 0]
     last_line = ""
     status: int | None = None
@@ -197,7 +166,7 @@ def follow(
 
 def failed_rank(folder: Path, log_job: str, num_tasks: int) -> tuple[int, int] | None:
     """The first rank whose logged exit status is a plain failure (1-127), if any."""
-    for rank, path in enumerate(log_paths(folder, log_job, num_tasks)):
+    for rank, path in enumerate(rank_log_paths(folder, log_job, num_tasks)):
         status = logged_exit(path)
         if status is not None and 0 < status < 128:
             return rank, status
@@ -235,18 +204,18 @@ def _print_new(
 def summary(job_id: str, folder: Path, num_tasks: int, status: int) -> str:
     """The closing lines: status, final accuracy (chief's eval line), per-rank logs."""
     lines = [f"slurmtf: job {job_id} finished with exit status {status}"]
-    chief = log_paths(folder, job_id, 1)[0]
+    chief = rank_log_paths(folder, job_id, 1)[0]
     acc = final_accuracy(chief)
     if acc is not None:
         # synthetic data is learnt to ~1.0: say so, lest it read as a real result
-        synthetic = any(e.get("synthetic") for e in events(chief) if e.get("event") == "cluster")
+        synthetic = any(e.get("synthetic") for e in named(read_events(chief), "cluster"))
         on = " on SYNTHETIC data (benchmark input, not a real task)" if synthetic else ""
         lines.append(f"slurmtf: final accuracy {acc[0]:.4f} (step {acc[1]}){on}")
     lines.append("slurmtf: logs per rank:")
     for rank, (o, e) in enumerate(
         zip(
-            log_paths(folder, job_id, num_tasks),
-            log_paths(folder, job_id, num_tasks, "err"),
+            rank_log_paths(folder, job_id, num_tasks),
+            rank_log_paths(folder, job_id, num_tasks, "err"),
             strict=True,
         )
     ):
@@ -302,7 +271,7 @@ def last_error(path: Path) -> str | None:
 def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
     """State, restarts, progress (step/total, examples/s, ETA), logs, last error."""
     fields = slurm_record(job_id, runner)
-    chief_events = events(place.rank_log(0))
+    chief_events = read_events(place.rank_log(0))
     starts = [e for e in chief_events if e.get("event") == "cluster"]
     done = [e for e in chief_events if e.get("event") == "done"]
     if fields is not None:
@@ -354,7 +323,7 @@ def follow_rank(
         offset = _print_new(path, offset, out)
         fields = slurm_record(job_id, runner)
         state = fields.get("JobState", "") if fields else "gone"
-        seen = seen + 1 if state == "gone" or state.rstrip("+") in FINAL else 0
+        seen = seen + 1 if state == "gone" or is_final(state) else 0
         if seen >= 2:
             _print_new(path, offset, out)
             return 0

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-# Variables a test environment starts without, so the host's own never leak in.
-_PREFIXES = ("SLURM_", "SLURMD_", "SLURMTF_")
-_NAMES = ("CUDA_VISIBLE_DEVICES", "TF_CONFIG")
+from slurmtf.localstep import is_scrubbed
 
 
 class FakeSlurmEnv:
@@ -24,7 +22,7 @@ class FakeSlurmEnv:
         self._monkeypatch = monkeypatch
         self._tmp_path = tmp_path
         for name in list(os.environ):
-            if name.startswith(_PREFIXES) or name in _NAMES:
+            if is_scrubbed(name):  # the host's own never leak in
                 monkeypatch.delenv(name)
 
     def set(self, **variables: object) -> dict[str, str]:
@@ -38,7 +36,7 @@ class FakeSlurmEnv:
 
     def current(self) -> dict[str, str]:
         """The fake variables now in ``os.environ``."""
-        return {k: v for k, v in os.environ.items() if k.startswith(_PREFIXES) or k in _NAMES}
+        return {k: v for k, v in os.environ.items() if is_scrubbed(k)}
 
     def hostfile(self, hosts: Sequence[str], name: str = "hostfile") -> str:
         """Write a ``SLURM_HOSTFILE`` (one host per line) and return its path."""

@@ -85,22 +85,6 @@ def test_fmt(value: object, text: str) -> None:
     assert harness.fmt(value) == text
 
 
-def test_parse_events_keeps_only_json_event_lines() -> None:
-    out = 'noise\n{"event": "done", "step": 3}\n{"no_event": 1}\n{broken\n  {"event": "x"}  \n'
-    assert harness.parse_events(out) == [{"event": "done", "step": 3}, {"event": "x"}]
-
-
-def test_fake_slurm_env_describes_one_node_step() -> None:
-    env = harness.fake_slurm_env(1, 2, 42, 23456)
-    assert env["SLURM_PROCID"] == "1"
-    assert env["SLURM_STEP_NUM_TASKS"] == "2"
-    assert env["SLURM_STEP_TASKS_PER_NODE"] == "2"
-    assert env["SLURM_STEP_NODELIST"] == "localhost"
-    assert env["SLURMTF_PORT_BASE"] == "23456"
-    with pytest.raises(ValueError, match="rank"):
-        harness.fake_slurm_env(2, 2, 42, 23456)
-
-
 # ---------------------------------------------------------------------------- projection
 IB = projection.INTERCONNECTS[0]
 

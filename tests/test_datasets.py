@@ -26,7 +26,8 @@ import pytest
 from models.data import cifar
 from models.data import mnist as mnist_reader
 from slurmtf import cli as slurmtf_cli
-from slurmtf.datasets import cli, fetch, manifest, sample
+from slurmtf.cli import data as cli
+from slurmtf.datasets import fetch, manifest, sample
 from slurmtf.errors import InputError
 from tests.prereqs import require
 
@@ -360,7 +361,7 @@ def test_published_checksums_are_well_formed() -> None:
 
 def test_import_slurmtf_and_the_data_cli_import_neither_sklearn_nor_tensorflow() -> None:
     code = (
-        "import sys, slurmtf, slurmtf.cli, slurmtf.datasets.cli, slurmtf.datasets.fetch, "
+        "import sys, slurmtf, slurmtf.cli, slurmtf.cli.data, slurmtf.datasets.fetch, "
         "slurmtf.datasets.sample, models.data.mnist, models.data.cifar; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'sklearn', 'tensorflow'}))"
     )

@@ -36,6 +36,9 @@ from typing import Any
 
 import pytest
 
+from slurmtf.events import named, read_events
+from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env, start_rank
+
 REPO = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 MODEL = ("-m", "models.mnist")
@@ -43,7 +46,6 @@ MODEL = ("-m", "models.mnist")
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
 # Every variable of a real step that could leak from the environment the tests run in.
-_SCRUB = re.compile(r"^(SLURM_|SLURMD_|SLURMTF_|TF_CONFIG$|CUDA_VISIBLE_DEVICES$)")
 
 
 # ---------------------------------------------------------------- processes
@@ -63,16 +65,8 @@ class Rank:
     stopped: bool = False
 
     def start(self) -> Rank:
-        with self.out.open("ab") as out, self.err.open("ab") as err:
-            self.proc = subprocess.Popen(
-                self.argv,
-                cwd=REPO,
-                env=self.env,
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,  # its own process group, killed by its PID
-            )
+        # its own process group, killed by its PID
+        self.proc = start_rank(self.argv, self.env, self.out, self.err, cwd=REPO, append=True)
         self.started = time.monotonic()
         return self
 
@@ -114,9 +108,8 @@ class Rank:
         return "\n".join(parts)
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        found = []
-        if not self.out.exists():
-            return found
+        found = read_events(self.out)
+        return found if name is None else named(found, name)
         for line in self.out.read_text(errors="replace").splitlines():
             if not line.startswith("{"):
                 continue
@@ -147,23 +140,9 @@ class Cluster:
         return f"localhost:{self.port_base + index}"
 
     def env(self, index: int, extra: dict[str, str] | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not _SCRUB.match(k)}
-        env |= {
-            "SLURM_JOB_ID": str(self.job_id),
-            "SLURM_STEP_ID": "0",
-            "SLURM_STEP_NODELIST": "localhost",
-            "SLURM_STEP_TASKS_PER_NODE": str(self.size),
-            "SLURM_STEP_NUM_TASKS": str(self.size),
-            "SLURM_STEP_NUM_NODES": "1",
-            "SLURM_PROCID": str(index),
-            "SLURM_LOCALID": str(index),
-            "SLURM_NODEID": "0",
-            "SLURMD_NODENAME": "localhost",
-            "SLURMTF_PORT_BASE": str(self.port_base),
-            "PYTHONUNBUFFERED": "1",
-            "TF_CPP_MIN_LOG_LEVEL": "1",
-        }
-        return env | (extra or {})
+        step = LocalStep(tasks_per_node=self.size, job_id=self.job_id, port_base=self.port_base)
+        env = scrubbed_env(extra={"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
+        return env | step.rank_env(index) | (extra or {})
 
     def launch(
         self,
@@ -199,25 +178,6 @@ class Cluster:
     def cleanup(self) -> None:
         for rank in self.ranks:
             rank.kill()
-
-
-def free_port_base(count: int, low: int = 21000, high: int = 29000) -> int:
-    """A base port with ``count`` consecutive free ports on the loopback (checked by binding)."""
-    start = low + (os.getpid() * 37) % (high - low)
-    for offset in range(0, high - low, count + 3):
-        base = low + (start - low + offset) % (high - low - count)
-        if all(_port_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError("no free port range on this machine")
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.fixture
@@ -325,16 +285,16 @@ def test_dead_peer_fails_fast_naming_the_lost_task(
 # its heartbeats go on, only the collective waits (a hung data loader looks like this).
 _STALL = """
 import sys, time
-from slurmtf.training import events
+from slurmtf.training import reporting
 calls = [0]
-original = events.Progress.update
+original = reporting.Progress.update
 def update(self, *args):
     calls[0] += 1
     if calls[0] >= {stall_at}:
         print("STALLING", flush=True)
         time.sleep(3600)
     return original(self, *args)
-events.Progress.update = update
+reporting.Progress.update = update
 from models import mnist
 sys.exit(mnist.main(sys.argv[1:]))
 """

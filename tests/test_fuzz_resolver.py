@@ -234,7 +234,7 @@ _COUNT = st.sampled_from([1, 1, 1, 2, 2, 3, 4, 8]) | st.integers(1, 64)
 
 
 @st.composite
-def allocations(draw: st.DrawFn) -> Allocation:
+def allocations(draw: st.DrawFn) -> Allocation:  # noqa: C901 - draws every step variable
     hosts, nodelist = draw(hostlists())
     # Runs of equal counts, repeated to cover every host: Slurm's own `2(x3),1` shapes.
     runs = draw(st.lists(st.tuples(_COUNT, st.integers(1, 16)), min_size=1, max_size=3))

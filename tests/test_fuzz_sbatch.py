@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from slurmtf import jobspec
+from slurmtf import jobspec, jobvalues
 from slurmtf.errors import InputError
 
 EXAMPLES = int(os.environ.get("SLURMTF_FUZZ_SBATCH_EXAMPLES", "300"))
@@ -178,6 +178,7 @@ def check_rendering(fields: dict[str, Any], python: str) -> None:
     """Render ``fields``; if accepted, parse and run the script as described above."""
     _shims()
     try:
+        jobvalues.check_setup(fields.get("setup", ()))  # as `slurmtf submit` does
         spec = jobspec.JobSpec(**fields)
         script = jobspec.render_sbatch(spec, python)
     except InputError as exc:
@@ -224,7 +225,7 @@ def test_a_setup_line_cannot_swallow_the_srun_line(line: str) -> None:
 @pytest.mark.parametrize("line", SETUP_LINES_OPEN)
 def test_a_setup_line_that_opens_a_block_is_refused_naming_it(line: str) -> None:
     with pytest.raises(InputError) as info:
-        jobspec.JobSpec(kind="model", target="mnist", setup=(line,))
+        jobvalues.check_setup((line,))
     assert str(info.value).startswith(f"--setup={line!r}"), info.value
 
 

@@ -8,11 +8,9 @@ pool: the whole file runs in about two minutes on 2 cores.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,11 +21,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from slurmtf.events import named, parse_events
+from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env, start_rank
 from tests.test_data_readers import write_cifar, write_imagenet, write_mnist
 
 REPO = Path(__file__).resolve().parents[1]
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
-_SCRUB = re.compile(r"^(SLURM_|SLURMD_|SLURMTF_|TF_CONFIG$|CUDA_VISIBLE_DEVICES$)")
 # Largest difference allowed between the weights of a 1-worker and a 2-worker run after
 # the same steps on the same global batches: only the order of float32 sums differs.
 WEIGHT_TOLERANCE = 1e-4
@@ -44,43 +43,25 @@ class Job:
         self.extra = ["--heartbeat_timeout=60"] if size > 1 else []
 
     def env(self, rank: int) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not _SCRUB.match(k)}
-        env |= {
-            "PYTHONPATH": str(REPO),
-            "TF_CPP_MIN_LOG_LEVEL": "2",
-            "TF_NUM_INTRAOP_THREADS": "1",
-            "TF_NUM_INTEROP_THREADS": "1",
-        }
-        if self.size > 1:
-            env |= {
-                "SLURM_JOB_ID": str(40000 + self.port_base % 1000),
-                "SLURM_STEP_NODELIST": "localhost",
-                "SLURM_STEP_TASKS_PER_NODE": str(self.size),
-                "SLURM_STEP_NUM_TASKS": str(self.size),
-                "SLURM_PROCID": str(rank),
-                "SLURM_LOCALID": str(rank),
-                "SLURM_NODEID": "0",
-                "SLURMD_NODENAME": "localhost",
-                "SLURMTF_PORT_BASE": str(self.port_base),
+        env = scrubbed_env(
+            extra={
+                "PYTHONPATH": str(REPO),
+                "TF_CPP_MIN_LOG_LEVEL": "2",
+                "TF_NUM_INTRAOP_THREADS": "1",
+                "TF_NUM_INTEROP_THREADS": "1",
             }
+        )
+        if self.size > 1:
+            job_id = 40000 + self.port_base % 1000
+            step = LocalStep(tasks_per_node=self.size, job_id=job_id, port_base=self.port_base)
+            env |= step.rank_env(rank)
         return env
 
     def start(self, model: str, flags: Sequence[str]) -> Job:
         for rank in range(self.size):
-            out_path = self.tmp / f"{self.tag}.{rank}.out"
-            err_path = self.tmp / f"{self.tag}.{rank}.err"
-            with out_path.open("wb") as out, err_path.open("wb") as err:
-                self.procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", f"models.{model}", *flags, *self.extra],
-                        cwd=REPO,
-                        env=self.env(rank),
-                        stdout=out,
-                        stderr=err,
-                        stdin=subprocess.DEVNULL,
-                        start_new_session=True,
-                    )
-                )
+            argv = [sys.executable, "-m", f"models.{model}", *flags, *self.extra]
+            out, err = self.tmp / f"{self.tag}.{rank}.out", self.tmp / f"{self.tag}.{rank}.err"
+            self.procs.append(start_rank(argv, self.env(rank), out, err, cwd=REPO))
         return self
 
     def wait(self, timeout: float = 180) -> list[int]:
@@ -100,8 +81,7 @@ class Job:
         return (self.tmp / f"{self.tag}.{rank}.err").read_text()
 
     def events(self, rank: int, name: str) -> list[dict[str, Any]]:
-        lines = [json.loads(x) for x in self.stdout(rank).splitlines() if x.startswith("{")]
-        return [e for e in lines if e.get("event") == name]
+        return named(parse_events(self.stdout(rank)), name)
 
     def done(self, rank: int) -> dict[str, Any]:
         found = self.events(rank, "done")
@@ -126,22 +106,6 @@ def jobs(tmp_path: Path) -> Iterator[list[Job]]:
     yield made
     for job in made:
         job.kill()
-
-
-def free_port_base(count: int) -> int:
-    for base in range(22000 + os.getpid() % 500 * 10, 30000, 7):
-        if all(_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError("no free ports")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def wait_until(condition: Any, timeout: float, what: str, job: Job) -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from slurmtf import cli, resolver
-from slurmtf.resolver import export_tf_config, main, resolve
+from slurmtf.cli.resolve import main
+from slurmtf.resolver import export_tf_config, resolve
 from tests.conftest import FakeSlurmEnv
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -147,7 +148,7 @@ def test_bad_input_exits_2_with_one_line(
     fake_slurm_env.set(**changes)
     code, out, err = run([], capsys)
     assert (code, out) == (2, "")
-    assert err.startswith(start)
+    assert err.startswith(f"slurmtf resolve: {start}")
     assert err.count("\n") == 1
     assert "HINT:" in err
 
@@ -158,10 +159,10 @@ def test_bad_flag_value_names_the_flag(
     fake_slurm_env.step("n[1-2]", "1(x2)", 0)
     code, _, err = run(["--port_base", "99"], capsys)
     assert code == 2
-    assert err.startswith("--port_base='99': ")
+    assert err.startswith("slurmtf resolve: --port_base='99': ")
     code, _, err = run(["--address_template", "{x}"], capsys)
     assert code == 2
-    assert err.startswith("--address_template='{x}': ")
+    assert err.startswith("slurmtf resolve: --address_template='{x}': ")
 
 
 def test_console_script_dispatches_resolve(
@@ -191,9 +192,9 @@ def _python(code: str, env: dict[str, str], *args: str) -> subprocess.CompletedP
 def test_import_and_cli_never_import_tensorflow() -> None:
     env = FakeSlurmEnv.step_vars("n[1-2]", "1(x2)", 0)
     code = (
-        "import sys, slurmtf, slurmtf.resolver\n"
-        "assert slurmtf.resolver.main(['--explain']) == 0\n"
-        "assert slurmtf.resolver.main([]) == 0\n"
+        "import sys, slurmtf, slurmtf.cli.resolve\n"
+        "assert slurmtf.cli.resolve.main(['--explain']) == 0\n"
+        "assert slurmtf.cli.resolve.main([]) == 0\n"
         "print('tensorflow' in sys.modules)\n"
     )
     done = _python(code, env)
@@ -206,13 +207,15 @@ def test_module_cli_error_has_no_traceback() -> None:
     done = _python("", env, "-W", "error", "-m", "slurmtf.resolver")
     assert done.returncode == 2
     assert done.stdout == ""
-    assert done.stderr.startswith("SLURM_STEP_NODELIST='n[3-1]': has the reversed range")
+    assert done.stderr.startswith(
+        "slurmtf resolve: SLURM_STEP_NODELIST='n[3-1]': has the reversed range"
+    )
     assert done.stderr.count("\n") == 1
     assert "Traceback" not in done.stderr
 
 
 def test_resolver_exports_the_contract() -> None:
-    for name in ("resolve", "export_tf_config", "cluster_resolver", "main", "ClusterLayout"):
+    for name in ("resolve", "export_tf_config", "cluster_resolver", "ClusterLayout"):
         assert hasattr(resolver, name)
     import slurmtf
 

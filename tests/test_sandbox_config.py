@@ -92,7 +92,7 @@ def test_distinct_dirs_get_distinct_names_ports_and_job_ids() -> None:
         ({"dir": Path("/tmp/a#b")}, "--dir"),
         ({"dir": Path("/tmp/x"), "nodes": 0}, "--nodes"),
         ({"dir": Path("/tmp/x"), "nodes": 65}, "--nodes"),
-        ({"dir": Path("/tmp/x"), "gpus_per_node": -1}, "--gpus-per-node"),
+        ({"dir": Path("/tmp/x"), "gpus_per_node": -1}, "--gpus_per_node"),
         ({"dir": Path("/tmp/x"), "gpus_per_node": 4, "cpus_per_node": 2}, "cpus_per_node"),
         ({"dir": Path("/tmp/x"), "nodes": 2, "slurmd_ports": (1,)}, "slurmd_ports"),
     ],
@@ -189,7 +189,7 @@ def test_log_tail(tmp_path: Path) -> None:
 
 
 def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    from slurmtf.sandbox import main
+    from slurmtf.cli.sandbox import main
 
     assert main(["up", "--dir", str(tmp_path), "--nodes", "0"]) == 2
     assert "--nodes=0" in capsys.readouterr().err
@@ -202,10 +202,17 @@ def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: P
 def test_cli_on_a_directory_without_sandbox(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from slurmtf.sandbox import main
+    from slurmtf.cli.sandbox import main
 
     assert main(["env", "--dir", str(tmp_path)]) == 1
     assert "HINT: slurmtf sandbox up" in capsys.readouterr().err
     assert main(["status", "--dir", str(tmp_path)]) == 3
     assert main(["down", "--dir", str(tmp_path)]) == 0
     assert "was not running" in capsys.readouterr().out
+
+
+def test_both_flag_spellings_reach_the_same_option() -> None:
+    from slurmtf.cli.sandbox import _parser
+
+    for spelling in ("--gpus_per_node", "--gpus-per-node"):
+        assert _parser().parse_args(["up", spelling, "4"]).gpus_per_node == 4

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from slurmtf.cli.sandbox import main as sandbox_main
 from slurmtf.errors import InputError
 from slurmtf.sandbox import config as c
 from slurmtf.sandbox import links
-from slurmtf.sandbox.cli import main as sandbox_main
 from slurmtf.sandbox.config import SandboxConfig
 
 DATA = Path(__file__).parent / "data" / "sandbox"

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf import jobspec, jobvalues, submit
+from slurmtf.contracts import parse_preemption_signal, signal_name
 from slurmtf.errors import InputError
 
 
@@ -66,7 +67,7 @@ def test_parse_time(text: str, minutes: int) -> None:
 
 @pytest.mark.parametrize(("text", "name"), [("USR2", "USR2"), ("sigterm", "TERM"), ("12", "USR2")])
 def test_parse_signal(text: str, name: str) -> None:
-    assert jobvalues.parse_signal(text) == name
+    assert signal_name(parse_preemption_signal(text, "--signal")) == name
 
 
 def test_sweep_grid_order_and_size() -> None:
@@ -182,3 +183,14 @@ def test_slurm_refusal_is_shown_plainly(
     err = capsys.readouterr().err
     assert "sbatch failed (exit 1)" in err
     assert message in err
+
+
+def test_dashed_flag_spelling_is_accepted_like_sbatch_writes_it() -> None:
+    out = io.StringIO()
+    argv = ["--dry_run", "--model=mnist", "--nodes=2", "--gpus-per-node=4", "--time=30"]
+    assert submit.main(argv, out=out) == 0
+    assert "--gres=gpu:4" in out.getvalue()
+    # after `--` everything belongs to the model, spelled as given
+    out = io.StringIO()
+    assert submit.main([*argv, "--", "--train-steps=3"], out=out) == 0
+    assert "--train-steps=3" in out.getvalue()

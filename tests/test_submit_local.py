@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf import launch, local, submit
+from slurmtf.errors import InputError
 from slurmtf.jobspec import JobSpec
 
 PRINT_CONFIG = (
@@ -72,15 +73,6 @@ def test_local_failed_rank_stops_the_others(tmp_path: Path) -> None:
     assert time.monotonic() - start < 30
 
 
-def test_fake_env_is_block_distributed() -> None:
-    spec = JobSpec(kind="command", target="true", nodes=2, gpus_per_node=2)
-    env = local.fake_slurm_env(spec, {"SLURM_JOB_ID": "5"}, 3, 0)
-    assert env["SLURM_NODEID"] == "1"
-    assert env["SLURM_LOCALID"] == "1"
-    assert env["SLURMD_NODENAME"] == "127.0.0.2"
-    assert env["SLURM_STEP_TASKS_PER_NODE"] == "2(x2)"
-
-
 def test_function_kind_calls_module_function(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -91,3 +83,11 @@ def test_function_kind_calls_module_function(
     assert launch.call_function("userjob:train", ["--x=1", "--lr=2"]) == 0
     assert launch.main(["--call", "userjob:train", "--", "--x=1", "--lr=2"]) == 0
     assert launch.main(["--call", "userjob:train", "--", "--x=2"]) == 9
+
+
+def test_a_bad_restart_count_is_one_line_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    """The per-task launcher reads SLURM_PROCID/SLURM_RESTART_COUNT through the resolver."""
+    spec = JobSpec(kind="command", target="true")
+    env = {"SLURM_JOB_ID": "9", "SLURM_PROCID": "0", "SLURM_RESTART_COUNT": "x"}
+    with pytest.raises(InputError, match="SLURM_RESTART_COUNT='x'"):
+        launch.run_task(spec, {}, env)

@@ -88,7 +88,7 @@ def test_issue_example_dry_run() -> None:
     for line in ("#SBATCH --gres=gpu:4", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4"):
         assert line in text.splitlines()
     assert "--kill-on-bad-exit=1" in text
-    assert "-m models.mnist" in text
+    assert "-m slurmtf_models.mnist" in text
 
 
 def test_dry_run_sweep_is_a_four_task_array() -> None:
@@ -105,7 +105,7 @@ def test_dry_run_passes_model_flags_through() -> None:
     out = io.StringIO()
     argv = ["--dry_run", "--model=resnet20", "--", "--train_steps=5", "--model_dir=/ckpt"]
     assert submit.main(argv, out=out) == 0
-    command = next(line for line in out.getvalue().splitlines() if "models.resnet" in line)
+    command = next(line for line in out.getvalue().splitlines() if "slurmtf_models.resnet" in line)
     tail = "--resnet_size=20 --preemption_signal=USR2 --train_steps=5 --model_dir=/ckpt"
     assert command.endswith(tail)
 

@@ -12,6 +12,7 @@ import pytest
 
 from slurmtf import launch, watch
 from slurmtf.errors import SlurmCommandError
+from slurmtf.resolver import resolve
 
 
 class FakeSlurm:
@@ -145,9 +146,9 @@ def test_follow_exits_with_the_job_status(tmp_path: Path) -> None:
 def test_requeue_until_max(capsys: pytest.CaptureFixture[str]) -> None:
     fake = FakeSlurm({"scontrol": [(0, "", "")]})
     env = {"SLURM_JOB_ID": "9", "SLURM_RESTART_COUNT": "1"}
-    assert launch.requeue(env, 3, fake) is True
+    assert launch.requeue(resolve(env), 3, fake) is True
     assert fake.calls == [["scontrol", "requeue", "9"]]
-    assert launch.requeue({**env, "SLURM_RESTART_COUNT": "3"}, 3, fake) is False
+    assert launch.requeue(resolve({**env, "SLURM_RESTART_COUNT": "3"}), 3, fake) is False
     assert len(fake.calls) == 1
     events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [e["done"] for e in events] == [True, False]

@@ -9,10 +9,11 @@ import signal
 
 import pytest
 
+from slurmtf.contracts import parse_preemption_signal
 from slurmtf.errors import InputError
-from slurmtf.training.events import format_seconds
 from slurmtf.training.flags import TrainConfig, check_batch_size, scaled_learning_rate
-from slurmtf.training.preemption import PreemptionWatcher, parse_signal
+from slurmtf.training.preemption import PreemptionWatcher
+from slurmtf.training.reporting import format_seconds
 from slurmtf.training.strategy import StrategyChoice, plan_strategy
 
 
@@ -84,19 +85,28 @@ def test_nccl_without_gpus_is_an_error() -> None:
     ("text", "expected"),
     [
         ("USR2", signal.SIGUSR2),
-        ("SIGUSR1", signal.SIGUSR1),
+        ("SIGUSR2", signal.SIGUSR2),
         ("term", signal.SIGTERM),
         ("12", signal.SIGUSR2),
     ],
 )
 def test_parse_signal(text: str, expected: signal.Signals) -> None:
-    assert parse_signal(text) == expected
+    assert parse_preemption_signal(text) == expected
 
 
 @pytest.mark.parametrize("text", ["USR3", "", "SIGFOO", "999"])
 def test_parse_signal_rejects_unknown(text: str) -> None:
     with pytest.raises(InputError, match="--preemption_signal"):
-        parse_signal(text)
+        parse_preemption_signal(text)
+
+
+@pytest.mark.parametrize(("text", "reason"), [("USR1", "NCCL reserves"), ("SIGUSR1", "NCCL")])
+def test_one_signal_policy_for_submit_and_the_models(text: str, reason: str) -> None:
+    """USR1 is refused by the models' --preemption_signal as by submit's --signal."""
+    with pytest.raises(InputError, match=f"--preemption_signal='{text}'.*{reason}"):
+        PreemptionWatcher(text)
+    with pytest.raises(InputError, match=f"--signal='{text}'.*{reason}"):
+        parse_preemption_signal(text, "--signal")
 
 
 def test_uncatchable_signal_is_refused() -> None:

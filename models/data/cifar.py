@@ -8,9 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from models.data.common import file_pipeline
 from slurmtf.datasets import manifest
 from slurmtf.errors import InputError
+
+from .common import file_pipeline
 
 HEIGHT = WIDTH = 32
 CHANNELS = 3

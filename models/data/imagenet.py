@@ -9,8 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from models.data.common import file_pipeline
 from slurmtf.errors import InputError
+
+from .common import file_pipeline
 
 NUM_CLASSES = 1001
 MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from models.data.common import index_pipeline
 from slurmtf.datasets import manifest
 from slurmtf.errors import InputError
+
+from .common import index_pipeline
 
 FILES = {
     True: ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),

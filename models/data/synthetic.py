@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.data.common import index_pipeline
+from .common import index_pipeline
 
 EVAL_OFFSET = 1_000_003  # eval indices never coincide with train indices
 NOISE_POOL = 32

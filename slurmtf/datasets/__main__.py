@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from slurmtf.datasets.cli import main
+from slurmtf.cli.data import main
 
 sys.exit(main())

@@ -2,12 +2,11 @@
 
 Python API: ``Sandbox(dir, nodes, gpus_per_node, link="")`` with ``up()``, ``down()``,
 ``status()``, ``env()`` and ``run(args)``. CLI: ``slurmtf sandbox up|status|down|env``
-(``main(argv)``). See docs/SANDBOX.md.
+(:mod:`slurmtf.cli.sandbox`). See docs/SANDBOX.md.
 """
 
 from __future__ import annotations
 
-from slurmtf.sandbox.cli import main
 from slurmtf.sandbox.core import Sandbox, SandboxError
 
-__all__ = ["Sandbox", "SandboxError", "main"]
+__all__ = ["Sandbox", "SandboxError"]

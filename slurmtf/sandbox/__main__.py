@@ -4,6 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from slurmtf.sandbox.cli import main
+from slurmtf.cli.sandbox import main
 
 sys.exit(main())

@@ -54,7 +54,7 @@ class SandboxConfig:
             raise InputError("--nodes", self.nodes, f"must be 1..{MAX_NODES}", "use e.g. 3")
         if not 0 <= self.gpus_per_node <= MAX_GPUS_PER_NODE:
             raise InputError(
-                "--gpus-per-node",
+                "--gpus_per_node",
                 self.gpus_per_node,
                 f"must be 0..{MAX_GPUS_PER_NODE}",
                 "use 0 for CPU-only nodes",

@@ -14,8 +14,10 @@ from collections.abc import Callable, Sequence
 
 from absl import flags
 
-from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.training import events
+from slurmtf import events
+from slurmtf.cli import report_error
+from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
+from slurmtf.errors import SlurmtfError
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
 
@@ -26,9 +28,7 @@ flags.DEFINE_bool(
     "Resolve this rank's place and GPUs (CUDA_VISIBLE_DEVICES as applied), print them as "
     "one `placement` event and exit 0 without starting TensorFlow: checks a job's GPU binding.",
 )
-EXIT_USAGE = 2
-EXIT_PEER_FAILURE = 1
-EXIT_FAILURE = 1
+EXIT_PEER_FAILURE = EXIT_FAILURE
 # tf.errors raised when a collective loses or waits too long for a peer.
 PEER_FAILURES = {"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"}
 # How TensorFlow names a task in its errors ("remote target /job:worker/replica:0/task:1",
@@ -60,12 +60,7 @@ def resolve_info(program: str = "slurmtf") -> RunInfo:
 
         ensure_port_free(layout.port)
     return RunInfo(
-        rank=layout.task_index,
-        num_workers=layout.num_workers,
-        is_chief=layout.is_chief,
-        workers=tuple(layout.workers),
-        restart_count=layout.restart_count,
-        layout=None if layout.is_single_worker else layout,
+        layout,
         program=program,
         cuda_visible_devices=plan.value,
         planned_replicas=plan.replicas,
@@ -76,13 +71,12 @@ def resolve_info(program: str = "slurmtf") -> RunInfo:
 def emit_placement(info: RunInfo) -> int:
     """``--placement_only``: this rank's place and GPUs as one event line; no TensorFlow."""
     layout = info.layout
-    node = layout.node if layout is not None else None
     events.emit(
         "placement",
         rank=info.rank,
         num_workers=info.num_workers,
-        node=node,
-        local_id=layout.local_id if layout is not None else 0,
+        node=None if layout.is_single_worker else layout.node,
+        local_id=0 if layout.is_single_worker else layout.local_id,
         cuda_visible_devices=info.cuda_visible_devices,
         planned_replicas=info.planned_replicas,
         gpu_plan=info.gpu_plan,
@@ -103,14 +97,7 @@ def main_for(
     define_flags()
     args = list(sys.argv[1:] if argv is None else argv)
     if "--help" in args or "-h" in args or "--helpfull" in args:
-        print(f"usage: python -m {program} [--flag=value ...]\n")
-        # The model's own flags are keyed by how it was started (`-m`: its file path).
-        model_keys = [k for k in FLAGS.flags_by_module_dict() if _is_model_key(k, program)]
-        for module in [*model_keys, "slurmtf.training.flags", "slurmtf.training.app"]:
-            text = FLAGS.module_help(module)
-            if text:
-                print(text + "\n")
-        print("Also absl logging flags: --log_dir (per-rank log files), --verbosity.")
+        _print_help(program)
         return 0
     try:
         FLAGS([program, *args])
@@ -127,29 +114,41 @@ def main_for(
         if FLAGS.placement_only:
             return emit_placement(info)
         return run(spec, config, info)
-    except InputError as exc:
-        print(f"{program}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except SlurmtfError as exc:  # e.g. this task's port is taken
-        print(f"{program}: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    except SlurmtfError as exc:  # bad input (2), or e.g. this task's port is taken (1)
+        return report_error(program, exc)
     except Exception as exc:
         if type(exc).__name__ not in PEER_FAILURES:
             raise
-        text = str(exc).strip()
-        first = text.splitlines()[-1] if text else ""
-        lost = lost_peers(text, info) if info is not None else ""
-        who = f" - lost {lost}" if lost else ""
-        print(
-            f"{program}: a peer failed, stalled or timed out{who} ({type(exc).__name__}): {first}. "
-            "HINT: read the other ranks' logs for the first error; rerun (or requeue) to "
-            "resume from the last checkpoint; --stall_timeout, --heartbeat_timeout and "
-            "--registration_timeout set how long a rank waits",
-            file=sys.stderr,
-        )
-        return EXIT_PEER_FAILURE
+        return _report_peer_failure(program, exc, info)
     finally:
         FLAGS.unparse_flags()
+
+
+def _print_help(program: str) -> None:
+    print(f"usage: python -m {program} [--flag=value ...]\n")
+    # The model's own flags are keyed by how it was started (`-m`: its file path).
+    model_keys = [k for k in FLAGS.flags_by_module_dict() if _is_model_key(k, program)]
+    for module in [*model_keys, "slurmtf.training.flags", "slurmtf.training.app"]:
+        text = FLAGS.module_help(module)
+        if text:
+            print(text + "\n")
+    print("Also absl logging flags: --log_dir (per-rank log files), --verbosity.")
+
+
+def _report_peer_failure(program: str, exc: Exception, info: RunInfo | None) -> int:
+    """One line naming the lost ranks of a TensorFlow peer error; exit status 1."""
+    text = str(exc).strip()
+    first = text.splitlines()[-1] if text else ""
+    lost = lost_peers(text, info) if info is not None else ""
+    who = f" - lost {lost}" if lost else ""
+    print(
+        f"{program}: a peer failed, stalled or timed out{who} ({type(exc).__name__}): {first}. "
+        "HINT: read the other ranks' logs for the first error; rerun (or requeue) to "
+        "resume from the last checkpoint; --stall_timeout, --heartbeat_timeout and "
+        "--registration_timeout set how long a rank waits",
+        file=sys.stderr,
+    )
+    return EXIT_PEER_FAILURE
 
 
 def _is_model_key(key: str, program: str) -> bool:

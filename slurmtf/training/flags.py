@@ -157,6 +157,28 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept by the chief.", flag_values=fv)
 
 
+# (field, lowest valid value, hint): TrainConfig's range checks.
+_LOWER_BOUNDS: tuple[tuple[str, float, str], ...] = (
+    ("batch_size", 1, "pass --batch_size=1 or more"),
+    ("log_every", 1, "pass --log_every=1 or more"),
+    ("train_epochs", 0, "pass --train_epochs=0 or more"),
+    ("train_steps", 0, "pass --train_steps=0 or more"),
+    ("eval_steps", 0, "pass --eval_steps=0 or more"),
+    ("warmup_steps", 0, "pass --warmup_steps=0 or more"),
+    ("num_threads", 0, "pass --num_threads=0 or more"),
+    ("checkpoint_every", 0, "pass --checkpoint_every=0 or more"),
+    ("cpu_replicas", 0, "pass --cpu_replicas=0 or more"),
+    ("epochs_between_evals", 1, "pass 1"),
+    ("stall_timeout", 0, "pass 0 for none"),
+    ("stall_factor", 1, "e.g. --stall_factor=20"),
+    ("collective_timeout", 0, "pass 0 for none"),
+    ("heartbeat_timeout", 0, "pass 0 for TF's default"),
+    ("registration_timeout", 0, "pass 0 for TF's default"),
+    ("bytes_per_pack", 0, "0 = one pack"),
+    ("keep_checkpoints", 1, "pass 1"),
+)
+
+
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
     """Parsed, validated training options (values only; no TensorFlow)."""
@@ -197,78 +219,18 @@ class TrainConfig:
     batch_size_is_default: bool = False  # no --batch_size given: the model's default
 
     def __post_init__(self) -> None:
-        positive = {"batch_size": self.batch_size, "log_every": self.log_every}
-        for name, value in positive.items():
-            if value < 1:
-                raise InputError(
-                    f"--{name}", value, "must be at least 1", f"pass --{name}=1 or more"
-                )
-        non_negative = {
-            "train_epochs": self.train_epochs,
-            "train_steps": self.train_steps,
-            "eval_steps": self.eval_steps,
-            "warmup_steps": self.warmup_steps or 0,
-            "num_threads": self.num_threads,
-            "checkpoint_every": self.checkpoint_every,
-            "cpu_replicas": self.cpu_replicas,
-        }
-        for name, value in non_negative.items():
-            if value < 0:
-                raise InputError(
-                    f"--{name}", value, "must not be negative", f"pass --{name}=0 or more"
-                )
-        if self.epochs_between_evals < 1:
-            raise InputError(
-                "--epochs_between_evals", self.epochs_between_evals, "must be at least 1", "pass 1"
-            )
+        for name, low, hint in _LOWER_BOUNDS:
+            value = getattr(self, name)
+            if value is not None and value < low:
+                problem = "must not be negative" if low == 0 else f"must be at least {low:g}"
+                raise InputError(f"--{name}", value, problem, hint)
         if self.train_steps == 0 and self.train_epochs == 0 and not self.eval_only:
             raise InputError(
                 "--train_epochs", 0, "nothing to train", "pass --train_epochs or --train_steps"
             )
         if self.learning_rate <= 0:
-            raise InputError(
-                "--learning_rate",
-                self.learning_rate,
-                "must be positive",
-                "e.g. --learning_rate=0.1",
-            )
-        if self.stall_timeout < 0:
-            raise InputError(
-                "--stall_timeout", self.stall_timeout, "must not be negative", "pass 0 for none"
-            )
-        if self.stall_factor < 1:
-            raise InputError(
-                "--stall_factor", self.stall_factor, "must be at least 1", "e.g. --stall_factor=20"
-            )
-        if self.collective_timeout < 0:
-            raise InputError(
-                "--collective_timeout",
-                self.collective_timeout,
-                "must not be negative",
-                "pass 0 for none",
-            )
-        if self.heartbeat_timeout < 0:
-            raise InputError(
-                "--heartbeat_timeout",
-                self.heartbeat_timeout,
-                "must not be negative",
-                "pass 0 for TF's default",
-            )
-        if self.registration_timeout < 0:
-            raise InputError(
-                "--registration_timeout",
-                self.registration_timeout,
-                "must not be negative",
-                "pass 0 for TF's default",
-            )
-        if self.bytes_per_pack < 0:
-            raise InputError(
-                "--bytes_per_pack", self.bytes_per_pack, "must not be negative", "0 = one pack"
-            )
-        if self.keep_checkpoints < 1:
-            raise InputError(
-                "--keep_checkpoints", self.keep_checkpoints, "must be at least 1", "pass 1"
-            )
+            hint = "e.g. --learning_rate=0.1"
+            raise InputError("--learning_rate", self.learning_rate, "must be positive", hint)
 
     @property
     def synthetic(self) -> bool:

@@ -16,7 +16,10 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf.training import events, grad_reduce, progress_watch
+from slurmtf import events
+from slurmtf.contracts import EXIT_PREEMPTED
+from slurmtf.layout import ClusterLayout
+from slurmtf.training import grad_reduce, progress_watch, reporting
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import (
@@ -26,7 +29,7 @@ from slurmtf.training.flags import (
     scaled_learning_rate,
 )
 from slurmtf.training.grad_reduce import GradReduce
-from slurmtf.training.preemption import EXIT_PREEMPTED, PreemptionWatcher
+from slurmtf.training.preemption import PreemptionWatcher
 from slurmtf.training.strategy import describe, make_strategy, plan_strategy, split_cpu
 
 # (input_context, per_replica_batch, skip_batches=0) -> dataset of (images, labels),
@@ -59,20 +62,35 @@ class ModelSpec:
     own_data: bool = False
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True)
 class RunInfo:
-    """Identity of this process in the job."""
+    """This process in the job: its place (the layout) and the GPUs it runs with."""
 
-    rank: int = 0
-    num_workers: int = 1
-    is_chief: bool = True
-    workers: tuple[str, ...] = ()
-    restart_count: int = 0
-    layout: Any = None
+    layout: ClusterLayout
     program: str = "slurmtf"  # prefix of the one-line errors (e.g. models.mnist)
     cuda_visible_devices: str | None = None  # as applied by slurmtf.gpus (None: unset)
     planned_replicas: int = 1  # GPUs this worker keeps (1 without GPUs)
     gpu_plan: str = ""  # why: slurmtf.gpus.GpuPlan.message
+
+    @property
+    def rank(self) -> int:
+        return self.layout.task_index
+
+    @property
+    def num_workers(self) -> int:
+        return self.layout.num_workers
+
+    @property
+    def is_chief(self) -> bool:
+        return self.layout.is_chief
+
+    @property
+    def workers(self) -> tuple[str, ...]:
+        return tuple(self.layout.workers)
+
+    @property
+    def restart_count(self) -> int:
+        return self.layout.restart_count
 
 
 def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
@@ -120,31 +138,67 @@ def _run(
     watcher: PreemptionWatcher,
     watch: Any,
 ) -> int:
-    """The body of :func:`run`; the preemption handler is installed from the start."""
-    import keras
+    """The phases of :func:`run`; the preemption handler is installed from the start."""
+    num_gpus, log_path = _set_up_process(config, info)
+    choice, strategy = _start_strategy(config, info, num_gpus)
+    watcher.install()  # again: the runtime may have taken the signal (TF does for SIGTERM)
+    watch.start()  # peers have joined; model building and the first step get a grace
+    config, per_replica = _fit_batch(config, int(strategy.num_replicas_in_sync))
+    _announce(
+        spec, config, info, strategy=strategy, choice=choice, num_gpus=num_gpus,
+        per_replica=per_replica, log_path=log_path,
+    )  # fmt: skip
+    plan = _Plan.of(spec, config)
+    training = _Training.build(
+        spec, config, info, strategy=strategy, plan=plan, per_replica=per_replica,
+        watcher=watcher, watch=watch,
+    )  # fmt: skip
+    if config.eval_only:
+        if training.restored is None:
+            logging.warning("--eval_only without a checkpoint: evaluating initial weights")
+        training.evaluate(training.start)
+        training.done(_Outcome(training.start))
+        return 0
+    outcome = training.train()
+    return training.finish(outcome)
+
+
+def _set_up_process(config: TrainConfig, info: RunInfo) -> tuple[int, str | None]:
+    """Threads, per-rank logging; returns the GPUs TensorFlow sees and the log file."""
     import tensorflow as tf
 
     if config.num_threads:
         tf.config.threading.set_intra_op_parallelism_threads(config.num_threads)
         tf.config.threading.set_inter_op_parallelism_threads(config.num_threads)
-    log_path = events.setup_logging(
+    log_path = reporting.setup_logging(
         info.rank, info.is_chief, _log_dir(config), config.log_all_ranks
     )
-    num_gpus = len(tf.config.list_physical_devices("GPU"))
+    return len(tf.config.list_physical_devices("GPU")), log_path
+
+
+def _start_strategy(config: TrainConfig, info: RunInfo, num_gpus: int) -> tuple[Any, Any]:
+    """The strategy plan and the strategy (joins the peers of a multi-worker job)."""
     mode = config.distribution_strategy
     if config.cpu_replicas > 1:
         mode = split_cpu(config.cpu_replicas, mode, info.num_workers, num_gpus)
     choice = plan_strategy(mode, config.all_reduce_alg, info.num_workers, num_gpus)
     strategy = make_strategy(
         choice,
-        info.layout,
+        None if info.layout.is_single_worker else info.layout,
         collective_timeout=config.collective_timeout,
         heartbeat_timeout=config.heartbeat_timeout,
         registration_timeout=config.registration_timeout,
     )
-    watcher.install()  # again: the runtime may have taken the signal (TF does for SIGTERM)
-    watch.start()  # peers have joined; model building and the first step get a grace
-    replicas = int(strategy.num_replicas_in_sync)
+    return choice, strategy
+
+
+def _fit_batch(config: TrainConfig, replicas: int) -> tuple[TrainConfig, int]:
+    """The config with a global batch that splits over ``replicas``; the per-replica batch.
+
+    Also sets Keras's precision policy and seed (before the model is built).
+    """
+    import keras
+
     fitted = fit_default_batch(config, replicas)
     if fitted.batch_size != config.batch_size:
         logging.warning(
@@ -159,6 +213,23 @@ def _run(
     policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[config.dtype]
     keras.mixed_precision.set_dtype_policy(policy)
     keras.utils.set_random_seed(config.seed)
+    return config, per_replica
+
+
+def _announce(
+    spec: ModelSpec,
+    config: TrainConfig,
+    info: RunInfo,
+    *,
+    strategy: Any,
+    choice: Any,
+    num_gpus: int,
+    per_replica: int,
+    log_path: str | None,
+) -> None:
+    """The ``cluster`` event: where this rank runs and how it will train."""
+    replicas = int(strategy.num_replicas_in_sync)
+    synthetic = config.synthetic and not spec.own_data
     events.emit(
         "cluster",
         rank=info.rank,
@@ -175,171 +246,260 @@ def _run(
         global_batch=config.batch_size,
         per_replica_batch=per_replica,
         dtype=config.dtype,
-        synthetic=config.synthetic and not spec.own_data,
+        synthetic=synthetic,
         restart_count=info.restart_count,
         log_file=log_path,
     )
-    if config.synthetic and not spec.own_data:
+    if synthetic:
         logging.warning(
             "Training on SYNTHETIC data (%s)", "asked" if config.data_dir else "no --data_dir"
         )
-    steps_per_epoch = max(1, spec.num_train_examples // config.batch_size)
-    total = config.train_steps or config.train_epochs * steps_per_epoch
-    eval_every = config.epochs_between_evals * steps_per_epoch
-    eval_steps = config.eval_steps or max(1, spec.num_eval_examples // config.batch_size)
-    lr = scaled_learning_rate(config.learning_rate, config.batch_size, spec.reference_batch)
-    boundaries = [e * steps_per_epoch for e in spec.decay_epochs]
 
-    with strategy.scope():
-        model = spec.build_model()
-        model(tf.zeros((1, *spec.input_shape)), training=False)
-        warmup = (
-            config.warmup_steps
-            if config.warmup_steps is not None
-            else spec.warmup_epochs * steps_per_epoch
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """Step counts and the learning-rate schedule's numbers."""
+
+    steps_per_epoch: int
+    total: int
+    eval_every: int
+    eval_steps: int
+    learning_rate: float
+    warmup: int
+    boundaries: list[int]
+
+    @classmethod
+    def of(cls, spec: ModelSpec, config: TrainConfig) -> _Plan:
+        per_epoch = max(1, spec.num_train_examples // config.batch_size)
+        warmup = config.warmup_steps
+        return cls(
+            steps_per_epoch=per_epoch,
+            total=config.train_steps or config.train_epochs * per_epoch,
+            eval_every=config.epochs_between_evals * per_epoch,
+            eval_steps=config.eval_steps or max(1, spec.num_eval_examples // config.batch_size),
+            learning_rate=scaled_learning_rate(
+                config.learning_rate, config.batch_size, spec.reference_batch
+            ),
+            warmup=warmup if warmup is not None else spec.warmup_epochs * per_epoch,
+            boundaries=[e * per_epoch for e in spec.decay_epochs],
         )
-        schedule = make_schedule(lr, warmup, boundaries, spec.decay_factor)
-        optimizer = spec.make_optimizer(schedule)
-        if config.dtype == "fp16":
-            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-        optimizer.build(model.trainable_variables)
-        step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-    ckpt = Checkpointer(
-        config.model_dir,
-        info.is_chief,
-        {"model": model, "optimizer": optimizer, "step": step_var},
-        config.keep_checkpoints,
-    )
-    restored = ckpt.restore_latest()
-    start = int(step_var.numpy())
-    reduce = GradReduce(config.allreduce_dtype, config.bytes_per_pack)
-    steps = _Steps(strategy, model, optimizer, config.batch_size, config.enable_xla, reduce=reduce)
-    sync_state = steps.state_sync() if spec.replica_local_state else _nothing
-    steps.check_same_step(start)
-    summaries = Summaries(config.model_dir, info.is_chief)
 
-    def evaluate(step: int) -> dict[str, float]:
-        sync_state()
+
+@dataclasses.dataclass
+class _Outcome:
+    """Where training stopped: the step, the first and last loss, and why."""
+
+    step: int
+    first_loss: float | None = None
+    last_loss: float | None = None
+    preempted: bool = False
+
+
+@dataclasses.dataclass
+class _Training:
+    """Model, optimizer, checkpoints and compiled steps of one run, and its phases."""
+
+    spec: ModelSpec
+    config: TrainConfig
+    info: RunInfo
+    strategy: Any
+    plan: _Plan
+    per_replica: int
+    watcher: PreemptionWatcher
+    watch: Any
+    model: Any
+    schedule: Any
+    step_var: Any
+    ckpt: Checkpointer
+    steps: _Steps
+    summaries: Summaries
+    sync_state: Callable[[], None]
+    restored: Any
+    start: int
+
+    @classmethod
+    def build(
+        cls,
+        spec: ModelSpec,
+        config: TrainConfig,
+        info: RunInfo,
+        *,
+        strategy: Any,
+        plan: _Plan,
+        per_replica: int,
+        watcher: PreemptionWatcher,
+        watch: Any,
+    ) -> _Training:
+        """Build the model and optimizer under the strategy, restore the last checkpoint."""
+        import keras
+        import tensorflow as tf
+
+        with strategy.scope():
+            model = spec.build_model()
+            model(tf.zeros((1, *spec.input_shape)), training=False)
+            schedule = make_schedule(
+                plan.learning_rate, plan.warmup, plan.boundaries, spec.decay_factor
+            )
+            optimizer = spec.make_optimizer(schedule)
+            if config.dtype == "fp16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            optimizer.build(model.trainable_variables)
+            step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        ckpt = Checkpointer(
+            config.model_dir,
+            info.is_chief,
+            {"model": model, "optimizer": optimizer, "step": step_var},
+            config.keep_checkpoints,
+        )
+        restored = ckpt.restore_latest()
+        start = int(step_var.numpy())
+        reduce = GradReduce(config.allreduce_dtype, config.bytes_per_pack)
+        steps = _Steps(
+            strategy, model, optimizer, config.batch_size, config.enable_xla, reduce=reduce
+        )
+        sync_state = steps.state_sync() if spec.replica_local_state else _nothing
+        steps.check_same_step(start)
+        summaries = Summaries(config.model_dir, info.is_chief)
+        return cls(
+            spec, config, info, strategy, plan, per_replica, watcher, watch,
+            model, schedule, step_var, ckpt, steps, summaries, sync_state, restored, start,
+        )  # fmt: skip
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Evaluate on ``plan.eval_steps`` batches; the chief reports it."""
+        self.sync_state()
+        spec, per_replica = self.spec, self.per_replica
         iterator = iter(
-            strategy.distribute_datasets_from_function(
+            self.strategy.distribute_datasets_from_function(
                 lambda ctx: spec.eval_dataset(ctx, per_replica)
             )
         )
         totals = [0.0, 0.0, 0.0]
-        for _ in range(eval_steps):
-            watch.enter("eval", step)
-            out = steps.eval_step(iterator).numpy()
-            watch.finished(step, is_train_step=False)
+        for _ in range(self.plan.eval_steps):
+            self.watch.enter("eval", step)
+            out = self.steps.eval_step(iterator).numpy()
+            self.watch.finished(step, is_train_step=False)
             totals = [a + float(b) for a, b in zip(totals, out, strict=True)]
-        result = {"loss": totals[0] / max(totals[2], 1), "accuracy": totals[1] / max(totals[2], 1)}
-        if info.is_chief:
-            events.emit(
-                "eval", step=step, epoch=step / steps_per_epoch, examples=int(totals[2]), **result
-            )
-        summaries.scalars("eval", step, result)
+        count = max(totals[2], 1)
+        result = {"loss": totals[0] / count, "accuracy": totals[1] / count}
+        if self.info.is_chief:
+            epoch = step / self.plan.steps_per_epoch
+            events.emit("eval", step=step, epoch=epoch, examples=int(totals[2]), **result)
+        self.summaries.scalars("eval", step, result)
         logging.info(
             "eval at step %d: loss %.4f accuracy %.4f%s",
             step,
             result["loss"],
             result["accuracy"],
-            " (SYNTHETIC data)" if config.synthetic else "",
+            " (SYNTHETIC data)" if self.config.synthetic else "",
         )
         return result
 
-    if config.eval_only:
-        if restored is None:
-            logging.warning("--eval_only without a checkpoint: evaluating initial weights")
-        evaluate(start)
-        _done(info, start, first=None, last=None, model=model, start=start, preempted=False)
-        return 0
+    def train(self) -> _Outcome:
+        """Train from ``start`` to ``plan.total`` (or the preemption signal, or the
+        ``--stop_threshold``), evaluating and saving on the way."""
+        import tensorflow as tf
 
-    iterator = iter(
-        strategy.distribute_datasets_from_function(
-            lambda ctx: spec.train_dataset(
-                ctx,
-                per_replica,
-                # each step takes one batch per replica this pipeline feeds
-                skip_batches=start * (ctx.num_replicas_in_sync // ctx.num_input_pipelines),
+        config, total, start = self.config, self.plan.total, self.start
+        iterator = self._train_iterator()
+        progress = reporting.Progress(total, config.batch_size, config.log_every, start)
+        outcome = _Outcome(start)
+        t_start = time.monotonic()
+        while outcome.step < total:
+            self.watch.enter("step", outcome.step)
+            flag = tf.constant(1.0 if self.watcher.requested else 0.0)
+            out = self.steps.train_step(iterator, flag).numpy()
+            outcome.step += 1
+            step = outcome.step
+            self.watch.finished(step)
+            outcome.last_loss = float(out[0])
+            if outcome.first_loss is None:
+                outcome.first_loss = outcome.last_loss
+            progress.update(outcome.last_loss, float(out[1]))
+            if progress.due(step):
+                self._report(progress, step)
+            if out[2] > 0:
+                outcome.preempted = True
+                break
+            if self._evaluate_and_save(step):
+                break
+        logging.info("%d steps in %.1f s", outcome.step - start, time.monotonic() - t_start)
+        return outcome
+
+    def _train_iterator(self) -> Any:
+        spec, per_replica, start = self.spec, self.per_replica, self.start
+        return iter(
+            self.strategy.distribute_datasets_from_function(
+                lambda ctx: spec.train_dataset(
+                    ctx,
+                    per_replica,
+                    # each step takes one batch per replica this pipeline feeds
+                    skip_batches=start * (ctx.num_replicas_in_sync // ctx.num_input_pipelines),
+                )
             )
         )
-    )
-    progress = events.Progress(total, config.batch_size, config.log_every, start)
-    first_loss: float | None = None
-    last_loss: float | None = None
-    step = start
-    preempted = False
-    t_start = time.monotonic()
-    while step < total:
-        watch.enter("step", step)
-        out = steps.train_step(iterator, tf.constant(1.0 if watcher.requested else 0.0)).numpy()
-        step += 1
-        watch.finished(step)
-        last_loss = float(out[0])
-        first_loss = last_loss if first_loss is None else first_loss
-        progress.update(last_loss, float(out[1]))
-        if progress.due(step):  # other ranks: to their log file only
-            values = progress.report(step)
-            if info.is_chief:
-                events.emit("progress", step=step, total=total, **values)
-            summaries.scalars("train", step, {**values, "learning_rate": float(schedule(step))})
-        if out[2] > 0:
-            preempted = True
-            break
-        save = step == total or (config.checkpoint_every and step % config.checkpoint_every == 0)
-        if step % eval_every == 0 or step == total:
-            result = evaluate(step)
+
+    def _report(self, progress: reporting.Progress, step: int) -> None:
+        """Progress on the chief (other ranks: to their log file only), summaries."""
+        values = progress.report(step)
+        if self.info.is_chief:
+            events.emit("progress", step=step, total=self.plan.total, **values)
+        lr = float(self.schedule(step))
+        self.summaries.scalars("train", step, {**values, "learning_rate": lr})
+
+    def _evaluate_and_save(self, step: int) -> bool:
+        """Evaluate and save when due; True when ``--stop_threshold`` is reached."""
+        config, plan = self.config, self.plan
+        save = step == plan.total or bool(
+            config.checkpoint_every and step % config.checkpoint_every == 0
+        )
+        if step % plan.eval_every == 0 or step == plan.total:
+            result = self.evaluate(step)
             save = True
             if config.stop_threshold is not None and result["accuracy"] >= config.stop_threshold:
                 logging.info("Reached --stop_threshold=%s; stopping", config.stop_threshold)
-                _save(ckpt, step_var, step, watch, sync_state)
-                break
+                self.save(step)
+                return True
         if save:
-            _save(ckpt, step_var, step, watch, sync_state)
-    if preempted:
-        _save(ckpt, step_var, step, watch, sync_state)
-        logging.warning("Preempted at step %d: checkpoint saved, exiting %d", step, EXIT_PREEMPTED)
-    logging.info("%d steps in %.1f s", step - start, time.monotonic() - t_start)
-    if config.export_dir and info.is_chief and not preempted:
-        with watch.paused():
-            export_saved_model(config.export_dir, spec.build_model, model, spec.input_shape)
-    _done(
-        info, step, first=first_loss, last=last_loss, model=model, start=start, preempted=preempted
-    )
-    return EXIT_PREEMPTED if preempted else 0
+            self.save(step)
+        return False
 
+    def save(self, step: int) -> None:
+        """Save a checkpoint at ``step`` (the chief writes); the watchdog sees the save."""
+        self.sync_state()
+        self.watch.enter("save", step)
+        self.step_var.assign(step)
+        self.ckpt.save(step)
+        self.watch.finished(step, is_train_step=False)
 
-def _save(
-    ckpt: Checkpointer, step_var: Any, step: int, watch: Any, sync_state: Callable[[], None]
-) -> None:
-    """Save a checkpoint at ``step`` (the chief writes); the watchdog sees the save phase."""
-    sync_state()
-    watch.enter("save", step)
-    step_var.assign(step)
-    ckpt.save(step)
-    watch.finished(step, is_train_step=False)
+    def finish(self, outcome: _Outcome) -> int:
+        """Save when preempted, export on the chief, the ``done`` event; the exit code."""
+        if outcome.preempted:
+            self.save(outcome.step)
+            logging.warning(
+                "Preempted at step %d: checkpoint saved, exiting %d", outcome.step, EXIT_PREEMPTED
+            )
+        elif self.config.export_dir and self.info.is_chief:
+            with self.watch.paused():
+                export_saved_model(
+                    self.config.export_dir, self.spec.build_model, self.model, self.spec.input_shape
+                )
+        self.done(outcome)
+        return EXIT_PREEMPTED if outcome.preempted else 0
 
-
-def _done(
-    info: RunInfo,
-    step: int,
-    *,
-    first: float | None,
-    last: float | None,
-    model: Any,
-    start: int,
-    preempted: bool,
-) -> None:
-    events.emit(
-        "done",
-        rank=info.rank,
-        step=step,
-        start_step=start,
-        first_loss=first,
-        last_loss=last,
-        weights_checksum=weights_checksum(model),
-        restart_count=info.restart_count,
-        preempted=preempted,
-    )
+    def done(self, outcome: _Outcome) -> None:
+        """The ``done`` event every rank prints (weights checksum included)."""
+        events.emit(
+            "done",
+            rank=self.info.rank,
+            step=outcome.step,
+            start_step=self.start,
+            first_loss=outcome.first_loss,
+            last_loss=outcome.last_loss,
+            weights_checksum=weights_checksum(self.model),
+            restart_count=self.info.restart_count,
+            preempted=outcome.preempted,
+        )
 
 
 def weights_checksum(model: Any) -> float:
@@ -362,30 +522,15 @@ class _Steps:
         *,
         reduce: GradReduce | None = None,
     ) -> None:
-        import keras
         import tensorflow as tf
 
         reduce = reduce or GradReduce()
         grad_reduce.take_over_reduction(optimizer, reduce)
         self._strategy = strategy
         self._model = model
-
-        def forward_backward(images: Any, labels: Any) -> Any:
-            with tf.GradientTape() as tape:
-                logits = tf.cast(model(images, training=True), tf.float32)
-                per_example = keras.losses.sparse_categorical_crossentropy(
-                    labels, logits, from_logits=True
-                )
-                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
-                if model.losses:
-                    reg = tf.add_n([tf.cast(x, tf.float32) for x in model.losses])
-                    loss += tf.nn.scale_regularization_loss(reg)
-                scaled = optimizer.scale_loss(loss)
-            grads = tape.gradient(scaled, model.trainable_variables)
-            correct = _correct(labels, logits)
-            return loss, correct, grads
-
+        forward_backward = _forward_backward(model, optimizer, global_batch)
         compiled = tf.function(forward_backward, jit_compile=True) if xla else forward_backward
+        eval_replica = _eval_replica(model)
 
         def train_replica(images: Any, labels: Any, flag: Any) -> Any:
             loss, correct, grads = compiled(images, labels)
@@ -393,14 +538,6 @@ class _Steps:
                 grads = grad_reduce.all_reduce(grads, reduce)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
             return tf.stack([loss, correct / global_batch, flag])
-
-        def eval_replica(images: Any, labels: Any) -> Any:
-            logits = tf.cast(model(images, training=False), tf.float32)
-            per_example = keras.losses.sparse_categorical_crossentropy(
-                labels, logits, from_logits=True
-            )
-            count = tf.cast(tf.shape(labels)[0], tf.float32)
-            return tf.stack([tf.reduce_sum(per_example), _correct(labels, logits), count])
 
         def train_step(iterator: Any, flag: Any) -> Any:
             images, labels = next(iterator)
@@ -469,6 +606,42 @@ class _Steps:
                 f"ranks resumed at different steps (this one at {step})",
                 "put --model_dir on a file system every node shares",
             )
+
+
+def _forward_backward(model: Any, optimizer: Any, global_batch: int) -> Callable[..., Any]:
+    """One replica's loss (averaged over the GLOBAL batch), correct count and gradients."""
+    import keras
+    import tensorflow as tf
+
+    def forward_backward(images: Any, labels: Any) -> Any:
+        with tf.GradientTape() as tape:
+            logits = tf.cast(model(images, training=True), tf.float32)
+            per_example = keras.losses.sparse_categorical_crossentropy(
+                labels, logits, from_logits=True
+            )
+            loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+            if model.losses:
+                reg = tf.add_n([tf.cast(x, tf.float32) for x in model.losses])
+                loss += tf.nn.scale_regularization_loss(reg)
+            scaled = optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, model.trainable_variables)
+        return loss, _correct(labels, logits), grads
+
+    return forward_backward
+
+
+def _eval_replica(model: Any) -> Callable[..., Any]:
+    """One replica's summed loss, correct count and example count on a batch."""
+    import keras
+    import tensorflow as tf
+
+    def eval_replica(images: Any, labels: Any) -> Any:
+        logits = tf.cast(model(images, training=False), tf.float32)
+        per_example = keras.losses.sparse_categorical_crossentropy(labels, logits, from_logits=True)
+        count = tf.cast(tf.shape(labels)[0], tf.float32)
+        return tf.stack([tf.reduce_sum(per_example), _correct(labels, logits), count])
+
+    return eval_replica
 
 
 def _nothing() -> None:

@@ -13,36 +13,14 @@ from types import FrameType
 
 from absl import logging
 
-from slurmtf.errors import InputError
-
-EXIT_PREEMPTED = 75
-
-
-def parse_signal(name: str) -> signal.Signals:
-    """``USR2``, ``SIGUSR2`` or ``12`` -> ``signal.SIGUSR2``."""
-    text = name.strip().upper()
-    try:
-        if text.isdigit():
-            return signal.Signals(int(text))
-        return signal.Signals[text if text.startswith("SIG") else "SIG" + text]
-    except (KeyError, ValueError) as exc:
-        raise InputError(
-            "--preemption_signal", name, "not a signal name or number", "e.g. USR2, USR1, TERM"
-        ) from exc
+from slurmtf.contracts import EXIT_PREEMPTED, parse_preemption_signal
 
 
 class PreemptionWatcher:
     """Installs a handler for one signal; ``requested`` turns true when it arrives."""
 
     def __init__(self, signame: str = "USR2") -> None:
-        self.signum = parse_signal(signame)
-        if self.signum in (signal.SIGKILL, signal.SIGSTOP):
-            raise InputError(
-                "--preemption_signal",
-                signame,
-                "cannot be caught",
-                "use USR2 (Slurm: --signal=USR2@60)",
-            )
+        self.signum = parse_preemption_signal(signame)
         self.requested = False
         self._previous: object = None
 

@@ -37,6 +37,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurmtf import events
+
 # Phases a rank can be in. Only "step" and "eval" wait in collectives with the others.
 IN_COLLECTIVE = ("step", "eval")
 EXIT_STALLED = 1
@@ -271,8 +273,6 @@ class ProgressWatchdog:
 
 def _fail_process(message: str) -> None:
     """Report a stall and end the process: the main thread is blocked in TensorFlow."""
-    from slurmtf.training import events
-
     events.emit("stalled", message=message)
     print(message, file=sys.stderr, flush=True)
     with contextlib.suppress(Exception):

@@ -105,9 +105,9 @@ def make_strategy(
     reuse_collective_instance_keys()
     resolver = None
     if layout is not None and layout.num_workers > 1:
-        from slurmtf.resolver import cluster_resolver
+        from slurmtf.tf_resolver import SlurmtfClusterResolver
 
-        resolver = cluster_resolver(layout)
+        resolver = SlurmtfClusterResolver(layout)
         if heartbeat_timeout or registration_timeout:
             _configure_coordination(
                 resolver.cluster_spec(), heartbeat_timeout, registration_timeout

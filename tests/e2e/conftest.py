@@ -36,16 +36,14 @@ from typing import Any
 
 import pytest
 
+from slurmtf.contracts import FINAL_STATES
 from slurmtf.sandbox import Sandbox
 from slurmtf.sandbox.daemons import log_tail
 from tests.prereqs import require
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
-TERMINAL = {
-    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-    "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT",
-}  # fmt: skip
+TERMINAL = frozenset(FINAL_STATES)
 
 
 def require_sandbox_prereqs() -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from slurmtf.localstep import free_port_base
 from tests.e2e.conftest import REPO, TERMINAL, SlurmSandbox
 from tests.prereqs import require
 from tests.test_faults_local import report
@@ -203,24 +204,11 @@ def new_job(jobs: list[SandboxJob], sandbox: SlurmSandbox, root: Path, name: str
     return job
 
 
-def _free_port_pair() -> int:
-    for base in range(33100, 33900, 7):
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in (base, base + 1):
-                    sock = stack.enter_context(socket.socket())
-                    sock.bind(("", port))
-            except OSError:
-                continue
-            return base
-    raise RuntimeError("no two free ports")
-
-
 def test_a_taken_port_fails_the_job_at_once_naming_it(
     slurm_sandbox: SlurmSandbox, jobs: list[SandboxJob], tmp_path: Path
 ) -> None:
     """All sandbox nodes share this machine's network: hold rank 1's port here."""
-    base = _free_port_pair()
+    base = free_port_base(2)
     job = new_job(jobs, slurm_sandbox, tmp_path, "port")
     with socket.socket() as squatter:
         squatter.bind(("0.0.0.0", base + 1))

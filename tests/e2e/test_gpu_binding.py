@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
+from slurmtf.localstep import free_port_base
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import REPO, SlurmSandbox, require_sandbox_prereqs
 from tests.e2e.jobruns import JobRun
-from tests.e2e.test_submit import free_port_base
 from tests.prereqs import require
 
 pytestmark = pytest.mark.slurm
@@ -93,7 +93,7 @@ def _sbatch(
     run_dir.mkdir()
     env = {
         "MODEL_DIR": str(run_dir / "model"), "LOG_DIR": str(run_dir / "logs"),
-        "SLURMTF_PORT_BASE": free_port_base(NODES * tasks),
+        "SLURMTF_PORT_BASE": str(free_port_base(NODES * tasks)),
     }  # fmt: skip
     job_id = sbx.submit(
         REPO / "jobs" / "mnist.sbatch", *args,
@@ -150,7 +150,7 @@ def submit_runs(
         done = gpu_sandbox.run(
             [PY, "-m", "slurmtf.submit", "--model=mnist", f"--nodes={NODES}", "--time=5",
              f"--log_dir={logs}", *options, "--", "--placement_only"],
-            timeout=120, env={"SLURMTF_PORT_BASE": free_port_base(NODES * GPUS)},
+            timeout=120, env={"SLURMTF_PORT_BASE": str(free_port_base(NODES * GPUS))},
         )  # fmt: skip
         match = re.search(r"submitted job (\d+)", done.stdout)
         assert match, done.stdout + done.stderr
@@ -185,7 +185,7 @@ def test_srun_without_a_binding_is_split_by_the_entry_point(gpu_sandbox: SlurmSa
     done = gpu_sandbox.run(
         ["srun", f"-N{NODES}", "--ntasks-per-node=4", "--gres=gpu:4", "bash", "-c",
          'echo "$CUDA_VISIBLE_DEVICES" >&2; exec "$0" -m models.mnist --placement_only', PY],
-        timeout=120, env={"PYTHONPATH": str(REPO), "SLURMTF_PORT_BASE": free_port_base()},
+        timeout=120, env={"PYTHONPATH": str(REPO), "SLURMTF_PORT_BASE": str(free_port_base(8))},
     )  # fmt: skip
     assert set(done.stderr.split()) == {"0,1,2,3"}, done.stderr  # what Slurm gave each task
     placed = [json.loads(x) for x in done.stdout.splitlines() if '"placement"' in x]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmtf.cli.sandbox import main as sandbox_main
 from slurmtf.sandbox import Sandbox, daemons
-from slurmtf.sandbox import main as sandbox_main
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
 
 pytestmark = pytest.mark.slurm

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import random
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -14,28 +12,14 @@ from typing import Any
 
 import pytest
 
+from slurmtf.localstep import free_port_base
 from tests.e2e.conftest import SlurmSandbox
 
 PY = sys.executable
 
 
-def free_port_base(count: int = 8) -> str:
-    """A base port with ``count`` free ports after it: other sandboxes on this machine
-    number their jobs alike, and the resolver derives ports from the job id."""
-    for _ in range(50):
-        base = random.randint(20000, 30000)
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as probe:
-                    probe.bind(("", port))
-        except OSError:
-            continue
-        return str(base)
-    raise RuntimeError("no free port range")
-
-
 def submit(sbx: SlurmSandbox, *args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    env = {"SLURMTF_PORT_BASE": free_port_base()}  # sbatch exports it to the job
+    env = {"SLURMTF_PORT_BASE": str(free_port_base(8))}  # sbatch exports it to the job
     return sbx.run([PY, "-m", "slurmtf.submit", *args], timeout=timeout, check=False, env=env)
 
 

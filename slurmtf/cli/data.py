@@ -7,8 +7,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from slurmtf.cli import report_error
 from slurmtf.datasets import manifest
-from slurmtf.errors import SlurmtfError, report_error
+from slurmtf.errors import SlurmtfError
 
 EPILOG = """examples:
   slurmtf data sample-mnist runs/data/mnist-sample   # real digits, offline (scikit-learn)

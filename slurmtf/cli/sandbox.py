@@ -8,7 +8,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.cli import flag, report_error
+from slurmtf.errors import SlurmtfError
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox.core import Sandbox, default_dir
 
@@ -31,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
     parser.add_argument(
-        "--gpus-per-node", type=int, default=2, help="fake GPUs per node (default 2; 0 = none)"
+        *flag("gpus_per_node"), type=int, default=2, help="fake GPUs per node (default 2; 0 = none)"
     )
     parser.add_argument(
         "--link",
@@ -48,9 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
     try:
         sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node, link=args.link)
-    except InputError as exc:
-        print(f"slurmtf sandbox {args.command}: {exc}", file=sys.stderr)
-        return 2
+    except SlurmtfError as exc:
+        return report_error(f"slurmtf sandbox {args.command}", exc)
     try:
         if args.command == "up":
             t0 = time.monotonic()
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 wanted = (args.nodes, args.gpus_per_node, args.link)
                 if (cfg.nodes, cfg.gpus_per_node, cfg.link) != wanted:
                     print("HINT: `slurmtf sandbox down` first to change --nodes, "
-                          "--gpus-per-node or --link", file=sys.stderr)  # fmt: skip
+                          "--gpus_per_node or --link", file=sys.stderr)  # fmt: skip
             print(f"HINT: eval the lines below, or: source {sandbox.dir}/env.sh", file=sys.stderr)
             print(cfgmod.render_env(cfg), end="")
         elif args.command == "down":
@@ -81,6 +81,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(cfgmod.render_env(sandbox.config()), end="")
     except SlurmtfError as exc:
-        print(f"slurmtf sandbox {args.command}: {exc}", file=sys.stderr)
-        return 1
+        return report_error(f"slurmtf sandbox {args.command}", exc)
     return 0

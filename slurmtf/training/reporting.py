@@ -1,29 +1,14 @@
-"""Machine-readable JSON event lines on stdout, per-rank log files and chief-only progress."""
+"""Per-rank log files, chief-only human progress (event lines: :mod:`slurmtf.events`)."""
 
 from __future__ import annotations
 
-import json
 import logging as std_logging
 import math
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from absl import logging
-
-
-def emit(event: str, **fields: Any) -> None:
-    """Print one ``{"event": ..., ...}`` line on stdout and flush it."""
-    record = {"event": event, **fields}
-    sys.stdout.write(json.dumps(record, sort_keys=False, default=_jsonable) + "\n")
-    sys.stdout.flush()
-
-
-def _jsonable(value: Any) -> Any:
-    if hasattr(value, "item"):
-        return value.item()
-    return str(value)
 
 
 def setup_logging(rank: int, is_chief: bool, log_dir: str | None, all_ranks: bool) -> str | None:

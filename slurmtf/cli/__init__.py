@@ -1,0 +1,84 @@
+"""The front ends: the ``slurmtf`` console script and one module per subcommand.
+
+Libraries (:mod:`slurmtf.resolver`, :mod:`slurmtf.sandbox`, :mod:`slurmtf.datasets`, ...)
+take values and raise :class:`~slurmtf.errors.SlurmtfError`; the modules here parse
+arguments (argparse), call them and turn errors into exit codes through
+:func:`report_error` (2: bad input, 1: anything else).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+
+from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
+from slurmtf.errors import InputError, SlurmtfError
+
+# subcommand -> (module with `main(argv) -> int`, one-line help)
+SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "resolve": ("slurmtf.cli.resolve", "print TF_CONFIG for this Slurm task (--explain, --export)"),
+    "sandbox": ("slurmtf.cli.sandbox", "start, inspect or stop a local multi-node Slurm cluster"),
+    "submit": ("slurmtf.submit", "submit a training job or a sweep (job array) with submitit"),
+    "status": ("slurmtf.watch", "show the state of a job"),
+    "logs": ("slurmtf.watch", "print or follow a job's per-rank logs"),
+    "cancel": ("slurmtf.watch", "cancel a job"),
+    "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
+}
+
+# Subcommands whose module takes the subcommand name as its first argument.
+_PASS_NAME = {"status", "logs", "cancel"}
+
+
+def report_error(program: str, exc: SlurmtfError) -> int:
+    """Print ``program: message`` on stderr; the exit status for ``exc`` (2: bad input)."""
+    print(f"{program}: {exc}", file=sys.stderr)
+    return EXIT_USAGE if isinstance(exc, InputError) else EXIT_FAILURE
+
+
+def flag(name: str) -> list[str]:
+    """Option strings for ``name``: ``--gpus_per_node`` (as every slurmtf command and the
+    models spell it) and ``--gpus-per-node`` (sbatch's spelling), for ``add_argument``."""
+    return list(dict.fromkeys([f"--{name}", f"--{name.replace('_', '-')}"]))
+
+
+def underscore_flags(argv: Sequence[str], known: set[str]) -> list[str]:
+    """``--gpus-per-node=4`` -> ``--gpus_per_node=4`` for known flags, up to ``--``.
+
+    For the absl front end (``slurmtf submit``), which knows only one spelling.
+    """
+    out = list(argv)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        name, sep, value = arg.partition("=")
+        wanted = name.removeprefix("--").replace("-", "_")
+        if name.startswith("--") and "-" in name[2:] and wanted in known:
+            out[i] = f"--{wanted}{sep}{value}"
+    return out
+
+
+def usage() -> str:
+    width = max(len(name) for name in SUBCOMMANDS)
+    lines = ["usage: slurmtf COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, (_, text) in SUBCOMMANDS.items()]
+    lines += ["", "Run `slurmtf COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in {"-h", "--help", "help"}:
+        print(usage())
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in SUBCOMMANDS:
+        print(
+            f"slurmtf: unknown command {name!r}. HINT: one of {', '.join(SUBCOMMANDS)}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    sub_argv = [name, *rest] if name in _PASS_NAME else rest
+    result: int = module.main(sub_argv)
+    return result

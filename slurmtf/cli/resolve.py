@@ -1,0 +1,91 @@
+"""``slurmtf resolve`` / ``python -m slurmtf.resolver``: print this task's TF_CONFIG.
+
+``--explain`` prints the layout as a table and ``--export`` prints shell ``export`` lines
+for ``eval "$(python -m slurmtf.resolver --export)"``. Bad input exits with status 2 and
+one line on stderr. Never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from slurmtf.cli import flag, report_error
+from slurmtf.env import read_slurm_env
+from slurmtf.errors import SlurmtfError
+from slurmtf.layout import build_layout
+from slurmtf.resolver import explain, export_lines
+
+PROGRAM = "slurmtf resolve"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROGRAM,
+        description=(
+            "Print TF_CONFIG for this Slurm task (run it under srun). Outside Slurm, or in "
+            "a one-task step, the cluster is a single local worker."
+        ),
+    )
+    view = parser.add_mutually_exclusive_group()
+    view.add_argument("--explain", action="store_true", help="print the layout as a table instead")
+    view.add_argument(
+        "--export",
+        action="store_true",
+        help='print shell export lines, for eval "$(python -m slurmtf.resolver --export)"',
+    )
+    parser.add_argument(
+        *flag("port_base"),
+        metavar="PORT",
+        help="port of rank 0; rank r uses PORT+r (default: from the job id, or SLURMTF_PORT_BASE)",
+    )
+    parser.add_argument(
+        *flag("address_template"),
+        metavar="TEMPLATE",
+        help="address of each node, e.g. '{host}-ib' (default: the node name, or "
+        "SLURMTF_ADDRESS_TEMPLATE)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="log which variables are used")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point: exit 0 with the output, or 2 with one line on stderr."""
+    args = _parser().parse_args(argv)
+    handler = None
+    package_log = logging.getLogger("slurmtf")
+    if args.verbose:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        package_log.addHandler(handler)
+        package_log.setLevel(logging.DEBUG)
+    try:
+        return _run(args)
+    finally:
+        if handler is not None:
+            package_log.removeHandler(handler)
+            package_log.setLevel(logging.NOTSET)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        env = read_slurm_env(os.environ)
+        layout = build_layout(
+            env,
+            port_base=args.port_base,
+            address_template=args.address_template,
+            port_base_name="--port_base",
+            address_template_name="--address_template",
+        )
+    except SlurmtfError as exc:
+        return report_error(PROGRAM, exc)
+    if args.explain:
+        print(explain(layout))
+    elif args.export:
+        print(export_lines(layout))
+    else:
+        print(layout.tf_config_json())
+    return 0

@@ -1,0 +1,81 @@
+"""What slurmtf's parts agree on: exit codes, log names, job states, the preemption signal.
+
+One home for each value that more than one part (CLIs, the per-task launcher, the
+training loop, the job scripts, ``slurmtf status``, benchmarks) must read the same way.
+The job scripts are bash: they write ``75`` next to a comment naming
+:data:`EXIT_PREEMPTED`. Event lines (the JSON on each rank's stdout) are
+:mod:`slurmtf.events`.
+"""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+from slurmtf.errors import InputError
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # anything slurmtf raises on purpose that is not bad input
+EXIT_USAGE = 2  # bad input: a flag, an argument or a variable (as argparse exits)
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: checkpoint saved on the preemption signal; requeue me
+
+DEFAULT_LOG_DIR = "slurmtf_logs"  # submit's per-job logs, relative to the submit directory
+
+# Slurm's final job states and the status `submit --wait` / `slurmtf status` exit with.
+FINAL_STATES: dict[str, int] = {
+    "COMPLETED": EXIT_OK,
+    "FAILED": EXIT_FAILURE,
+    "CANCELLED": 130,
+    "TIMEOUT": 124,
+    "NODE_FAIL": EXIT_FAILURE,
+    "PREEMPTED": EXIT_FAILURE,
+    "OUT_OF_MEMORY": 137,
+    "BOOT_FAIL": EXIT_FAILURE,
+    "DEADLINE": 124,
+    "SPECIAL_EXIT": EXIT_FAILURE,  # requeued and held after an exit the site marks special
+}
+
+DEFAULT_PREEMPTION_SIGNAL = "USR2"
+_REFUSED_SIGNALS = {
+    "USR1": "NCCL reserves SIGUSR1; use USR2 (the default)",
+    "KILL": "SIGKILL cannot be caught; use USR2",
+    "STOP": "SIGSTOP cannot be caught; use USR2",
+}
+
+
+def base_state(state: str) -> str:
+    """``CANCELLED by 0`` / ``COMPLETED+`` -> ``CANCELLED`` / ``COMPLETED``."""
+    words = state.split(maxsplit=1)
+    return words[0].rstrip("+") if words else ""
+
+
+def is_final(state: str) -> bool:
+    """True for a state Slurm never leaves (``COMPLETED``, ``FAILED``, ...)."""
+    return base_state(state) in FINAL_STATES
+
+
+def parse_preemption_signal(value: str, name: str = "--preemption_signal") -> signal.Signals:
+    """``USR2``/``SIGUSR2``/``12`` -> ``signal.SIGUSR2``; refuses USR1 (NCCL), KILL and STOP."""
+    text = value.strip().upper()
+    try:
+        sig = (
+            signal.Signals(int(text))
+            if text.isdigit()
+            else signal.Signals["SIG" + text.removeprefix("SIG")]
+        )
+    except (KeyError, ValueError) as exc:
+        raise InputError(name, value, "is not a signal", "e.g. USR2 (default), TERM") from exc
+    short = sig.name.removeprefix("SIG")
+    if short in _REFUSED_SIGNALS:
+        raise InputError(name, value, "cannot be the preemption signal", _REFUSED_SIGNALS[short])
+    return sig
+
+
+def signal_name(sig: signal.Signals) -> str:
+    """``signal.SIGUSR2`` -> ``USR2`` (as ``sbatch --signal`` writes it)."""
+    return sig.name.removeprefix("SIG")
+
+
+def rank_log_paths(folder: Path, job_id: str, num_tasks: int, suffix: str = "out") -> list[Path]:
+    """Per-rank logs as submitit names them: ``<folder>/<job>_<rank>_log.<suffix>``."""
+    return [folder / f"{job_id}_{rank}_log.{suffix}" for rank in range(num_tasks)]
