@@ -198,7 +198,20 @@ class JobSpec:
         return cls(**fields)
 
 
-def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
+def restart_setup(spec: JobSpec, python: str) -> list[str]:
+    """Setup lines that hand the job's end to slurmtf/job.sh (found through ``python``):
+    a killed rank, a lost peer or node, a stall requeue the job within ``max_requeues``."""
+    if not spec.max_requeues:
+        return []
+    find = 'import pathlib, slurmtf; print(pathlib.Path(slurmtf.__file__).with_name("job.sh"))'
+    return [
+        f'if job_sh=$({shlex.quote(python)} -c {shlex.quote(find)}) && source "$job_sh"; then',
+        f"    slurmtf_submitit_setup {shlex.quote(str(spec.folder))} {spec.max_requeues}",
+        "else echo 'slurmtf: cannot load slurmtf/job.sh: failures will not be retried' >&2; fi",
+    ]
+
+
+def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     """The parameters of submitit's ``SlurmExecutor.update_parameters`` for ``spec``."""
     params: dict[str, Any] = {
         "job_name": spec.job_name,
@@ -227,8 +240,9 @@ def sbatch_parameters(spec: JobSpec) -> dict[str, Any]:
             params[key] = value
     if spec.exclusive:
         params["exclusive"] = True
-    if spec.setup:
-        params["setup"] = list(spec.setup)
+    setup = [*spec.setup, *restart_setup(spec, python)]
+    if setup:
+        params["setup"] = setup
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}
     # Requeueable, so that `scontrol requeue` (after exit 75) and node failures restart it.
     extra["requeue" if spec.max_requeues else "no-requeue"] = True
@@ -284,7 +298,7 @@ def render_sbatch(spec: JobSpec, python: str, *, map_count: int | None = None) -
     """
     from submitit.slurm import slurm as submitit_slurm
 
-    params = sbatch_parameters(spec)
+    params = sbatch_parameters(spec, python)
     if map_count is not None and map_count > 1:
         params["map_count"] = map_count
     command = " ".join(

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from absl import flags
 
-from slurmtf import jobspec, jobvalues
+from slurmtf import jobrecord, jobspec, jobvalues
 from slurmtf.cli import report_error, underscore_flags
 from slurmtf.contracts import (
     DEFAULT_LOG_DIR,
@@ -108,7 +108,15 @@ def define_flags(fv: flags.FlagValues) -> None:
         flag_values=fv,
     )
     i("signal_delay_s", 120, "Seconds before the time limit the signal arrives.", flag_values=fv)
-    i("max_requeues", 3, "Requeue a preempted job (exit 75) at most this often.", flag_values=fv)
+    i(
+        "max_restarts",
+        3,
+        "Requeue the job at most this often, counted across restarts: after a preemption "
+        "(exit 75) or a failure a restart may fix (a killed rank, a lost peer or node, a "
+        "stall; a failed node is excluded). Bad flags and model errors are not retried.",
+        flag_values=fv,
+    )
+    i("max_requeues", None, "Former name of --max_restarts.", flag_values=fv)
     m(
         "sweep",
         [],
@@ -170,7 +178,7 @@ def spec_from_flags(fv: flags.FlagValues, rest: Sequence[str]) -> JobSpec:
         log_dir=fv.log_dir,
         signal=signal_name(parse_preemption_signal(fv.signal, "--signal")),
         signal_delay_s=fv.signal_delay_s,
-        max_requeues=fv.max_requeues,
+        max_requeues=fv.max_restarts if fv.max_requeues is None else fv.max_requeues,
         sweep=jobvalues.parse_sweep(fv.sweep),
         array_parallelism=fv.array_parallelism,
         cluster=fv.cluster,
@@ -215,7 +223,7 @@ def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
         )
     spec.folder.mkdir(parents=True, exist_ok=True)
     executor = submitit.SlurmExecutor(folder=spec.folder, max_num_timeout=spec.max_requeues)
-    executor.update_parameters(**jobspec.sbatch_parameters(spec))
+    executor.update_parameters(**jobspec.sbatch_parameters(spec, sys.executable))
     grid = spec.grid
     try:
         if len(grid) == 1:
@@ -228,6 +236,8 @@ def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
         code = getattr(cause, "returncode", 1)
         raise SlurmCommandError("sbatch", code, str(getattr(cause, "stderr", "") or exc)) from exc
     ids = [str(job.job_id) for job in jobs]
+    for job_id in ids:
+        jobrecord.append(job_id, spec.folder, jobrecord.SUBMITIT_LOGS, spec.job_name)
     main_id = ids[0].split("_")[0] if len(ids) > 1 else ids[0]
     kind = f"job array {main_id} ({len(ids)} tasks)" if len(ids) > 1 else f"job {main_id}"
     print(

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TextIO
 
+from slurmtf import jobrecord
 from slurmtf.cli import report_error
 from slurmtf.contracts import (
     DEFAULT_LOG_DIR,
@@ -24,7 +25,9 @@ from slurmtf.contracts import (
 )
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.events import last, named, read_events
+from slurmtf.jobrecord import JobPlace
 from slurmtf.runner import Runner, default_runner
+from slurmtf.training.reporting import format_seconds
 
 
 def parse_scontrol(text: str) -> list[dict[str, str]]:
@@ -220,9 +223,118 @@ def summary(job_id: str, folder: Path, num_tasks: int, status: int) -> str:
     return "\n".join(lines)
 
 
-USAGE = """usage: slurmtf status JOB
+def slurm_record(job_id: str, runner: Runner) -> dict[str, str] | None:
+    """The job's ``scontrol -o show job`` fields, or ``None`` once Slurm forgot it."""
+    try:
+        records = parse_scontrol(runner(["scontrol", "-o", "show", "job", job_id]))
+    except SlurmCommandError as exc:
+        if "Invalid job id" in exc.stderr:
+            return None
+        raise
+    return records[0] if records else None
+
+
+def locate(job_id: str, runner: Runner, log_dir: str | None = None) -> JobPlace:
+    """Where the job's logs are: ``--log_dir``, Slurm's record, the user's record, default."""
+    if log_dir:
+        folder = Path(log_dir).expanduser().absolute()
+        script = (folder / "rank0.out").exists() or (folder / "rank0.err").exists()
+        pattern = jobrecord.SCRIPT_LOGS if script else jobrecord.SUBMITIT_LOGS
+        return JobPlace(job_id, folder, pattern, "given")
+    fields = slurm_record(job_id, runner)
+    place = jobrecord.from_slurm(job_id, fields) if fields else None
+    if place is not None and place.log_dir.is_dir():
+        return place
+    place = jobrecord.lookup(job_id)
+    if place is not None:
+        return place
+    folder = Path(DEFAULT_LOG_DIR).absolute()
+    return JobPlace(job_id, folder, jobrecord.SUBMITIT_LOGS, "default")
+
+
+_ERROR = re.compile(r"HINT:|^\w+(Error|Exception)\b|^srun: error|^slurmstepd\S*: error|Killed")
+
+
+def last_error(path: Path) -> str | None:
+    """The last line of a rank's stderr that reads as an error, if any."""
+    found = None
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if _ERROR.search(line):
+            found = line.strip()
+    return found
+
+
+def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
+    """State, restarts, progress (step/total, examples/s, ETA), logs, last error."""
+    fields = slurm_record(job_id, runner)
+    chief_events = read_events(place.rank_log(0))
+    starts = [e for e in chief_events if e.get("event") == "cluster"]
+    done = [e for e in chief_events if e.get("event") == "done"]
+    if fields is not None:
+        state = (
+            f"{fields.get('JobState', 'UNKNOWN')} (exit {fields.get('ExitCode', '?')}) [scontrol]"
+        )
+        restarts = fields.get("Restarts", "0")
+    elif done:
+        how = "preempted" if done[-1].get("preempted") else "finished"
+        state = f"no longer known to Slurm; rank 0 logged '{how}' at step {done[-1].get('step')}"
+        restarts = str(max(len(starts) - 1, 0))
+    else:
+        state = state_line(job_id, runner, place.log_dir)[0].split(": ", 1)[1]
+        restarts = str(max(len(starts) - 1, 0))
+    lines = [f"job {job_id}: {state}, restarts {restarts}"]
+    progress = [e for e in chief_events if e.get("event") == "progress"]
+    if progress:
+        last = progress[-1]
+        step, total = last.get("step"), last.get("total")
+        rate = last.get("examples_per_sec")
+        batch = starts[-1].get("global_batch") if starts else None
+        eta = "?"
+        if all(isinstance(v, int | float) for v in (step, total, rate, batch)) and rate:
+            eta = format_seconds((float(total) - float(step)) * float(batch) / float(rate))  # type: ignore[arg-type]
+        rate_text = f"{rate:.1f}" if isinstance(rate, int | float) else "?"
+        lines.append(f"  step {step}/{total}, {rate_text} examples/s, ETA {eta} (rank 0's events)")
+    elif chief_events:
+        lines.append("  no training step logged yet")
+    lines.append(f"  logs: {place.rank_log(0).parent} ({place.pattern}, found via {place.source})")
+    for rank in place.ranks():
+        error = last_error(place.rank_log(rank, "err"))
+        if error:
+            lines.append(f"  last error, rank {rank}: {error[:300]}")
+    return lines
+
+
+def follow_rank(
+    job_id: str,
+    path: Path,
+    runner: Runner,
+    *,
+    out: TextIO = sys.stdout,
+    poll_s: float = 2.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Print ``path`` as it grows until the job ends (a final state seen twice)."""
+    offset, seen = 0, 0
+    while True:
+        offset = _print_new(path, offset, out)
+        fields = slurm_record(job_id, runner)
+        state = fields.get("JobState", "") if fields else "gone"
+        seen = seen + 1 if state == "gone" or is_final(state) else 0
+        if seen >= 2:
+            _print_new(path, offset, out)
+            return 0
+        sleep(poll_s)
+
+
+USAGE = """usage: slurmtf status JOB [--log_dir=DIR]
        slurmtf logs JOB [--rank=N] [--err] [--follow] [--log_dir=DIR]
-       slurmtf cancel JOB"""
+       slurmtf cancel JOB
+The logs are found through Slurm while it knows the job, then through the record of
+submitted jobs ($XDG_STATE_HOME/slurmtf/jobs.jsonl); --log_dir overrides both."""
 
 
 def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> int:
@@ -243,25 +355,25 @@ def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> 
             raise InputError(
                 f"--{sorted(unknown)[0]}", opts[sorted(unknown)[0]], "is not an option", USAGE
             )
-        folder = Path(opts.get("log_dir") or DEFAULT_LOG_DIR).expanduser().absolute()
         if command == "cancel":
             runner(["scancel", job_id])
             print(f"slurmtf: cancelled job {job_id}")
             return 0
+        place = locate(job_id, runner, opts.get("log_dir"))
         if command == "status":
-            line, _ = state_line(job_id, runner, folder)
-            print(line)
+            print("\n".join(status_lines(job_id, runner, place)))
             return 0
         rank = opts.get("rank", "0")
         if not rank.isdigit():
             raise InputError("--rank", rank, "is not a rank", "e.g. --rank=0")
-        path = folder / f"{job_id}_{rank}_log.{'err' if 'err' in opts else 'out'}"
+        path = place.rank_log(int(rank), "err" if "err" in opts else "out")
         if "follow" in opts:
-            return follow(job_id, folder, int(rank) + 1, runner=runner)
+            return follow_rank(job_id, path, runner)
         if not path.exists():
             raise InputError(
-                "JOB", job_id, f"has no log at {path}", "pass --log_dir= as given to submit"
-            )
+                "JOB", job_id, f"has no log at {path} (found via {place.source})",
+                "pass --log_dir= as given to submit or as LOG_DIR to the job script",
+            )  # fmt: skip
         sys.stdout.write(path.read_text(errors="replace"))
         return 0
     except SlurmtfError as exc:

@@ -134,3 +134,14 @@ def test_no_gpus_means_one_task_per_node() -> None:
 def test_signal_is_configurable() -> None:
     spec = JobSpec(kind="model", target="mnist", signal="TERM", signal_delay_s=60, log_dir=LOGS)
     assert "#SBATCH --signal=TERM@60" in render(spec).splitlines()
+
+
+def test_max_restarts_hands_the_end_of_the_job_to_job_sh() -> None:
+    out = io.StringIO()
+    assert submit.main(["--dry_run", "--model=mnist", "--max_restarts=5"], out=out) == 0
+    assert "slurmtf_submitit_setup" in out.getvalue()
+    assert f"slurmtf_submitit_setup {Path('slurmtf_logs').absolute()} 5" in out.getvalue()
+    out = io.StringIO()
+    assert submit.main(["--dry_run", "--model=mnist", "--max_requeues=0"], out=out) == 0
+    assert "slurmtf_submitit_setup" not in out.getvalue()
+    assert "--no-requeue" in out.getvalue()

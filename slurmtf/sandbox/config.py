@@ -36,6 +36,7 @@ class SandboxConfig:
     slurmd_ports: tuple[int, ...] = ()
     cluster_name: str = ""
     link: str = ""  # "" = all nodes on loopback; else a rate (``1gbit``) or ``unshaped``
+    slurmd_timeout: int = 60  # s until a silent node is declared failed (node-failure tests)
 
     def __post_init__(self) -> None:
         if self.link:
@@ -191,7 +192,7 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         "JobRequeue=1",
         f"FirstJobId={first_job_id(d)}",
         "SlurmctldTimeout=30",
-        "SlurmdTimeout=60",
+        f"SlurmdTimeout={cfg.slurmd_timeout}",
         "InactiveLimit=0",
         "Waittime=0",
     ]

@@ -100,6 +100,7 @@ class Sandbox:
     gpus_per_node: int = 2
     cfg: SandboxConfig | None = None
     link: str = ""  # "" = loopback; a rate such as "1gbit", or "unshaped": own namespaces
+    slurmd_timeout: int = 60  # SlurmdTimeout: seconds until a silent node is declared failed
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).absolute()
@@ -128,6 +129,13 @@ class Sandbox:
         raw = self._read_state().get("pids", {})
         return {str(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
 
+    def record_pid(self, name: str, pid: int) -> None:
+        """Record a (re)started daemon, so that ``down()`` stops it too."""
+        state = self._read_state()
+        pids = state.get("pids", {})
+        state["pids"] = {**(pids if isinstance(pids, dict) else {}), name: pid}
+        self._write_state(state)
+
     def _config_from_state(self) -> SandboxConfig | None:
         state = self._read_state()
         if "ctld_port" not in state:
@@ -140,6 +148,7 @@ class Sandbox:
             ctld_port=int(str(state["ctld_port"])),
             slurmd_ports=tuple(int(p) for p in ports) if isinstance(ports, list) else (),
             link=str(state.get("link", "")),
+            slurmd_timeout=int(str(state.get("slurmd_timeout", 60))),
         )
 
     def config(self) -> SandboxConfig:
@@ -209,6 +218,7 @@ class Sandbox:
             ctld_port=base,
             slurmd_ports=tuple(base + 1 + i for i in range(self.nodes)),
             link=self.link,
+            slurmd_timeout=self.slurmd_timeout,
         )
         self.cfg = cfg
         self._write_files(cfg)
@@ -221,6 +231,7 @@ class Sandbox:
             "pids": {},
             "namespaces": [],
             "link": cfg.link,
+            "slurmd_timeout": cfg.slurmd_timeout,
             "netns": [],
         }
         self._write_state(state)

@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -142,3 +143,18 @@ def slurm_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSan
         yield SlurmSandbox(sandbox)
     finally:
         sandbox.down()
+
+
+@pytest.fixture(scope="session")
+def baseline(
+    slurm_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Any]:
+    """The uninterrupted run of ``test_preemption.ARGS``, submitted when first asked for so
+    that it overlaps the first test; the preemption and recovery tests compare with it."""
+    from tests.e2e.test_faults import SandboxJob
+    from tests.e2e.test_preemption import ARGS
+
+    job = SandboxJob(slurm_sandbox, tmp_path_factory.mktemp("preempt") / "baseline")
+    job.submit(ARGS)
+    yield job
+    job.cancel()

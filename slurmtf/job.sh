@@ -1,0 +1,235 @@
+# Shared part of slurmtf's batch scripts (jobs/*.sbatch, and the jobs `slurmtf submit`
+# writes): sourced, never run. It sets up the run folders, binds GPUs, starts the tasks
+# with srun and decides what happens when they end:
+#
+#   all tasks exit 0                    -> the job ends COMPLETED
+#   preempted (exit 75 after a save)    -> requeue (same job id), resume from the checkpoint
+#   a rank died, a peer was lost, a     -> requeue and resume from the last complete
+#   stall was detected, a node is gone     checkpoint; a node that stopped answering (slurmd
+#                                          gone, every process frozen) or whose rank froze
+#                                          (heartbeats stopped) is excluded first
+#   bad flags (exit 2), a model error   -> no retry; the last line says why
+#
+# Every requeue, whatever its cause, counts against one budget: MAX_RESTARTS (default 3;
+# MAX_REQUEUES, its former name, is read when MAX_RESTARTS is unset), compared with
+# Slurm's SLURM_RESTART_COUNT, so the budget holds across restarts.
+#
+# Functions (the batch script calls them in this order):
+#   slurmtf_job_setup NAME              REPO, RUN, MODEL_DIR, LOG_DIR, PYTHON, gpu_bind
+#   slurmtf_job_srun COMMAND...         srun with per-rank logs; sets slurmtf_rc
+#   slurmtf_job_end                     exits with the job's final status (or requeues)
+
+slurmtf_log() { echo "$(date -Is) slurmtf: $*"; }
+
+# How rank R's files are named: $LOG_DIR/${slurmtf_rank_prefix}R.out|.err (the job
+# scripts), or submitit's $LOG_DIR/<job>_R_log.out|.err (slurmtf_submitit_setup).
+slurmtf_rank_prefix=rank
+slurmtf_rank_suffix=""
+slurmtf_logs_pattern="rank{rank}.{kind}"
+slurmtf_rank_file() { printf '%s' "$LOG_DIR/$slurmtf_rank_prefix$1$slurmtf_rank_suffix.$2"; }
+
+slurmtf_job_setup() {
+    local name="$1"
+    REPO="${SLURMTF_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"
+    RUN="${SLURM_JOB_NAME:-$name}-${SLURM_JOB_ID:-local}"
+    MODEL_DIR="${MODEL_DIR:-$REPO/runs/$RUN}"
+    LOG_DIR="${LOG_DIR:-$REPO/logs/$RUN}"
+    PYTHON="${PYTHON:-python3}"
+    export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
+    mkdir -p "$MODEL_DIR" "$LOG_DIR"
+    slurmtf_restarts="${SLURM_RESTART_COUNT:-0}"
+    slurmtf_budget="${MAX_RESTARTS:-${MAX_REQUEUES:-3}}"
+    slurmtf_job_record
+    slurmtf_srun_err="$LOG_DIR/srun.err"
+    slurmtf_snapshot
+    # Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+) unless
+    # the job chose a binding itself (--gpus-per-task, --gpu-bind); the model checks it.
+    gpu_bind=()
+    local per_node="${SLURM_NTASKS_PER_NODE:-1}"
+    if [ -z "${SLURM_GPU_BIND:-}${SLURM_GPUS_PER_TASK:-}" ] && [[ "$per_node" =~ ^[0-9]+$ ]] \
+            && [[ "${SLURM_GPUS_ON_NODE:-0}" =~ ^[0-9]+$ ]] && [ "$per_node" -gt 1 ] \
+            && [ "${SLURM_GPUS_ON_NODE:-0}" -ge "$per_node" ]; then
+        gpu_bind=(--gpu-bind="per_task:$((SLURM_GPUS_ON_NODE / per_node))")
+    fi
+    echo "$(date -Is) job ${SLURM_JOB_ID:-local} restart $slurmtf_restarts of" \
+         "$slurmtf_budget: ${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-}," \
+         "model_dir $MODEL_DIR, per-rank logs $LOG_DIR"
+}
+
+# Where this attempt's output starts in each log (they are appended to).
+slurmtf_snapshot() {
+    declare -gA slurmtf_offsets=()
+    local f
+    for f in "$LOG_DIR/$slurmtf_rank_prefix"* "${slurmtf_srun_err:-$LOG_DIR/srun.err}"; do
+        [ -e "$f" ] && slurmtf_offsets["$f"]=$(stat -c %s "$f")
+    done
+    return 0
+}
+
+# One line per job in the user's record ($XDG_STATE_HOME/slurmtf/jobs.jsonl), so that
+# `slurmtf status|logs JOB` find the logs from any directory once Slurm forgot the job.
+slurmtf_job_record() {
+    [ -n "${SLURM_JOB_ID:-}" ] || return 0
+    [ "$slurmtf_restarts" = "0" ] || return 0
+    local dir="${XDG_STATE_HOME:-$HOME/.local/state}/slurmtf"
+    mkdir -p "$dir" 2>/dev/null || return 0
+    local line
+    line=$(printf '{"job_id": "%s", "log_dir": "%s", "logs": "%s", "name": "%s", "time": %s}' \
+        "$SLURM_JOB_ID" "$(slurmtf_json_escape "$LOG_DIR")" "$slurmtf_logs_pattern" \
+        "$(slurmtf_json_escape "${SLURM_JOB_NAME:-}")" "$(date +%s)")
+    # One write of one short line to a file opened for appending is atomic.
+    printf '%s\n' "$line" >> "$dir/jobs.jsonl" 2>/dev/null || true
+    # Bounded like slurmtf.jobrecord: past 1 MiB keep the newest half (atomic rename).
+    if [ "$(stat -c %s "$dir/jobs.jsonl" 2>/dev/null || echo 0)" -gt 1048576 ]; then
+        tail -c 524288 "$dir/jobs.jsonl" | tail -n +2 > "$dir/.jobs.jsonl.$$" \
+            && mv "$dir/.jobs.jsonl.$$" "$dir/jobs.jsonl"
+    fi
+    if [ "$slurmtf_rank_prefix" = rank ]; then
+        scontrol update JobId="$SLURM_JOB_ID" Comment="slurmtf:$LOG_DIR" >/dev/null 2>&1 || true
+    fi
+}
+
+slurmtf_json_escape() {
+    local s="${1//\\/\\\\}"
+    s="${s//\"/\\\"}"
+    printf '%s' "${s//$'\n'/\\n}"
+}
+
+slurmtf_job_srun() {
+    srun --kill-on-bad-exit=1 --open-mode=append "${gpu_bind[@]}" \
+         --output="$LOG_DIR/rank%t.out" --error="$LOG_DIR/rank%t.err" \
+         "$@" 2> >(tee -a "${slurmtf_srun_err:-$LOG_DIR/srun.err}" >&2)
+    slurmtf_rc=$?
+    wait  # for tee
+    echo "$(date -Is) srun exited $slurmtf_rc"
+}
+
+# What this attempt appended to FILE.
+slurmtf_new() {
+    local f="$1"
+    [ -e "$f" ] || return 0
+    tail -c "+$(( ${slurmtf_offsets[$f]:-0} + 1 ))" "$f"
+}
+
+slurmtf_preempted() {
+    [ "$slurmtf_rc" -eq 75 ] && return 0
+    slurmtf_new "$(slurmtf_rank_file 0 out)" | grep -q -e '"event": "preempted"' -e '"preempted": true'
+}
+
+# Sets slurmtf_why (why this attempt failed), slurmtf_retry (1: a restart may fix it)
+# and slurmtf_bad_nodes (nodes to avoid next time). srun names the task that failed
+# first; the others were stopped by --kill-on-bad-exit and say nothing about the cause.
+slurmtf_classify() {
+    slurmtf_retry=0
+    slurmtf_bad_nodes=()
+    local srun_text first rank reason text f lost=() frozen=0
+    local peer="a peer failed, stalled or timed out" stall="no training step finished for"
+    srun_text=$(slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}")
+    if grep -q "Exited with exit code 2" <<<"$srun_text" || [ "$slurmtf_rc" -eq 2 ]; then
+        slurmtf_why="bad flags or settings (exit 2): a restart cannot fix them"
+        return
+    fi
+    for f in "$LOG_DIR/$slurmtf_rank_prefix"*"$slurmtf_rank_suffix.err"; do
+        [ -e "$f" ] || continue
+        text=$(slurmtf_new "$f")
+        # "lost rank 1 (node2:12001)": the node of a rank that died, froze or went quiet.
+        mapfile -t -O "${#lost[@]}" lost < <(grep -o "lost rank [0-9]* ([^:)]*" <<<"$text" \
+            | sed 's/.*(//')
+        if grep -v -e "$peer" -e "$stall" <<<"$text" | grep -q -i "heartbeat"; then
+            frozen=1  # TensorFlow's coordination service: a task stopped sending heartbeats
+        fi
+    done
+    first=$(grep -m 1 -o -E "tasks? [0-9]+[^:]*: .*" <<<"$srun_text")
+    rank=$(grep -o -E "^tasks? [0-9]+" <<<"$first" | grep -o -E "[0-9]+$")
+    reason="${first#*: }"
+    if [ -n "$rank" ] && [[ "$reason" == "Exited with exit code"* ]]; then
+        text=$(slurmtf_new "$(slurmtf_rank_file "$rank" err)")
+        if ! grep -q -e "$peer" -e "$stall" <<<"$text"; then
+            slurmtf_why="rank $rank failed with its own error ($reason):"
+            slurmtf_why+=" $(grep -v '^[[:space:]]*$' <<<"$text" | tail -n 1)"
+            return
+        fi
+        slurmtf_why="rank $rank lost a peer or saw a stall"
+    elif [ -n "$rank" ]; then
+        slurmtf_why="rank $rank: $reason"
+    elif grep -q "Node failure" <<<"$srun_text" || [ "$slurmtf_rc" -ge 128 ]; then
+        slurmtf_why="srun exited $slurmtf_rc ($(grep -m 1 -o "Node failure.*" <<<"$srun_text"))"
+    else
+        slurmtf_why="srun exited $slurmtf_rc without a lost peer, node or killed task"
+        return
+    fi
+    slurmtf_retry=1
+    local node
+    for node in $(printf '%s\n' "${lost[@]}" | sort -u); do
+        if [ "$frozen" = "1" ] || ! slurmtf_node_answers "$node"; then
+            slurmtf_bad_nodes+=("$node")
+        fi
+    done
+}
+
+# Whether NODE's slurmd still starts a task of this job (a dead or frozen one does not).
+slurmtf_node_answers() {
+    timeout -s KILL "${SLURMTF_NODE_PROBE_S:-15}" \
+        srun --nodes=1 --ntasks=1 --nodelist="$1" --time=1 --output=/dev/null \
+             --error=/dev/null true >/dev/null 2>&1
+}
+
+slurmtf_requeue() {
+    # `scontrol requeue` ends this script with SIGTERM: finish the update first.
+    trap '' TERM
+    scontrol requeue "$SLURM_JOB_ID" || { echo "scontrol requeue failed" >&2; return 1; }
+    if [ "${#slurmtf_bad_nodes[@]}" -gt 0 ]; then
+        local old exclude
+        old=$(scontrol show job "$SLURM_JOB_ID" | grep -o "ExcNodeList=[^ ]*" | cut -d= -f2)
+        exclude=$(printf '%s\n' "${slurmtf_bad_nodes[@]}" | paste -sd,)
+        [ -n "$old" ] && [ "$old" != "(null)" ] && exclude="$old,$exclude"
+        scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$exclude" \
+            && slurmtf_log "the restarted job avoids node(s) $exclude"
+    fi
+    return 0
+}
+
+slurmtf_job_end() {
+    if [ "$slurmtf_rc" -eq 0 ] && ! slurmtf_preempted; then
+        exit 0
+    fi
+    local what status="$slurmtf_rc"
+    if slurmtf_preempted; then
+        what="preempted after saving a checkpoint"
+        slurmtf_why="$what"
+        slurmtf_retry=1
+        slurmtf_bad_nodes=()
+        status=75
+    else
+        slurmtf_classify
+        what="failed: $slurmtf_why"
+    fi
+    if [ "$slurmtf_retry" = "1" ]; then
+        if [ "$slurmtf_restarts" -lt "$slurmtf_budget" ]; then
+            slurmtf_log "$what: requeueing job $SLURM_JOB_ID" \
+                "(restart $((slurmtf_restarts + 1)) of $slurmtf_budget, MAX_RESTARTS)"
+            slurmtf_requeue && exit 0
+        else
+            slurmtf_log "$what; not requeued: already restarted $slurmtf_restarts" \
+                "time(s) (MAX_RESTARTS=$slurmtf_budget)" >&2
+        fi
+    else
+        slurmtf_log "$what; not requeued" >&2
+    fi
+    [ "$status" -eq 0 ] && status=1
+    exit "$status"
+}
+
+# For the jobs `slurmtf submit` writes (submitit's script): called from its setup lines,
+# before its srun; the decision runs when the script exits.
+slurmtf_submitit_setup() {
+    LOG_DIR="$1"
+    slurmtf_budget="$2"
+    slurmtf_restarts="${SLURM_RESTART_COUNT:-0}"
+    slurmtf_rank_prefix="${SLURM_JOB_ID:-local}_"
+    slurmtf_rank_suffix="_log"
+    slurmtf_logs_pattern="{job}_{rank}_log.{kind}"
+    slurmtf_srun_err="$(slurmtf_rank_file 0 err)"  # the batch script's stderr too
+    slurmtf_snapshot  # (`slurmtf submit` records the job itself)
+    trap 'slurmtf_rc=$?; trap - EXIT; slurmtf_job_end' EXIT
+}

@@ -1,0 +1,123 @@
+"""Where a job's per-rank logs are, from its id alone.
+
+Two sources, in order:
+
+* Slurm, while it knows the job (``scontrol -o show job``): the job scripts put
+  ``slurmtf:<log dir>`` in the job's ``Comment``; a job ``slurmtf submit`` made has its
+  ``StdOut`` in the log folder (submitit's ``<folder>/<job>_0_log.out``).
+* The user's record of submitted jobs, ``$XDG_STATE_HOME/slurmtf/jobs.jsonl``
+  (``~/.local/state/slurmtf/jobs.jsonl``): one JSON line per job, appended by
+  ``slurmtf submit`` and by the job scripts (slurmtf/job.sh). Each line is one
+  ``write`` to a file opened for appending, so concurrent writers do not interleave;
+  past :data:`MAX_BYTES` the oldest half is dropped (an atomic rename).
+
+A place is ``(log_dir, pattern)``; ``pattern`` names a rank's file with ``{job}``,
+``{rank}`` and ``{kind}`` (``out`` or ``err``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+SUBMITIT_LOGS = "{job}_{rank}_log.{kind}"
+SCRIPT_LOGS = "rank{rank}.{kind}"
+COMMENT_PREFIX = "slurmtf:"
+MAX_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class JobPlace:
+    """Where a job's logs are and how its rank files are named."""
+
+    job_id: str
+    log_dir: Path
+    pattern: str
+    source: str  # "slurm", "record" or "default"
+
+    def rank_log(self, rank: int, kind: str = "out") -> Path:
+        return self.log_dir / self.pattern.format(job=self.job_id, rank=rank, kind=kind)
+
+    def ranks(self) -> list[int]:
+        """Ranks that have a log file, in order."""
+        found = []
+        rank = 0
+        while self.rank_log(rank).exists() or self.rank_log(rank, "err").exists():
+            found.append(rank)
+            rank += 1
+        return found
+
+
+def record_path(environ: Mapping[str, str] = os.environ) -> Path:
+    state = environ.get("XDG_STATE_HOME") or str(Path(environ.get("HOME", "~")) / ".local/state")
+    return Path(state).expanduser() / "slurmtf" / "jobs.jsonl"
+
+
+def append(
+    job_id: str, log_dir: Path, pattern: str, name: str = "", path: Path | None = None
+) -> None:
+    """Add one job to the record (best effort: a read-only home must not fail a submit)."""
+    path = path or record_path()
+    line = json.dumps(
+        {
+            "job_id": job_id,
+            "log_dir": str(log_dir),
+            "logs": pattern,
+            "name": name,
+            "time": int(time.time()),
+        }
+    )
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, (line + "\n").encode())
+        finally:
+            os.close(fd)
+        if path.stat().st_size > MAX_BYTES:
+            _shrink(path)
+    except OSError:
+        return
+
+
+def _shrink(path: Path) -> None:
+    """Keep the newest half of the record (whole lines), replacing the file atomically."""
+    data = path.read_bytes()
+    keep = data[len(data) // 2 :]
+    keep = keep[keep.find(b"\n") + 1 :]
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_bytes(keep)
+    tmp.replace(path)
+
+
+def lookup(job_id: str, path: Path | None = None) -> JobPlace | None:
+    """The newest record of ``job_id`` (``123_4`` is found under ``123_4``)."""
+    try:
+        lines = (path or record_path()).read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and str(entry.get("job_id")) == job_id:
+            return JobPlace(
+                job_id, Path(str(entry["log_dir"])), str(entry.get("logs", SCRIPT_LOGS)), "record"
+            )
+    return None
+
+
+def from_slurm(job_id: str, fields: Mapping[str, str]) -> JobPlace | None:
+    """The place named by a ``scontrol show job`` record's ``Comment`` or ``StdOut``."""
+    comment = fields.get("Comment", "")
+    if comment.startswith(COMMENT_PREFIX):
+        return JobPlace(job_id, Path(comment.removeprefix(COMMENT_PREFIX)), SCRIPT_LOGS, "slurm")
+    stdout = fields.get("StdOut", "")
+    if stdout.endswith("_0_log.out"):
+        return JobPlace(job_id, Path(stdout).parent, SUBMITIT_LOGS, "slurm")
+    return None
