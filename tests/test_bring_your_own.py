@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import keras_compat, submit
+from slurmtf import keras_compat
+from slurmtf.cli import submit as submit_cli
 from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -25,7 +26,7 @@ def test_legacy_keras_reaches_every_task(
     tmp_path: Path, fake_slurm_env: object, flag: list[str], expected: str
 ) -> None:
     argv = ["--cluster=local", "--nodes=2", f"--log_dir={tmp_path}", f"--command={PRINT_ENV}"]
-    assert submit.main([*argv, *flag], out=io.StringIO()) == 0
+    assert submit_cli.main([*argv, *flag], out=io.StringIO()) == 0
     logs = sorted(tmp_path.glob("*_log.out"))
     assert len(logs) == 2
     for path in logs:
@@ -34,7 +35,7 @@ def test_legacy_keras_reaches_every_task(
 
 def test_legacy_keras_in_dry_run_and_spec_json() -> None:
     out = io.StringIO()
-    assert submit.main(["--dry_run", "--legacy_keras", "--module=mypkg.train"], out=out) == 0
+    assert submit_cli.main(["--dry_run", "--legacy_keras", "--module=mypkg.train"], out=out) == 0
     assert f"{LEGACY_KERAS_ENV}=1" in out.getvalue()
     spec = JobSpec(kind="module", target="mypkg.train", legacy_keras=True)
     assert JobSpec.from_json(json.loads(json.dumps(spec.to_json()))).legacy_keras is True

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobspec, jobvalues, submit
+from slurmtf import jobspec, jobvalues
+from slurmtf.cli import submit as submit_cli
 from slurmtf.contracts import parse_preemption_signal, signal_name
 from slurmtf.errors import InputError
 
@@ -40,20 +41,20 @@ from slurmtf.errors import InputError
 def test_usage_errors_exit_2_naming_the_flag(
     argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert submit.main(["--dry_run", *argv], out=io.StringIO()) == 2
+    assert submit_cli.main(["--dry_run", *argv], out=io.StringIO()) == 2
     err = capsys.readouterr().err
     assert flag in err
     assert "HINT" in err
 
 
 def test_unknown_flag_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert submit.main(["--model=mnist", "--nodez=2"], out=io.StringIO()) == 2
+    assert submit_cli.main(["--model=mnist", "--nodez=2"], out=io.StringIO()) == 2
     assert "nodez" in capsys.readouterr().err
 
 
 def test_help_exits_0() -> None:
     out = io.StringIO()
-    assert submit.main(["--help"], out=out) == 0
+    assert submit_cli.main(["--help"], out=out) == 0
     assert "--gpus_per_node" in out.getvalue()
 
 
@@ -106,7 +107,8 @@ def test_spec_round_trips_through_json() -> None:
 def test_submit_does_not_import_tensorflow(tmp_path: Path) -> None:
     code = (
         "import sys, io; from slurmtf import submit, watch, launch, local; "
-        "assert submit.main(['--dry_run', '--model=mnist', '--nodes=2'], out=io.StringIO()) == 0; "
+        "from slurmtf.cli import submit as cli; "
+        "assert cli.main(['--dry_run', '--model=mnist', '--nodes=2'], out=io.StringIO()) == 0; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')]; "
         "assert not bad, bad"
     )
@@ -128,7 +130,7 @@ def test_no_sbatch_is_a_clear_error_with_the_local_hint(
 ) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     argv = ["--model=mnist", f"--log_dir={tmp_path / 'logs'}"]
-    assert submit.main(argv, out=io.StringIO()) == 1
+    assert submit_cli.main(argv, out=io.StringIO()) == 1
     err = capsys.readouterr().err
     assert "sbatch is not on PATH" in err
     assert "--cluster=local" in err
@@ -143,7 +145,7 @@ def test_submit_prints_job_id_and_log_paths(
     logs = tmp_path / "my logs"
     out = io.StringIO()
     argv = ["--model=mnist", "--nodes=2", f"--log_dir={logs}", "--", "--train_steps=3"]
-    assert submit.main(argv, out=out) == 0
+    assert submit_cli.main(argv, out=out) == 0
     text = out.getvalue()
     assert "submitted job 4242" in text
     assert f"rank 1: {logs}/4242_1_log.out" in text
@@ -165,7 +167,7 @@ def test_submit_sweep_is_one_array(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         "--sweep=seed=3,4",
         "--array_parallelism=2",
     ]
-    assert submit.main(argv, out=out) == 0
+    assert submit_cli.main(argv, out=out) == 0
     text = out.getvalue()
     assert "job array 77 (4 tasks)" in text
     assert "77_3 {'lr': '2', 'seed': '4'} logs:" in text
@@ -179,7 +181,7 @@ def test_slurm_refusal_is_shown_plainly(
     bindir = fake_slurm(tmp_path, f'echo "{message}" >&2; exit 1')
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
     argv = ["--model=mnist", "--partition=nope", f"--log_dir={tmp_path}"]
-    assert submit.main(argv, out=io.StringIO()) == 1
+    assert submit_cli.main(argv, out=io.StringIO()) == 1
     err = capsys.readouterr().err
     assert "sbatch failed (exit 1)" in err
     assert message in err
@@ -188,9 +190,9 @@ def test_slurm_refusal_is_shown_plainly(
 def test_dashed_flag_spelling_is_accepted_like_sbatch_writes_it() -> None:
     out = io.StringIO()
     argv = ["--dry_run", "--model=mnist", "--nodes=2", "--gpus-per-node=4", "--time=30"]
-    assert submit.main(argv, out=out) == 0
+    assert submit_cli.main(argv, out=out) == 0
     assert "--gres=gpu:4" in out.getvalue()
     # after `--` everything belongs to the model, spelled as given
     out = io.StringIO()
-    assert submit.main([*argv, "--", "--train-steps=3"], out=out) == 0
+    assert submit_cli.main([*argv, "--", "--train-steps=3"], out=out) == 0
     assert "--train-steps=3" in out.getvalue()

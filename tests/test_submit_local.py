@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import launch, local, submit
+from slurmtf import launch, local
 from slurmtf.cli import launch as launch_cli
+from slurmtf.cli import submit as submit_cli
 from slurmtf.errors import InputError
 from slurmtf.jobspec import JobSpec
 
@@ -28,7 +29,7 @@ def launch_events(path: Path) -> list[dict[str, object]]:
 def test_local_two_nodes_get_a_shared_cluster_and_distinct_ports(tmp_path: Path) -> None:
     out = io.StringIO()
     argv = ["--cluster=local", "--nodes=2", f"--log_dir={tmp_path}", f"--command={PRINT_CONFIG}"]
-    assert submit.main(argv, out=out) == 0
+    assert submit_cli.main(argv, out=out) == 0
     logs = sorted(tmp_path.glob("*_log.out"))
     assert len(logs) == 2
     configs = []
@@ -45,7 +46,7 @@ def test_local_two_nodes_get_a_shared_cluster_and_distinct_ports(tmp_path: Path)
 def test_local_sweep_runs_every_point(tmp_path: Path) -> None:
     out = io.StringIO()
     argv = ["--cluster=local", f"--log_dir={tmp_path}", "--command=true", "--sweep=a=1,2"]
-    assert submit.main(argv, out=out) == 0
+    assert submit_cli.main(argv, out=out) == 0
     params = [launch_events(p)[0]["params"] for p in sorted(tmp_path.glob("*_*_0_log.out"))]
     assert params == [{"a": "1"}, {"a": "2"}]
 
@@ -54,7 +55,7 @@ def test_local_preempted_run_restarts_up_to_max_requeues(tmp_path: Path) -> None
     out = io.StringIO()
     command = f"{sys.executable} -c 'raise SystemExit(75)'"
     argv = ["--cluster=local", f"--log_dir={tmp_path}", f"--command={command}", "--max_requeues=2"]
-    assert submit.main(argv, out=out) == 75
+    assert submit_cli.main(argv, out=out) == 75
     (log,) = tmp_path.glob("*_0_log.out")
     restarts = [e["restart_count"] for e in launch_events(log) if e["event"] == "launch"]
     assert restarts == [0, 1, 2]

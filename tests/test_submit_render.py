@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobspec, submit
+from slurmtf import jobspec
+from slurmtf.cli import submit as submit_cli
 from slurmtf.jobspec import JobSpec
 
 DATA = Path(__file__).parent / "data" / "submit"
@@ -83,7 +84,7 @@ def test_script_matches_stored(name: str) -> None:
 def test_issue_example_dry_run() -> None:
     out = io.StringIO()
     argv = ["--dry_run", "--model=mnist", "--nodes=2", "--gpus_per_node=4", "--time=30"]
-    assert submit.main(argv, out=out) == 0
+    assert submit_cli.main(argv, out=out) == 0
     text = out.getvalue()
     for line in ("#SBATCH --gres=gpu:4", "#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=4"):
         assert line in text.splitlines()
@@ -94,7 +95,7 @@ def test_issue_example_dry_run() -> None:
 def test_dry_run_sweep_is_a_four_task_array() -> None:
     out = io.StringIO()
     argv = ["--dry_run", "--model=mnist", "--sweep=learning_rate=0.1,0.01", "--sweep=seed=1,2"]
-    assert submit.main(argv, out=out) == 0
+    assert submit_cli.main(argv, out=out) == 0
     text = out.getvalue()
     assert "#SBATCH --array=0-3%4" in text.splitlines()
     assert text.count("# array task ") == 4
@@ -104,7 +105,7 @@ def test_dry_run_sweep_is_a_four_task_array() -> None:
 def test_dry_run_passes_model_flags_through() -> None:
     out = io.StringIO()
     argv = ["--dry_run", "--model=resnet20", "--", "--train_steps=5", "--model_dir=/ckpt"]
-    assert submit.main(argv, out=out) == 0
+    assert submit_cli.main(argv, out=out) == 0
     command = next(line for line in out.getvalue().splitlines() if "slurmtf_models.resnet" in line)
     tail = "--resnet_size=20 --preemption_signal=USR2 --train_steps=5 --model_dir=/ckpt"
     assert command.endswith(tail)
@@ -138,10 +139,10 @@ def test_signal_is_configurable() -> None:
 
 def test_max_restarts_hands_the_end_of_the_job_to_job_sh() -> None:
     out = io.StringIO()
-    assert submit.main(["--dry_run", "--model=mnist", "--max_restarts=5"], out=out) == 0
+    assert submit_cli.main(["--dry_run", "--model=mnist", "--max_restarts=5"], out=out) == 0
     assert "slurmtf_submitit_setup" in out.getvalue()
     assert f"slurmtf_submitit_setup {Path('slurmtf_logs').absolute()} 5" in out.getvalue()
     out = io.StringIO()
-    assert submit.main(["--dry_run", "--model=mnist", "--max_requeues=0"], out=out) == 0
+    assert submit_cli.main(["--dry_run", "--model=mnist", "--max_requeues=0"], out=out) == 0
     assert "slurmtf_submitit_setup" not in out.getvalue()
     assert "--no-requeue" in out.getvalue()

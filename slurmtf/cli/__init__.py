@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError, UsageError
@@ -21,7 +21,7 @@ from slurmtf.errors import InputError, SlurmtfError, UsageError
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "resolve": ("slurmtf.cli.resolve", "print TF_CONFIG for this Slurm task (--explain, --export)"),
     "sandbox": ("slurmtf.cli.sandbox", "start, inspect or stop a local multi-node Slurm cluster"),
-    "submit": ("slurmtf.submit", "submit a training job or a sweep (job array) with submitit"),
+    "submit": ("slurmtf.cli.submit", "submit a training job or a sweep (job array) with submitit"),
     "status": ("slurmtf.watch", "show the state of a job"),
     "logs": ("slurmtf.watch", "print or follow a job's per-rank logs"),
     "cancel": ("slurmtf.watch", "cancel a job"),
@@ -46,26 +46,16 @@ class ArgumentParser(argparse.ArgumentParser):
         raise UsageError(message, self.format_usage())
 
 
-def flag(name: str) -> list[str]:
-    """Option strings for ``name``: ``--gpus_per_node`` (as every slurmtf command and the
-    models spell it) and ``--gpus-per-node`` (sbatch's spelling), for ``add_argument``."""
-    return list(dict.fromkeys([f"--{name}", f"--{name.replace('_', '-')}"]))
-
-
-def underscore_flags(argv: Sequence[str], known: set[str]) -> list[str]:
-    """``--gpus-per-node=4`` -> ``--gpus_per_node=4`` for known flags, up to ``--``.
-
-    For the absl front end (``slurmtf submit``), which knows only one spelling.
-    """
-    out = list(argv)
-    for i, arg in enumerate(out):
-        if arg == "--":
-            break
-        name, sep, value = arg.partition("=")
-        wanted = name.removeprefix("--").replace("-", "_")
-        if name.startswith("--") and "-" in name[2:] and wanted in known:
-            out[i] = f"--{wanted}{sep}{value}"
-    return out
+def add_flag(container: Any, name: str, **options: Any) -> None:
+    """``--name`` (as every slurmtf command and the models spell it) on an argparse parser
+    or group, plus ``--na-me`` (sbatch's spelling), accepted but not listed in ``--help``."""
+    container.add_argument(f"--{name}", **options)
+    dashed = name.replace("_", "-")
+    if dashed != name:
+        container.add_argument(
+            f"--{dashed}", dest=name, help=argparse.SUPPRESS, default=argparse.SUPPRESS,
+            **{k: v for k, v in options.items() if k not in {"help", "default", "dest"}},
+        )  # fmt: skip
 
 
 def usage() -> str:

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from slurmtf.cli import ArgumentParser, flag, report_error
+from slurmtf.cli import ArgumentParser, add_flag, report_error
 from slurmtf.env import read_slurm_env
 from slurmtf.errors import SlurmtfError, UsageError
 from slurmtf.layout import build_layout
@@ -37,13 +37,15 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help='print shell export lines, for eval "$(python -m slurmtf.resolver --export)"',
     )
-    parser.add_argument(
-        *flag("port_base"),
+    add_flag(
+        parser,
+        "port_base",
         metavar="PORT",
         help="port of rank 0; rank r uses PORT+r (default: from the job id, or SLURMTF_PORT_BASE)",
     )
-    parser.add_argument(
-        *flag("address_template"),
+    add_flag(
+        parser,
+        "address_template",
         metavar="TEMPLATE",
         help="address of each node, e.g. '{host}-ib' (default: the node name, or "
         "SLURMTF_ADDRESS_TEMPLATE)",

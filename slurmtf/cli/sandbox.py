@@ -8,7 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf.cli import ArgumentParser, flag, report_error
+from slurmtf.cli import ArgumentParser, add_flag, report_error
 from slurmtf.errors import SlurmtfError, UsageError
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox.core import Sandbox, default_dir
@@ -31,8 +31,12 @@ def _parser() -> argparse.ArgumentParser:
         help=f"state directory (default $SLURMTF_SANDBOX_DIR or {default_dir()})",
     )
     parser.add_argument("--nodes", type=int, default=3, help="number of nodes (default 3)")
-    parser.add_argument(
-        *flag("gpus_per_node"), type=int, default=2, help="fake GPUs per node (default 2; 0 = none)"
+    add_flag(
+        parser,
+        "gpus_per_node",
+        type=int,
+        default=2,
+        help="fake GPUs per node (default 2; 0 = none)",
     )
     parser.add_argument(
         "--link",

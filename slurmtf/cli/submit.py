@@ -1,0 +1,200 @@
+"""``slurmtf submit`` / ``python -m slurmtf.submit``: a multi-node TensorFlow job in one command.
+
+Examples::
+
+    python -m slurmtf.submit --model=mnist --nodes=2 --time=30 --wait -- --train_steps=200
+    python -m slurmtf.submit --dry_run --model=mnist --nodes=2 --gpus_per_node=4 --time=30
+    python -m slurmtf.submit --module=mypkg.train --sweep=learning_rate=0.1,0.01 --partition=gpu
+
+Flags after ``--`` go to the model (or module, function, command) unchanged. The job
+is rendered and submitted by submitit (one job, or one job array for a sweep); each
+task runs :mod:`slurmtf.launch`. Never imports TensorFlow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import TextIO
+
+from slurmtf import jobspec
+from slurmtf.cli import ArgumentParser, add_flag, report_error
+from slurmtf.contracts import DEFAULT_LOG_DIR, DEFAULT_PREEMPTION_SIGNAL
+from slurmtf.errors import SlurmtfError, UsageError
+from slurmtf.submit import dry_run, spec_from_args, submit_slurm
+from slurmtf.watch import follow
+
+PROGRAM = "slurmtf submit"
+
+
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(prog=PROGRAM, add_help=False, usage=f"{PROGRAM} [FLAGS] [-- ARGS]")
+    _what_runs(parser.add_argument_group("what every task runs (exactly one)"))
+    _resources(parser.add_argument_group("resources"))
+    _job(parser.add_argument_group("the job"))
+    mode = parser.add_argument_group("how")
+    add_flag(
+        mode,
+        "cluster",
+        choices=jobspec.CLUSTERS,
+        default="slurm",
+        help="slurm, or local processes (default slurm)",
+    )
+    add_flag(
+        mode,
+        "dry_run",
+        action="store_true",
+        help="print the sbatch script and per-task command; submit nothing",
+    )
+    add_flag(
+        mode,
+        "wait",
+        action="store_true",
+        help="follow rank 0's log until the job ends; exit with its status",
+    )
+    return parser
+
+
+def _what_runs(group: argparse._ArgumentGroup) -> None:
+    add_flag(group, "model", help=f"bundled model: {', '.join(jobspec.MODELS)}")
+    add_flag(group, "module", help="run `python -m MODULE` in every task")
+    add_flag(group, "function", help="call MODULE:FUNCTION(argv) -> int in every task")
+    add_flag(group, "command", help="run this command (split like a shell, no shell)")
+    add_flag(
+        group,
+        "legacy_keras",
+        action="store_true",
+        help="TF_USE_LEGACY_KERAS=1 in every task (tf_keras; slurmtf[keras2])",
+    )
+
+
+def _resources(group: argparse._ArgumentGroup) -> None:
+    add_flag(group, "nodes", type=int, default=1, help="nodes (default 1)")
+    add_flag(
+        group,
+        "gpus_per_node",
+        type=int,
+        default=0,
+        help="GPUs per node; one task per GPU (one task per node without)",
+    )
+    add_flag(
+        group,
+        "gpus_per_task",
+        type=int,
+        default=1,
+        help="GPUs of each task (worker): --gpus_per_node/N tasks per node, each "
+        "bound to its own GPUs; =--gpus_per_node for one worker per node",
+    )
+    add_flag(
+        group,
+        "gpu_flag",
+        choices=jobspec.GPU_FLAGS,
+        default="gres",
+        help="how GPUs are asked for: --gres=gpu:N, --gpus-per-node=N or "
+        "--gpus-per-task=K (default gres)",
+    )
+    add_flag(group, "cpus_per_task", type=int, help="CPUs per task")
+    add_flag(group, "mem", help="memory per node, e.g. 16G")
+    add_flag(
+        group, "time", default="60", help="time limit: minutes, HH:MM:SS or D-HH:MM (default 60)"
+    )
+    named = {
+        "partition": "partition",
+        "account": "account",
+        "qos": "quality of service",
+        "constraint": "node features, e.g. a100",
+    }
+    for name, text in named.items():
+        add_flag(group, name, help=text)
+    add_flag(group, "exclusive", action="store_true", help="whole nodes only")
+
+
+def _job(group: argparse._ArgumentGroup) -> None:
+    repeat = {"action": "append", "default": []}
+    add_flag(
+        group,
+        "setup",
+        **repeat,
+        help="a shell line run before the tasks, e.g. 'module load cuda' (repeatable)",
+    )
+    add_flag(
+        group,
+        "sbatch_extra",
+        **repeat,
+        help="another sbatch option as KEY=VALUE, e.g. mail-type=END (repeatable)",
+    )
+    add_flag(
+        group,
+        "sweep",
+        **repeat,
+        help="NAME=V1,V2,...: one array task per grid point (repeatable)",
+    )
+    add_flag(
+        group,
+        "array_parallelism",
+        type=int,
+        default=256,
+        help="array tasks running at once (default 256)",
+    )
+    add_flag(group, "job_name", default="slurmtf", help="job name (default slurmtf)")
+    add_flag(
+        group,
+        "log_dir",
+        default=DEFAULT_LOG_DIR,
+        help="folder (shared by the nodes) for per-rank logs and job files "
+        f"(default {DEFAULT_LOG_DIR})",
+    )
+    add_flag(
+        group,
+        "signal",
+        default=DEFAULT_PREEMPTION_SIGNAL,
+        help="signal sent before the time limit (NCCL reserves USR1)",
+    )
+    add_flag(
+        group,
+        "signal_delay_s",
+        type=int,
+        default=120,
+        help="seconds before the time limit the signal arrives (default 120)",
+    )
+    add_flag(
+        group,
+        "max_restarts",
+        type=int,
+        default=3,
+        help="requeue the job at most this often, counted across restarts: "
+        "after a preemption (exit 75) or a failure a restart may fix (a killed "
+        "rank, a lost peer or node, a stall; a failed node is excluded). Bad "
+        "flags and model errors are not retried (default 3)",
+    )
+    add_flag(group, "max_requeues", type=int, help="former name of --max_restarts")
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    """Entry point; ``argv`` excludes the program name. Exit 2 on usage errors."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    cut = args.index("--") if "--" in args else len(args)
+    ours, rest = args[:cut], args[cut + 1 :]
+    parser = _parser()
+    if "--help" in ours or "-h" in ours:
+        print(__doc__, file=out)
+        print(parser.format_help(), file=out)
+        return 0
+    try:
+        options = parser.parse_args(ours)
+        spec = spec_from_args(options, rest)
+        if options.dry_run:
+            dry_run(spec, sys.executable, out)
+            return 0
+        if spec.cluster == "local":
+            from slurmtf.local import run_local
+
+            return run_local(spec, out)
+        main_id, ids = submit_slurm(spec, out)
+        if not options.wait:
+            return 0
+        status: int = follow(main_id, spec.folder, spec.num_tasks, out=out, log_job=ids[0])
+        return status
+    except (SlurmtfError, UsageError) as exc:
+        return report_error(PROGRAM, exc)
