@@ -1,4 +1,5 @@
-"""``slurmtf status|logs|cancel JOB`` and the follower behind ``submit --wait``.
+"""A job's state and logs: the library behind ``slurmtf status|logs|cancel JOB``
+(:mod:`slurmtf.cli.jobs`) and the follower behind ``submit --wait``.
 
 State comes from ``squeue``/``scontrol`` while Slurm still knows the job, from ``sacct``
 where accounting exists, and otherwise from the ``exit`` lines the launcher writes to
@@ -10,12 +11,11 @@ from __future__ import annotations
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
 from slurmtf import jobrecord
-from slurmtf.cli import report_error
 from slurmtf.contracts import (
     DEFAULT_LOG_DIR,
     FINAL_STATES,
@@ -23,7 +23,7 @@ from slurmtf.contracts import (
     is_final,
     rank_log_paths,
 )
-from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
+from slurmtf.errors import SlurmCommandError
 from slurmtf.events import last, named, read_events
 from slurmtf.jobrecord import JobPlace
 from slurmtf.runner import Runner, default_runner
@@ -328,57 +328,3 @@ def follow_rank(
             _print_new(path, offset, out)
             return 0
         sleep(poll_s)
-
-
-USAGE = """usage: slurmtf status JOB [--log_dir=DIR]
-       slurmtf logs JOB [--rank=N] [--err] [--follow] [--log_dir=DIR]
-       slurmtf cancel JOB
-The logs are found through Slurm while it knows the job, then through the record of
-submitted jobs ($XDG_STATE_HOME/slurmtf/jobs.jsonl); --log_dir overrides both."""
-
-
-def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> int:
-    """``[status|logs|cancel, JOB, options...]`` -> exit status (2 on usage errors)."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) < 2 or args[0] not in {"status", "logs", "cancel"} or "--help" in args:
-        print(USAGE, file=sys.stderr if "--help" not in args else sys.stdout)
-        return 0 if "--help" in args else 2
-    command, job_id, options = args[0], args[1], args[2:]
-    try:
-        if not job_id.replace("_", "").isdigit():
-            raise InputError(
-                "JOB", job_id, "is not a Slurm job id", "e.g. 1234 or 1234_3 (array task)"
-            )
-        opts = dict(o.removeprefix("--").partition("=")[::2] for o in options)
-        unknown = set(opts) - {"rank", "err", "follow", "log_dir"}
-        if unknown:
-            raise InputError(
-                f"--{sorted(unknown)[0]}", opts[sorted(unknown)[0]], "is not an option", USAGE
-            )
-        if command == "cancel":
-            runner(["scancel", job_id])
-            print(f"slurmtf: cancelled job {job_id}")
-            return 0
-        place = locate(job_id, runner, opts.get("log_dir"))
-        if command == "status":
-            print("\n".join(status_lines(job_id, runner, place)))
-            return 0
-        rank = opts.get("rank", "0")
-        if not rank.isdigit():
-            raise InputError("--rank", rank, "is not a rank", "e.g. --rank=0")
-        path = place.rank_log(int(rank), "err" if "err" in opts else "out")
-        if "follow" in opts:
-            return follow_rank(job_id, path, runner)
-        if not path.exists():
-            raise InputError(
-                "JOB", job_id, f"has no log at {path} (found via {place.source})",
-                "pass --log_dir= as given to submit or as LOG_DIR to the job script",
-            )  # fmt: skip
-        sys.stdout.write(path.read_text(errors="replace"))
-        return 0
-    except SlurmtfError as exc:
-        return report_error(f"slurmtf {command}", exc)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

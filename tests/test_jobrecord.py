@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf import jobrecord, watch
+from slurmtf.cli import jobs as jobs_cli
 from tests.test_submit_watch import GONE, NO_ACCT, FakeSlurm
 
 JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
@@ -77,7 +78,7 @@ def test_slurm_record_wins_while_slurm_knows_the_job(state_home: Path, tmp_path:
     jobrecord.append("99", tmp_path / "elsewhere", jobrecord.SCRIPT_LOGS, path=state_home)
     show = f"JobId=99 JobState=RUNNING ExitCode=0:0 Restarts=2 Comment=slurmtf:{logs}\n"
     fake = FakeSlurm({"scontrol": [(0, show, "")]})
-    assert watch.main(["logs", "99", "--rank=1", "--err"], runner=fake) == 0
+    assert jobs_cli.main(["logs", "99", "--rank=1", "--err"], runner=fake) == 0
     place = watch.locate("99", fake)
     assert (place.log_dir, place.source) == (logs, "slurm")
     assert watch.status_lines("99", fake, place)[0] == (
@@ -110,7 +111,7 @@ def test_an_unknown_job_says_where_it_looked(
     state_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake = FakeSlurm({"scontrol": [GONE], "sacct": [NO_ACCT]})
-    assert watch.main(["logs", "31337"], runner=fake) == 2
+    assert jobs_cli.main(["logs", "31337"], runner=fake) == 2
     err = capsys.readouterr().err
     assert "JOB='31337'" in err
     assert "found via default" in err

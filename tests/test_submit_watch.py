@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf import launch, watch
+from slurmtf.cli import jobs as jobs_cli
 from slurmtf.errors import SlurmCommandError
 from slurmtf.resolver import resolve
 
@@ -57,7 +58,7 @@ def test_exit_status(state: str, code: str, status: int) -> None:
 
 def test_status_running(capsys: pytest.CaptureFixture[str]) -> None:
     fake = FakeSlurm({"scontrol": [scontrol("RUNNING")]})
-    assert watch.main(["status", "7"], runner=fake) == 0
+    assert jobs_cli.main(["status", "7"], runner=fake) == 0
     assert "job 7: RUNNING (exit 0:0) [scontrol]" in capsys.readouterr().out
 
 
@@ -65,11 +66,11 @@ def test_status_falls_back_to_sacct_then_logs(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fake = FakeSlurm({"scontrol": [GONE], "sacct": [(0, "7|COMPLETED|0:0\n", "")]})
-    assert watch.main(["status", "7", f"--log_dir={tmp_path}"], runner=fake) == 0
+    assert jobs_cli.main(["status", "7", f"--log_dir={tmp_path}"], runner=fake) == 0
     assert "COMPLETED (exit 0:0) [sacct]" in capsys.readouterr().out
     (tmp_path / "7_0_log.out").write_text('noise\n{"event": "exit", "rank": 0, "status": 3}\n')
     fake = FakeSlurm({"scontrol": [GONE], "sacct": [NO_ACCT]})
-    assert watch.main(["status", "7", f"--log_dir={tmp_path}"], runner=fake) == 0
+    assert jobs_cli.main(["status", "7", f"--log_dir={tmp_path}"], runner=fake) == 0
     out = capsys.readouterr().out
     assert "accounting is unavailable" in out
     assert "from its rank 0 log: 3" in out
@@ -78,10 +79,10 @@ def test_status_falls_back_to_sacct_then_logs(
 
 def test_cancel_runs_scancel_and_shows_its_error(capsys: pytest.CaptureFixture[str]) -> None:
     fake = FakeSlurm({"scancel": [(0, "", "")]})
-    assert watch.main(["cancel", "7_2"], runner=fake) == 0
+    assert jobs_cli.main(["cancel", "7_2"], runner=fake) == 0
     assert fake.calls == [["scancel", "7_2"]]
     fake = FakeSlurm({"scancel": [(1, "", "scancel: error: Invalid job id 99")]})
-    assert watch.main(["cancel", "99"], runner=fake) == 1
+    assert jobs_cli.main(["cancel", "99"], runner=fake) == 1
     assert "Invalid job id 99" in capsys.readouterr().err
 
 
@@ -89,14 +90,18 @@ def test_cancel_runs_scancel_and_shows_its_error(capsys: pytest.CaptureFixture[s
     "argv", [["status"], ["status", "abc"], ["logs", "7", "--bogus=1"], ["frobnicate", "7"]]
 )
 def test_usage_errors(argv: list[str]) -> None:
-    assert watch.main(argv, runner=FakeSlurm({})) == 2
+    assert jobs_cli.main(argv, runner=FakeSlurm({})) == 2
 
 
 def test_logs_prints_a_rank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "7_1_log.out").write_text("rank one says hi\n")
-    assert watch.main(["logs", "7", "--rank=1", f"--log_dir={tmp_path}"], runner=FakeSlurm({})) == 0
+    assert (
+        jobs_cli.main(["logs", "7", "--rank=1", f"--log_dir={tmp_path}"], runner=FakeSlurm({})) == 0
+    )
     assert capsys.readouterr().out == "rank one says hi\n"
-    assert watch.main(["logs", "7", "--rank=5", f"--log_dir={tmp_path}"], runner=FakeSlurm({})) == 2
+    assert (
+        jobs_cli.main(["logs", "7", "--rank=5", f"--log_dir={tmp_path}"], runner=FakeSlurm({})) == 2
+    )
 
 
 def test_follow_prints_rank0_until_the_end_and_summarizes(tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "resolve": ("slurmtf.cli.resolve", "print TF_CONFIG for this Slurm task (--explain, --export)"),
     "sandbox": ("slurmtf.cli.sandbox", "start, inspect or stop a local multi-node Slurm cluster"),
     "submit": ("slurmtf.cli.submit", "submit a training job or a sweep (job array) with submitit"),
-    "status": ("slurmtf.watch", "show the state of a job"),
-    "logs": ("slurmtf.watch", "print or follow a job's per-rank logs"),
-    "cancel": ("slurmtf.watch", "cancel a job"),
+    "status": ("slurmtf.cli.jobs", "show the state of a job"),
+    "logs": ("slurmtf.cli.jobs", "print or follow a job's per-rank logs"),
+    "cancel": ("slurmtf.cli.jobs", "cancel a job"),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
 }
 

@@ -1,0 +1,70 @@
+"""``slurmtf status|logs|cancel JOB``: a job's state, its per-rank logs, cancelling it.
+
+The logs are found through Slurm while it knows the job, then through the record of
+submitted jobs (``$XDG_STATE_HOME/slurmtf/jobs.jsonl``); ``--log_dir`` overrides both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from slurmtf.cli import ArgumentParser, add_flag, report_error
+from slurmtf.errors import InputError, SlurmtfError, UsageError
+from slurmtf.runner import Runner, default_runner
+from slurmtf.watch import follow_rank, locate, status_lines
+
+COMMANDS = ("status", "logs", "cancel")
+
+
+def _parser(command: str) -> ArgumentParser:
+    parser = ArgumentParser(prog=f"slurmtf {command}", description=__doc__)
+    parser.add_argument("job", metavar="JOB", help="a Slurm job id, e.g. 1234 or 1234_3")
+    if command == "cancel":
+        return parser
+    add_flag(parser, "log_dir", metavar="DIR", help="the job's log folder (found by default)")
+    if command == "logs":
+        parser.add_argument("--rank", type=int, default=0, help="which rank (default 0)")
+        parser.add_argument("--err", action="store_true", help="its stderr, not its stdout")
+        parser.add_argument("--follow", action="store_true", help="until the job ends")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> int:
+    """``[status|logs|cancel, JOB, options...]`` -> exit status (2 on usage errors)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    command = args[0] if args else ""
+    try:
+        if command not in COMMANDS:
+            raise UsageError(f"unknown command {command!r}", f"one of {', '.join(COMMANDS)}")
+        options = _parser(command).parse_args(args[1:])
+        return _run(command, options, runner)
+    except SlurmtfError as exc:
+        return report_error(f"slurmtf {command}".rstrip(), exc)
+
+
+def _run(command: str, options: argparse.Namespace, runner: Runner) -> int:
+    job_id = options.job
+    if not job_id.replace("_", "").isdigit():
+        raise InputError("JOB", job_id, "is not a Slurm job id", "e.g. 1234 or 1234_3 (array task)")
+    if command == "cancel":
+        runner(["scancel", job_id])
+        print(f"slurmtf: cancelled job {job_id}")
+        return 0
+    place = locate(job_id, runner, options.log_dir)
+    if command == "status":
+        print("\n".join(status_lines(job_id, runner, place)))
+        return 0
+    if options.rank < 0:
+        raise InputError("--rank", options.rank, "is not a rank", "e.g. --rank=0")
+    path = place.rank_log(options.rank, "err" if options.err else "out")
+    if options.follow:
+        return follow_rank(job_id, path, runner)
+    if not path.exists():
+        raise InputError(
+            "JOB", job_id, f"has no log at {path} (found via {place.source})",
+            "pass --log_dir= as given to submit or as LOG_DIR to the job script",
+        )  # fmt: skip
+    sys.stdout.write(path.read_text(errors="replace"))
+    return 0
