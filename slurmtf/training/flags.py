@@ -26,6 +26,13 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         return
     _DEFINED.add(id(flag_values))
     fv = flag_values
+    _define_training_flags(fv)
+    _define_distribution_flags(fv)
+    _define_runtime_flags(fv)
+
+
+def _define_training_flags(fv: flags.FlagValues) -> None:
+    """What to train on and for how long: data, steps, evaluation, precision, schedule."""
     flags.DEFINE_string(
         "model_dir", None, "Checkpoints and summaries (chief only).", flag_values=fv
     )
@@ -69,6 +76,10 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     flags.DEFINE_integer(
         "seed", 0, "Random seed (weights, shuffling, synthetic data).", flag_values=fv
     )
+
+
+def _define_distribution_flags(fv: flags.FlagValues) -> None:
+    """How the replicas work together: strategy and all-reduce (and how long they wait)."""
     flags.DEFINE_enum(
         "distribution_strategy", "auto", STRATEGIES, "Distribution strategy.", flag_values=fv
     )
@@ -93,6 +104,11 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "Split the gradient all-reduce into packs of this many bytes (0 = one pack).",
         flag_values=fv,
     )
+    _define_wait_flags(fv)
+
+
+def _define_wait_flags(fv: flags.FlagValues) -> None:
+    """How long a rank waits for its peers before the run fails with a line naming them."""
     flags.DEFINE_float(
         "stall_timeout",
         120.0,
@@ -128,6 +144,16 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
         "minutes (0 = TF default: wait for a very long time).",
         flag_values=fv,
     )
+    flags.DEFINE_integer(
+        "cpu_replicas",
+        0,
+        "Split the CPU into N devices and mirror over them (multi-device path without GPUs).",
+        flag_values=fv,
+    )
+
+
+def _define_runtime_flags(fv: flags.FlagValues) -> None:
+    """Preemption, logging, threads and checkpoints."""
     flags.DEFINE_string(
         "preemption_signal", "USR2", "Signal that means: save and exit 75.", flag_values=fv
     )
@@ -147,12 +173,6 @@ def define_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     )
     flags.DEFINE_integer(
         "checkpoint_every", 0, "Also save every N steps (0 = at each evaluation).", flag_values=fv
-    )
-    flags.DEFINE_integer(
-        "cpu_replicas",
-        0,
-        "Split the CPU into N devices and mirror over them (multi-device path without GPUs).",
-        flag_values=fv,
     )
     flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept by the chief.", flag_values=fv)
 
