@@ -12,7 +12,7 @@ import pytest
 
 from slurmtf import jobrecord, watch
 from slurmtf.cli import jobs as jobs_cli
-from tests.test_submit_watch import GONE, NO_ACCT, FakeSlurm
+from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm
 
 JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
 

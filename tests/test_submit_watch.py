@@ -4,40 +4,14 @@ from __future__ import annotations
 
 import io
 import json
-import shlex
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 
 from slurmtf import launch, watch
 from slurmtf.cli import jobs as jobs_cli
-from slurmtf.errors import SlurmCommandError
 from slurmtf.resolver import resolve
-
-
-class FakeSlurm:
-    """Answers Slurm commands from a table; records every call."""
-
-    def __init__(self, answers: dict[str, list[tuple[int, str, str]]]) -> None:
-        self.answers = answers
-        self.calls: list[list[str]] = []
-
-    def __call__(self, args: Sequence[str], **_: object) -> str:
-        self.calls.append(list(args))
-        queue = self.answers.get(args[0], [(0, "", "")])
-        code, out, err = queue.pop(0) if len(queue) > 1 else queue[0]
-        if code:
-            raise SlurmCommandError(shlex.join(args), code, err)
-        return out
-
-
-def scontrol(state: str, code: str = "0:0") -> tuple[int, str, str]:
-    return (0, f"JobId=7 JobName=x JobState={state} Reason=None ExitCode={code} RunTime=1\n", "")
-
-
-GONE = (1, "", "slurm_load_jobs error: Invalid job id specified")
-NO_ACCT = (1, "", "sacct: error: Slurm accounting storage is disabled")
+from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm, scontrol
 
 
 @pytest.mark.parametrize(

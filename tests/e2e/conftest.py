@@ -25,6 +25,7 @@ unshare, Slurm that cannot be installed) skips locally and fails in CI
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -32,7 +33,7 @@ import sys
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -40,6 +41,9 @@ from slurmtf.contracts import FINAL_STATES
 from slurmtf.sandbox import Sandbox
 from slurmtf.sandbox.daemons import log_tail
 from tests.prereqs import require
+
+if TYPE_CHECKING:
+    from tests.e2e.jobruns import SandboxJob
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -149,12 +153,25 @@ def slurm_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSan
 def baseline(
     slurm_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Any]:
-    """The uninterrupted run of ``test_preemption.ARGS``, submitted when first asked for so
-    that it overlaps the first test; the preemption and recovery tests compare with it."""
-    from tests.e2e.test_faults import SandboxJob
-    from tests.e2e.test_preemption import ARGS
+    """The uninterrupted run of ``jobruns.ARGS``, submitted when first asked for so that
+    it overlaps the first test; the preemption and recovery tests compare with it."""
+    from tests.e2e.jobruns import ARGS, SandboxJob
 
     job = SandboxJob(slurm_sandbox, tmp_path_factory.mktemp("preempt") / "baseline")
     job.submit(ARGS)
     yield job
     job.cancel()
+
+
+@pytest.fixture
+def jobs(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> Iterator[list[SandboxJob]]:
+    """Live jobs a test breaks (``tests.e2e.jobruns.new_job``): cancelled at the end."""
+    require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
+    made: list[SandboxJob] = []
+    yield made
+    for job in made:
+        job.cancel()
+        job.release()
+    for job in made:
+        if job.job_id:
+            print(job.report())  # shown by pytest only when the test failed

@@ -3,18 +3,27 @@
 ``submit_job`` sends ``jobs/<script>`` with sbatch; ``JobRun.finish`` waits and reads
 every rank's JSON event lines; ``check_training`` asserts what every healthy training job
 shows (one cluster, falling loss, equal weights on every rank, chief-only outputs).
+``SandboxJob`` is a job to break while it runs (fault, preemption and recovery tests):
+its state, a rank's process found through ``/proc`` by job id and rank (``rank_pids``),
+signalled by PID.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import signal
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import REPO, SlurmSandbox
+import pytest
+
+from tests.e2e.conftest import REPO, TERMINAL, SlurmSandbox
 
 
 @dataclass
@@ -149,3 +158,180 @@ def check_training(run: JobRun, *, loss_falls: bool = True) -> None:
     assert unexpected == [], f"files no chief writes: {unexpected}"
     job_log = next(run.run_dir.glob("*.out")).read_text()
     assert "srun exited 0" in job_log, job_log
+
+
+# The MNIST job the preemption and recovery tests interrupt: deterministic, checkpoints
+# every INTERVAL steps, ends at STEPS.
+STEPS = 120
+INTERVAL = 10  # --checkpoint_every
+ARGS = [
+    "--batch_size=16",
+    "--eval_steps=1",
+    "--num_threads=1",
+    "--seed=11",
+    "--dropout_rate=0",
+    "--log_every=1",
+    f"--train_steps={STEPS}",
+    f"--checkpoint_every={INTERVAL}",
+    "--heartbeat_timeout=10",
+]
+FAST = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=5"]
+LONG = [*FAST, "--train_steps=100000", "--log_every=5", "--checkpoint_every=10"]
+
+
+@dataclass
+class SandboxJob:
+    """One ``jobs/mnist.sbatch`` submission and its files."""
+
+    sandbox: SlurmSandbox
+    run_dir: Path
+    job_id: str = ""
+    signalled: list[int] = field(default_factory=list)
+    final: str = ""  # kept: squeue forgets a finished job after MinJobAge
+
+    @property
+    def model_dir(self) -> Path:
+        return self.run_dir / "model"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.run_dir / "logs"
+
+    def submit(self, args: list[str], *, nodes: str = "", env: dict[str, str] | None = None) -> str:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        sbatch = ["-N2", "--time=10", f"--output={self.run_dir}/job-%j.out", "--job-name=faults"]
+        if nodes:
+            sbatch.append(f"--nodelist={nodes}")
+        run_env = {"MODEL_DIR": str(self.model_dir), "LOG_DIR": str(self.log_dir), **(env or {})}
+        self.final = ""
+        self.job_id = self.sandbox.submit(
+            REPO / "jobs" / "mnist.sbatch", *args, sbatch_args=sbatch, env=run_env
+        )
+        return self.job_id
+
+    def state(self) -> str:
+        if not self.final:
+            state = self.sandbox.state(self.job_id)
+            if state not in TERMINAL:
+                return state
+            self.final = state
+        return self.final
+
+    def wait(self, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.state() in TERMINAL:
+                return self.final
+            time.sleep(0.5)
+        logs = self.report()
+        self.cancel()
+        raise TimeoutError(f"job {self.job_id} still {self.state()!r} after {timeout} s\n{logs}")
+
+    def cancel(self) -> None:
+        if self.job_id and self.state() not in TERMINAL:
+            self.sandbox.run(["scancel", self.job_id], check=False)
+
+    def rank_pid(self, rank: int) -> int | None:
+        """PID of this job's ``python -m models.mnist`` for ``rank``, found in /proc."""
+        for pid in rank_pids(self.job_id, rank):
+            return pid
+        return None
+
+    def signal_rank(self, rank: int, signum: int) -> int:
+        pid = self.rank_pid(rank)
+        assert pid is not None, f"no process for rank {rank} of job {self.job_id}\n{self.report()}"
+        os.kill(pid, signum)
+        self.signalled.append(pid)
+        return pid
+
+    def release(self) -> None:
+        """Resume and kill every process this test stopped (by PID), if still there."""
+        for pid in self.signalled:
+            for signum in (signal.SIGCONT, signal.SIGKILL):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signum)
+
+    def text(self, name: str) -> str:
+        path = self.log_dir / name
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def job_output(self) -> str:
+        return "\n".join(p.read_text(errors="replace") for p in sorted(self.run_dir.glob("*.out")))
+
+    def events(self, rank: int, name: str) -> list[dict[str, Any]]:
+        found = []
+        for line in self.text(f"rank{rank}.out").splitlines():
+            if line.startswith("{"):
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    if record.get("event") == name:
+                        found.append(record)
+        return found
+
+    def progress(self) -> int:
+        """Highest step rank 0 has logged (``step N/M``), else 0."""
+        steps = [
+            int(word.split("/")[0])
+            for line in self.text("rank0.err").splitlines()
+            for word in line.split("step ")[1:2]
+            if word.split("/")[0].isdigit()
+        ]
+        return max(steps, default=0)
+
+    def report(self) -> str:
+        parts = [f"job {self.job_id} state {self.state()!r}, run dir {self.run_dir}"]
+        parts.append(f"--- job output:\n{self.job_output()[-3000:]}")
+        for path in sorted(self.log_dir.glob("rank*")):
+            parts.append(f"--- {path.name}:\n{path.read_text(errors='replace')[-3000:]}")
+        parts.append(self.sandbox.logs(self.job_id))
+        return "\n".join(parts)
+
+
+def rank_pids(job_id: str, rank: int) -> list[int]:
+    """Python processes of job ``job_id`` whose ``SLURM_PROCID`` is ``rank``."""
+    want = {b"SLURM_JOB_ID": job_id.encode(), b"SLURM_PROCID": str(rank).encode()}
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if not Path(argv[0].decode()).name.startswith("python") or b"models.mnist" not in argv:
+                continue
+            items = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        environ = dict(item.split(b"=", 1) for item in items if b"=" in item)
+        if all(environ.get(key) == value for key, value in want.items()):
+            found.append(int(entry.name))
+    return found
+
+
+def wait_until(job: SandboxJob, condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        if job.state() in TERMINAL:
+            break
+        time.sleep(0.3)
+    job.cancel()
+    pytest.fail(f"{what} did not happen within {timeout:.0f} s\n{job.report()}")
+
+
+def wait_terminal(job: SandboxJob, since: float, timeout: float) -> tuple[str, float]:
+    """Final state and seconds from ``since`` until Slurm reported it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = job.state()
+        if state in TERMINAL:
+            return state, time.monotonic() - since
+        time.sleep(0.3)
+    job.cancel()
+    pytest.fail(f"job {job.job_id} still running {timeout:.0f} s after the fault\n{job.report()}")
+
+
+def new_job(jobs: list[SandboxJob], sandbox: SlurmSandbox, root: Path, name: str) -> SandboxJob:
+    job = SandboxJob(sandbox, root / name)
+    jobs.append(job)
+    return job

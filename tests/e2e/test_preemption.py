@@ -30,26 +30,11 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import SlurmSandbox
-from tests.e2e.test_faults import SandboxJob, jobs, wait_until
+from tests.e2e.jobruns import ARGS, INTERVAL, STEPS, SandboxJob, wait_until
 from tests.helpers.localjobs import checkpoint_step
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
-__all__ = ["jobs"]  # the fixture, shared with test_faults; `baseline` is in conftest
-
-STEPS = 120
-INTERVAL = 10  # --checkpoint_every
-ARGS = [
-    "--batch_size=16",
-    "--eval_steps=1",
-    "--num_threads=1",
-    "--seed=11",
-    "--dropout_rate=0",
-    "--log_every=1",
-    f"--train_steps={STEPS}",
-    f"--checkpoint_every={INTERVAL}",
-    "--heartbeat_timeout=10",
-]
 COUNT = int(os.environ.get("SLURMTF_PREEMPTIONS", "1"))
 SEED = int(os.environ.get("SLURMTF_PREEMPT_SEED", "2026"))
 _rng = random.Random(SEED)

@@ -34,13 +34,10 @@ import pytest
 
 from slurmtf.sandbox import Sandbox, daemons, nodefaults
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
-from tests.e2e.test_faults import SandboxJob, jobs, wait_until
-from tests.e2e.test_preemption import ARGS, STEPS
+from tests.e2e.jobruns import ARGS, STEPS, SandboxJob, wait_until
 from tests.helpers.localjobs import report
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
-
-__all__ = ["jobs"]  # the fixture
 
 KINDS = ("rank", "node", "freeze")
 COUNT = int(os.environ.get("SLURMTF_RECOVERIES", "1"))
