@@ -4,7 +4,7 @@ It sets up (already done here), writes the real-digit sample, starts its own 2-n
 sandbox, trains MNIST across both nodes with ``python -m slurmtf.submit --wait``, stops
 the sandbox and ends with the held-out accuracy and where the data came from. The demo
 passes extra arguments to the model; fewer steps keep CI short (the full demo's accuracy
-is in docs/MODELS.md, and tests/test_sample_learns.py holds the >= 0.9 bar).
+is in docs/MODELS.md, and tests/integration/test_sample_learns.py holds the >= 0.9 bar).
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from tests.helpers.datafiles import (
     write_mnist,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.tf
 

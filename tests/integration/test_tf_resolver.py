@@ -20,7 +20,7 @@ from tests.prereqs import require
 
 pytestmark = pytest.mark.tf
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
