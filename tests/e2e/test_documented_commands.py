@@ -61,7 +61,7 @@ COMMANDS: dict[str, Doc] = {
     "sbatch jobs/mnist.sbatch --train_steps=200": Doc(nodes=2),
     "sbatch -N1 jobs/mnist.sbatch --train_steps=200": Doc(nodes=1),
     "sbatch -N4 --gres=gpu:4 --ntasks-per-node=4 jobs/mnist.sbatch --batch_size=800": Doc(
-        nodes=4, per_node=4
+        nodes=4, per_node=4, placement=True
     ),
     "MODEL_DIR=/shared/mnist1 DATA_DIR=/data/mnist sbatch jobs/mnist.sbatch --train_epochs=10": Doc(
         nodes=2
