@@ -43,7 +43,8 @@ KINDS = ("rank", "node", "freeze")
 COUNT = int(os.environ.get("SLURMTF_RECOVERIES", "1"))
 SEED = int(os.environ.get("SLURMTF_RECOVERY_SEED", "2027"))
 _rng = random.Random(SEED)
-CASES = [(kind, _rng.randint(3, STEPS - 25)) for _ in range(COUNT) for kind in KINDS]
+# (kind, step, run): the run number keeps two draws of one kind and step apart
+CASES = [(kind, _rng.randint(3, STEPS - 25), i) for i in range(COUNT) for kind in KINDS]
 
 
 @pytest.fixture(scope="module")
@@ -111,19 +112,19 @@ def restarted_step(job: SandboxJob) -> int | None:
     return None
 
 
-@pytest.mark.parametrize("case", CASES, ids=[f"{k}-step{m}" for k, m in CASES])
+@pytest.mark.parametrize("case", CASES, ids=[f"{k}-step{m}-{i}" for k, m, i in CASES])
 def test_a_hard_failure_recovers_by_itself(
     own_sandbox: SlurmSandbox,
     baseline: SandboxJob,
     jobs: list[SandboxJob],
     mended: list[int],
-    case: tuple[str, int],
+    case: tuple[str, int, int],
 ) -> None:
-    kind, moment = case
+    kind, moment, run = case
     slurm_sandbox = own_sandbox
-    job = SandboxJob(slurm_sandbox, slurm_sandbox.dir / f"run-{kind}-{moment}")
+    job = SandboxJob(slurm_sandbox, slurm_sandbox.dir / f"run-{kind}-{moment}-{run}")
     jobs.append(job)
-    state_home = slurm_sandbox.dir / f"state-{kind}-{moment}"  # the user's job record
+    state_home = slurm_sandbox.dir / f"state-{kind}-{moment}-{run}"  # the user's job record
     job.submit(
         ARGS,
         env={"MAX_RESTARTS": "2", "SLURMTF_NODE_PROBE_S": "10", "XDG_STATE_HOME": str(state_home)},
