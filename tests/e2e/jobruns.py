@@ -11,7 +11,6 @@ signalled by PID.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import signal
@@ -23,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from slurmtf.events import named, read_events
 from tests.e2e.conftest import REPO, TERMINAL, SlurmSandbox
 
 
@@ -54,11 +54,7 @@ class JobRun:
             self.state = self.sandbox.wait(self.job_id, self.timeout)
             for path in sorted(self.log_dir.glob("rank*.out")):
                 rank = int(path.stem.removeprefix("rank"))
-                self.events[rank] = [
-                    json.loads(line)
-                    for line in path.read_text().splitlines()
-                    if line.startswith("{")
-                ]
+                self.events[rank] = read_events(path)
         return self.state
 
     def report(self) -> str:
@@ -70,7 +66,7 @@ class JobRun:
         return "\n".join(parts)
 
     def of(self, event: str) -> dict[int, list[dict[str, Any]]]:
-        return {r: [e for e in evs if e.get("event") == event] for r, evs in self.events.items()}
+        return {rank: named(found, event) for rank, found in self.events.items()}
 
 
 def submit_job(
@@ -259,14 +255,7 @@ class SandboxJob:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.run_dir.glob("*.out")))
 
     def events(self, rank: int, name: str) -> list[dict[str, Any]]:
-        found = []
-        for line in self.text(f"rank{rank}.out").splitlines():
-            if line.startswith("{"):
-                with contextlib.suppress(ValueError):
-                    record = json.loads(line)
-                    if record.get("event") == name:
-                        found.append(record)
-        return found
+        return named(read_events(self.log_dir / f"rank{rank}.out"), name)
 
     def progress(self) -> int:
         """Highest step rank 0 has logged (``step N/M``), else 0."""
