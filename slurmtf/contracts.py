@@ -20,6 +20,10 @@ EXIT_USAGE = 2  # bad input: a flag, an argument or a variable (as argparse exit
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: checkpoint saved on the preemption signal; requeue me
 
 DEFAULT_LOG_DIR = "slurmtf_logs"  # submit's per-job logs, relative to the submit directory
+# How a rank's stdout/stderr files are named ({job}, {rank}, {kind}: out or err): by
+# submitit (`slurmtf submit`) and by the job scripts (slurmtf/job.sh, `rank%t.out`).
+SUBMITIT_LOG_NAME = "{job}_{rank}_log.{kind}"
+SCRIPT_LOG_NAME = "rank{rank}.{kind}"
 
 # Slurm's final job states and the status `submit --wait` / `slurmtf status` exit with.
 FINAL_STATES: dict[str, int] = {
@@ -78,4 +82,5 @@ def signal_name(sig: signal.Signals) -> str:
 
 def rank_log_paths(folder: Path, job_id: str, num_tasks: int, suffix: str = "out") -> list[Path]:
     """Per-rank logs as submitit names them: ``<folder>/<job>_<rank>_log.<suffix>``."""
-    return [folder / f"{job_id}_{rank}_log.{suffix}" for rank in range(num_tasks)]
+    name = SUBMITIT_LOG_NAME
+    return [folder / name.format(job=job_id, rank=rank, kind=suffix) for rank in range(num_tasks)]

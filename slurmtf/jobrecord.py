@@ -24,8 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-SUBMITIT_LOGS = "{job}_{rank}_log.{kind}"
-SCRIPT_LOGS = "rank{rank}.{kind}"
+from slurmtf.contracts import SCRIPT_LOG_NAME, SUBMITIT_LOG_NAME
+
 COMMENT_PREFIX = "slurmtf:"
 MAX_BYTES = 1 << 20
 
@@ -107,7 +107,10 @@ def lookup(job_id: str, path: Path | None = None) -> JobPlace | None:
             continue
         if isinstance(entry, dict) and str(entry.get("job_id")) == job_id:
             return JobPlace(
-                job_id, Path(str(entry["log_dir"])), str(entry.get("logs", SCRIPT_LOGS)), "record"
+                job_id,
+                Path(str(entry["log_dir"])),
+                str(entry.get("logs", SCRIPT_LOG_NAME)),
+                "record",
             )
     return None
 
@@ -116,8 +119,10 @@ def from_slurm(job_id: str, fields: Mapping[str, str]) -> JobPlace | None:
     """The place named by a ``scontrol show job`` record's ``Comment`` or ``StdOut``."""
     comment = fields.get("Comment", "")
     if comment.startswith(COMMENT_PREFIX):
-        return JobPlace(job_id, Path(comment.removeprefix(COMMENT_PREFIX)), SCRIPT_LOGS, "slurm")
+        return JobPlace(
+            job_id, Path(comment.removeprefix(COMMENT_PREFIX)), SCRIPT_LOG_NAME, "slurm"
+        )
     stdout = fields.get("StdOut", "")
     if stdout.endswith("_0_log.out"):
-        return JobPlace(job_id, Path(stdout).parent, SUBMITIT_LOGS, "slurm")
+        return JobPlace(job_id, Path(stdout).parent, SUBMITIT_LOG_NAME, "slurm")
     return None

@@ -25,7 +25,6 @@ model has written its checkpoint).
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import signal
 import subprocess
@@ -98,7 +97,7 @@ def run_task(
         restart_count=layout.restart_count,
         params=dict(params),
         command=command,
-        tf_config=json.loads(env.get("TF_CONFIG", "null")),
+        tf_config=layout.tf_config(),  # as exported into the child's TF_CONFIG
     )
     signum = parse_preemption_signal(spec.signal, "--signal")
 

@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from slurmtf import jobrecord, jobspec, jobvalues
 from slurmtf.contracts import (
+    SUBMITIT_LOG_NAME,
     parse_preemption_signal,
     rank_log_paths,
     signal_name,
@@ -105,7 +106,7 @@ def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
         raise SlurmCommandError("sbatch", code, str(getattr(cause, "stderr", "") or exc)) from exc
     ids = [str(job.job_id) for job in jobs]
     for job_id in ids:
-        jobrecord.append(job_id, spec.folder, jobrecord.SUBMITIT_LOGS, spec.job_name)
+        jobrecord.append(job_id, spec.folder, SUBMITIT_LOG_NAME, spec.job_name)
     main_id = ids[0].split("_")[0] if len(ids) > 1 else ids[0]
     kind = f"job array {main_id} ({len(ids)} tasks)" if len(ids) > 1 else f"job {main_id}"
     print(

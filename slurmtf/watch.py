@@ -19,6 +19,8 @@ from slurmtf import jobrecord
 from slurmtf.contracts import (
     DEFAULT_LOG_DIR,
     FINAL_STATES,
+    SCRIPT_LOG_NAME,
+    SUBMITIT_LOG_NAME,
     base_state,
     is_final,
     rank_log_paths,
@@ -53,15 +55,24 @@ def exit_status(state: str, exit_code: str) -> int:
     return FINAL_STATES.get(base, 1)
 
 
-def job_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
-    """``[(state, exit_code), ...]`` (one per array task) or ``None`` when Slurm forgot it."""
+def job_records(job_id: str, runner: Runner) -> list[dict[str, str]] | None:
+    """``scontrol -o show job`` fields (one record per array task), or ``None`` once Slurm
+    forgot the job."""
     try:
         text = runner(["scontrol", "-o", "show", "job", job_id])
     except SlurmCommandError as exc:
         if "Invalid job id" in exc.stderr:
             return None
         raise
-    return [(r.get("JobState", "UNKNOWN"), r.get("ExitCode", "0:0")) for r in parse_scontrol(text)]
+    return parse_scontrol(text)
+
+
+def job_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
+    """``[(state, exit_code), ...]`` (one per array task) or ``None`` when Slurm forgot it."""
+    records = job_records(job_id, runner)
+    if records is None:
+        return None
+    return [(r.get("JobState", "UNKNOWN"), r.get("ExitCode", "0:0")) for r in records]
 
 
 def accounting_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
@@ -224,13 +235,8 @@ def summary(job_id: str, folder: Path, num_tasks: int, status: int) -> str:
 
 
 def slurm_record(job_id: str, runner: Runner) -> dict[str, str] | None:
-    """The job's ``scontrol -o show job`` fields, or ``None`` once Slurm forgot it."""
-    try:
-        records = parse_scontrol(runner(["scontrol", "-o", "show", "job", job_id]))
-    except SlurmCommandError as exc:
-        if "Invalid job id" in exc.stderr:
-            return None
-        raise
+    """The job's (first) ``scontrol -o show job`` record, or ``None`` once Slurm forgot it."""
+    records = job_records(job_id, runner)
     return records[0] if records else None
 
 
@@ -238,9 +244,8 @@ def locate(job_id: str, runner: Runner, log_dir: str | None = None) -> JobPlace:
     """Where the job's logs are: ``--log_dir``, Slurm's record, the user's record, default."""
     if log_dir:
         folder = Path(log_dir).expanduser().absolute()
-        script = (folder / "rank0.out").exists() or (folder / "rank0.err").exists()
-        pattern = jobrecord.SCRIPT_LOGS if script else jobrecord.SUBMITIT_LOGS
-        return JobPlace(job_id, folder, pattern, "given")
+        script = JobPlace(job_id, folder, SCRIPT_LOG_NAME, "given")
+        return script if script.ranks() else JobPlace(job_id, folder, SUBMITIT_LOG_NAME, "given")
     fields = slurm_record(job_id, runner)
     place = jobrecord.from_slurm(job_id, fields) if fields else None
     if place is not None and place.log_dir.is_dir():
@@ -249,7 +254,7 @@ def locate(job_id: str, runner: Runner, log_dir: str | None = None) -> JobPlace:
     if place is not None:
         return place
     folder = Path(DEFAULT_LOG_DIR).absolute()
-    return JobPlace(job_id, folder, jobrecord.SUBMITIT_LOGS, "default")
+    return JobPlace(job_id, folder, SUBMITIT_LOG_NAME, "default")
 
 
 _ERROR = re.compile(r"HINT:|^\w+(Error|Exception)\b|^srun: error|^slurmstepd\S*: error|Killed")
@@ -272,8 +277,8 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
     """State, restarts, progress (step/total, examples/s, ETA), logs, last error."""
     fields = slurm_record(job_id, runner)
     chief_events = read_events(place.rank_log(0))
-    starts = [e for e in chief_events if e.get("event") == "cluster"]
-    done = [e for e in chief_events if e.get("event") == "done"]
+    starts = named(chief_events, "cluster")
+    done = named(chief_events, "done")
     if fields is not None:
         state = (
             f"{fields.get('JobState', 'UNKNOWN')} (exit {fields.get('ExitCode', '?')}) [scontrol]"
@@ -287,11 +292,10 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
         state = state_line(job_id, runner, place.log_dir)[0].split(": ", 1)[1]
         restarts = str(max(len(starts) - 1, 0))
     lines = [f"job {job_id}: {state}, restarts {restarts}"]
-    progress = [e for e in chief_events if e.get("event") == "progress"]
-    if progress:
-        last = progress[-1]
-        step, total = last.get("step"), last.get("total")
-        rate = last.get("examples_per_sec")
+    progress = last(chief_events, "progress")
+    if progress is not None:
+        step, total = progress.get("step"), progress.get("total")
+        rate = progress.get("examples_per_sec")
         batch = starts[-1].get("global_batch") if starts else None
         eta = "?"
         if all(isinstance(v, int | float) for v in (step, total, rate, batch)) and rate:

@@ -12,6 +12,7 @@ import pytest
 
 from slurmtf import jobrecord, watch
 from slurmtf.cli import jobs as jobs_cli
+from slurmtf.contracts import SCRIPT_LOG_NAME
 from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm
 
 JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
@@ -75,7 +76,7 @@ def test_the_job_script_records_its_log_dir_and_status_finds_it(
 def test_slurm_record_wins_while_slurm_knows_the_job(state_home: Path, tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     write_run(logs)
-    jobrecord.append("99", tmp_path / "elsewhere", jobrecord.SCRIPT_LOGS, path=state_home)
+    jobrecord.append("99", tmp_path / "elsewhere", SCRIPT_LOG_NAME, path=state_home)
     show = f"JobId=99 JobState=RUNNING ExitCode=0:0 Restarts=2 Comment=slurmtf:{logs}\n"
     fake = FakeSlurm({"scontrol": [(0, show, "")]})
     assert jobs_cli.main(["logs", "99", "--rank=1", "--err"], runner=fake) == 0
@@ -98,7 +99,7 @@ def test_the_record_stays_bounded_and_keeps_the_newest(
 ) -> None:
     monkeypatch.setattr(jobrecord, "MAX_BYTES", 4000)
     for job in range(200):
-        jobrecord.append(str(job), Path(f"/logs/{job}"), jobrecord.SCRIPT_LOGS, path=state_home)
+        jobrecord.append(str(job), Path(f"/logs/{job}"), SCRIPT_LOG_NAME, path=state_home)
     assert state_home.stat().st_size <= 4000
     found = jobrecord.lookup("199", state_home)
     assert found is not None

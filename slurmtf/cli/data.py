@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+        args = _parser().parse_args(argv)
     except UsageError as exc:
         return report_error("slurmtf data", exc)
     try:

@@ -36,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Exit status of the task (2: bad arguments, 1: a slurmtf error)."""
     try:
-        args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+        args = _parser().parse_args(argv)
     except UsageError as exc:
         return report_error(PROGRAM, exc)
     if args.call is not None:

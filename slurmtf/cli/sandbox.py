@@ -51,14 +51,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = _parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+        args = _parser().parse_args(argv)
     except UsageError as exc:
         return report_error("slurmtf sandbox", exc)
     try:
         sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node, link=args.link)
-    except SlurmtfError as exc:
-        return report_error(f"slurmtf sandbox {args.command}", exc)
-    try:
         if args.command == "up":
             t0 = time.monotonic()
             started = sandbox.up()
