@@ -14,6 +14,7 @@ import platform
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from slurmtf.localstep import LocalStep, scrubbed_env
+from slurmtf.localstep import LocalStep, scrubbed_env, start_rank
 
 REPO = Path(__file__).resolve().parent.parent
 JSONDict = dict[str, Any]
@@ -217,56 +218,44 @@ def run_workers(
     finished: a slow shutdown is not part of what is measured.
     """
     procs: list[subprocess.Popen[bytes]] = []
-    files = []
     start = time.perf_counter()
-    try:
-        for rank, (argv, env, cpus) in enumerate(zip(argvs, envs, cpu_sets, strict=True)):
-            out = _log_file(log_dir, rank, "out")
-            err = _log_file(log_dir, rank, "err")
-            files += [out, err]
-            procs.append(
-                subprocess.Popen(
-                    list(argv),
-                    env=dict(env),
-                    stdout=out,
-                    stderr=err,
-                    cwd=REPO,
-                    start_new_session=True,
-                    preexec_fn=_pin(cpus),  # noqa: PLW1509 - single-threaded parent
+    with contextlib.ExitStack() as stack:
+        folder = log_dir or Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        folder.mkdir(parents=True, exist_ok=True)
+        outs = [folder / f"rank{rank}.out" for rank in range(len(argvs))]
+        errs = [folder / f"rank{rank}.err" for rank in range(len(argvs))]
+        try:
+            for rank, (argv, env, cpus) in enumerate(zip(argvs, envs, cpu_sets, strict=True)):
+                procs.append(
+                    start_rank(argv, env, outs[rank], errs[rank], cwd=REPO, preexec_fn=_pin(cpus))
+                )
+            _wait_all(procs, outs, start + timeout, done_marker, exit_grace)
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+        seconds = time.perf_counter() - start
+        runs = []
+        for rank, proc in enumerate(procs):
+            stdout = outs[rank].read_text(errors="replace")
+            runs.append(
+                WorkerRun(
+                    rank=rank,
+                    returncode=proc.returncode,
+                    finished=done_marker in stdout if done_marker else False,
+                    stdout=stdout,
+                    stderr=errs[rank].read_text(errors="replace"),
+                    seconds=seconds,
                 )
             )
-        _wait_all(procs, files[0::2], start + timeout, done_marker, exit_grace)
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-    seconds = time.perf_counter() - start
-    runs = []
-    for rank, proc in enumerate(procs):
-        out, err = files[2 * rank], files[2 * rank + 1]
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode(errors="replace")
-        runs.append(
-            WorkerRun(
-                rank=rank,
-                returncode=proc.returncode,
-                finished=bool(done_marker) and done_marker in stdout,
-                stdout=stdout,
-                stderr=err.read().decode(errors="replace"),
-                seconds=seconds,
-            )
-        )
-    for handle in files:
-        handle.close()
     return runs
 
 
 def _wait_all(
     procs: Sequence[subprocess.Popen[bytes]],
-    outs: Sequence[Any],
+    outs: Sequence[Path],
     deadline: float,
     marker: str | None,
     grace: float,
@@ -288,20 +277,11 @@ def _wait_all(
         time.sleep(0.2)
 
 
-def _file_has(handle: Any, needle: bytes) -> bool:
+def _file_has(path: Path, needle: bytes) -> bool:
     try:
-        return needle in Path(handle.name).read_bytes()
-    except (OSError, TypeError):
+        return needle in path.read_bytes()
+    except OSError:
         return False
-
-
-def _log_file(log_dir: Path | None, rank: int, kind: str) -> Any:
-    if log_dir is None:
-        import tempfile
-
-        return tempfile.NamedTemporaryFile()
-    log_dir.mkdir(parents=True, exist_ok=True)
-    return (log_dir / f"rank{rank}.{kind}").open("w+b")
 
 
 def _pin(cpus: Sequence[int] | None) -> Any:
