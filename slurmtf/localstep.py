@@ -20,7 +20,9 @@ from pathlib import Path
 # in a Slurm job, and its TF_CONFIG / GPU binding would leak into every rank.
 SCRUBBED_PREFIXES = ("SLURM_", "SLURMD_", "SLURMTF_")
 SCRUBBED_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")
-PORT_RANGE = (20000, 40000)
+# Above Linux's ephemeral range (32768-60999) and the resolver's per-job window, so that
+# a local step's ports never meet a sandbox job's or a client socket's.
+PORT_RANGE = (61000, 65000)
 
 
 def is_scrubbed(name: str) -> bool:

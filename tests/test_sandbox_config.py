@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmtf import localstep, ports
 from slurmtf.errors import InputError
 from slurmtf.sandbox import config as c
 from slurmtf.sandbox import daemons, sacct
@@ -82,6 +83,27 @@ def test_distinct_dirs_get_distinct_names_ports_and_job_ids() -> None:
         assert base + c.MAX_NODES < c.PORT_RANGE[1]
         assert c.cluster_name_for(d) == c.cluster_name_for(Path(str(d)))
         assert len(c.cluster_name_for(d)) <= 16
+
+
+def test_no_job_of_a_sandbox_can_take_a_port_of_its_daemons() -> None:
+    # A 16-node sandbox once put its slurmd on 22795..22811 and its job 426108 derived
+    # 22800..22807 for its 8 ranks: every rank failed with "address in use".
+    for d in [Path(f"/tmp/pytest-of-root/pytest-{i}/wide0") for i in range(200)]:
+        daemon_ports = set(range(c.preferred_port_base(d, 17), c.preferred_port_base(d, 17) + 17))
+        for job_id in range(c.first_job_id(d), c.first_job_id(d) + 50):
+            for ntasks in (1, 2, 8, 64):
+                base = ports.derive_port_base(job_id, ntasks)
+                assert daemon_ports.isdisjoint(range(base, base + ntasks)), (d, job_id)
+
+
+def test_daemon_job_and_local_step_port_ranges_are_apart() -> None:
+    daemons_high = c.PORT_RANGE[1]
+    local_low, local_high = localstep.PORT_RANGE
+    job_ports = range(ports.DEFAULT_PORT, ports.WINDOW_HIGH)
+    assert daemons_high <= job_ports.start
+    assert local_low >= job_ports.stop
+    assert local_low > 60999  # Linux's default ephemeral ports end there
+    assert local_high <= ports.PORT_MAX
 
 
 @pytest.mark.parametrize(

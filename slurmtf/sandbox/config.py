@@ -17,7 +17,10 @@ from slurmtf.sandbox import links
 
 MAX_NODES = 64
 MAX_GPUS_PER_NODE = 16
-PORT_RANGE = (20000, 30000)  # below Linux's ephemeral range (32768-60999)
+# The daemons' ports: above slurmd's own 6817/6818 and below both the resolver's
+# single-worker port (11000) and its per-job window (12000-31999), so that a job's
+# TensorFlow ports never land on a daemon of the sandbox running it.
+PORT_RANGE = (7000, 11000)
 PARTITION = "debug"
 # Finished jobs stay visible to squeue (and so to the sacct shim) this long.
 MIN_JOB_AGE_S = 300
