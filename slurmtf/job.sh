@@ -231,5 +231,6 @@ slurmtf_submitit_setup() {
     slurmtf_logs_pattern="{job}_{rank}_log.{kind}"
     slurmtf_srun_err="$(slurmtf_rank_file 0 err)"  # the batch script's stderr too
     slurmtf_snapshot  # (`slurmtf submit` records the job itself)
+    export SLURMTF_JOB_SH=1  # slurmtf.launch: on exit 75 this script requeues, not rank 0
     trap 'slurmtf_rc=$?; trap - EXIT; slurmtf_job_end' EXIT
 }

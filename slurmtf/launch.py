@@ -7,10 +7,13 @@ environment explicitly, runs the model (or the user's module, function or comman
 child process whose output goes to this rank's log, and maps its exit status:
 
 * 0: done.
-* 75 (preempted after saving a checkpoint): rank 0 runs ``scontrol requeue`` while
-  ``SLURM_RESTART_COUNT`` < ``--max_requeues``; the requeued job resumes from the
-  checkpoint. Other ranks return quietly, so ``srun --kill-on-bad-exit`` does not
-  interrupt rank 0 while it requeues.
+* 75 (preempted after saving a checkpoint): every task returns 0, so that
+  ``srun --kill-on-bad-exit`` interrupts nobody, and the job script's
+  ``slurmtf/job.sh`` (loaded by the setup lines of a job with ``--max_requeues`` > 0;
+  it exports :data:`JOB_SCRIPT_ENV`) requeues the job, within the one restart budget
+  that its other failures count against. Without that script (it could not be
+  loaded), rank 0 runs ``scontrol requeue`` itself while ``SLURM_RESTART_COUNT`` <
+  ``--max_requeues``. Either way the requeued job resumes from the checkpoint.
 * anything else: this task exits with it, and ``--kill-on-bad-exit`` stops the others.
 
 Slurm delivers the preemption signal to every process of the step, the child included;
@@ -41,6 +44,7 @@ from slurmtf.resolver import export_tf_config, resolve
 from slurmtf.runner import Runner, default_runner
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
+JOB_SCRIPT_ENV = "SLURMTF_JOB_SH"  # set by slurmtf/job.sh, which then requeues on 75
 
 
 def job_id_of(environ: Mapping[str, str]) -> str:
@@ -115,7 +119,7 @@ def run_task(
         return 0 if status == 0 else (status if status > 0 else 128 - status)
     if environ.get(LOCAL_ENV) == "1":
         return EXIT_PREEMPTED
-    if rank != 0:
+    if rank != 0 or environ.get(JOB_SCRIPT_ENV) == "1":
         return 0
     return 0 if requeue(layout, spec.max_requeues, runner) else EXIT_PREEMPTED
 
