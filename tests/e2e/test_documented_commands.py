@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from slurmtf.events import named, read_events
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
 from tests.e2e.jobruns import JobRun, check_training
@@ -242,8 +243,14 @@ def test_documented_submit_commands_and_job_commands(wide: SlurmSandbox, tmp_pat
     assert "final accuracy" in out, out
     out = _submit(wide, per_node, tmp_path, ["--wait"], TINY["resnet"])
     assert "final accuracy" in out, out
-    out = _submit(wide, sweep, tmp_path, ["--wait"], TINY["resnet"])
+    # The array's four points parse their flags and place their ranks; the per-node
+    # command above trained through the same path (the sweep's mechanics: test_submit).
+    out = _submit(wide, sweep, tmp_path, ["--wait"], ["--placement_only"])
     assert "submitted job array" in out, out
+    logs = re.findall(r"^  rank \d+: (\S+)$", out, re.M)
+    assert len(logs) == 4 * 2, out  # 4 points x 2 ranks
+    for log in logs:
+        assert named(read_events(Path(log).with_suffix(".out")), "placement"), log
     assert "#SBATCH" in _submit(wide, dry, tmp_path, [], [])
     for command in ("slurmtf status JOB", "slurmtf logs JOB --follow", "slurmtf cancel JOB"):
         argv = shlex.split(command)
