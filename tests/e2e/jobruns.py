@@ -1,11 +1,11 @@
 """Sandbox training jobs shared by the end-to-end tests: submit, collect events, check.
 
-``submit_job`` sends ``jobs/<script>`` with sbatch; ``JobRun.finish`` waits and reads
-every rank's JSON event lines; ``check_training`` asserts what every healthy training job
-shows (one cluster, falling loss, equal weights on every rank, chief-only outputs).
-``SandboxJob`` is a job to break while it runs (fault, preemption and recovery tests):
-its state, a rank's process found through ``/proc`` by job id and rank (``rank_pids``),
-signalled by PID.
+``SandboxJob`` is one job of ``jobs/<script>``: ``submit``, ``finish`` (wait, then read
+every rank's JSON event lines), and for the fault, preemption and recovery tests its
+state while it runs and a rank's process, found through ``/proc`` by job id and rank
+(``rank_pids``) and signalled by PID. ``submit_job`` submits one; ``check_training``
+asserts what every healthy training job shows (one cluster, falling loss, equal weights
+on every rank, chief-only outputs).
 """
 
 from __future__ import annotations
@@ -22,139 +22,8 @@ from typing import Any
 
 import pytest
 
-from slurmtf.events import named, read_events
+from slurmtf.events import Event, named, read_events
 from tests.e2e.conftest import REPO, TERMINAL, SlurmSandbox
-
-
-@dataclass
-class JobRun:
-    """One submitted training job and where its outputs go."""
-
-    sandbox: SlurmSandbox
-    job_id: str
-    run_dir: Path
-    nodes: int
-    tasks: int
-    timeout: float = 400.0  # several TensorFlow jobs share 2 cores
-    model_path: Path | None = None  # default: run_dir/model
-    logs_path: Path | None = None  # default: run_dir/logs
-    state: str = ""
-    events: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
-
-    @property
-    def model_dir(self) -> Path:
-        return self.model_path or self.run_dir / "model"
-
-    @property
-    def log_dir(self) -> Path:
-        return self.logs_path or self.run_dir / "logs"
-
-    def finish(self) -> str:
-        if not self.state:
-            self.state = self.sandbox.wait(self.job_id, self.timeout)
-            for path in sorted(self.log_dir.glob("rank*.out")):
-                rank = int(path.stem.removeprefix("rank"))
-                self.events[rank] = read_events(path)
-        return self.state
-
-    def report(self) -> str:
-        parts = [f"job {self.job_id} state {self.state!r}, run dir {self.run_dir}"]
-        for path in [*self.run_dir.glob("*.out"), *sorted(self.log_dir.glob("rank*"))]:
-            lines = path.read_text(errors="replace").splitlines()[-25:]
-            parts.append(f"--- {path}:\n" + "\n".join(lines))
-        parts.append(self.sandbox.logs(self.job_id))
-        return "\n".join(parts)
-
-    def of(self, event: str) -> dict[int, list[dict[str, Any]]]:
-        return {rank: named(found, event) for rank, found in self.events.items()}
-
-
-def submit_job(
-    sandbox: SlurmSandbox,
-    root: Path,
-    name: str,
-    *,
-    script: str,
-    nodes: int,
-    args: list[str],
-    tasks_per_node: int = 1,
-    sbatch_args: Sequence[str] = (),
-    timeout: float = 400.0,
-) -> JobRun:
-    """``sbatch jobs/<script>`` on ``nodes`` nodes; outputs under ``root/name``."""
-    run_dir = root / name
-    run_dir.mkdir()
-    env = {"MODEL_DIR": str(run_dir / "model"), "LOG_DIR": str(run_dir / "logs")}
-    job_id = sandbox.submit(
-        REPO / "jobs" / script, *args,
-        sbatch_args=[
-            f"-N{nodes}", f"--ntasks-per-node={tasks_per_node}", f"--job-name={name}",
-            f"--output={run_dir}/%x-%j.out", *sbatch_args,
-        ],
-        env=env,
-    )  # fmt: skip
-    return JobRun(
-        sandbox, job_id, run_dir, nodes=nodes, tasks=nodes * tasks_per_node, timeout=timeout
-    )
-
-
-def check_training(run: JobRun, *, loss_falls: bool = True) -> None:
-    """Ranks formed one cluster, the loss fell, weights agree, only the chief wrote.
-
-    ``loss_falls=False`` for runs too short to learn (a few steps of a ResNet, whose
-    first steps at the full learning rate often raise the loss): the rest still holds.
-    """
-    assert run.finish() == "COMPLETED", run.report()
-    ranks = list(range(run.tasks))
-    assert sorted(run.events) == ranks, run.report()
-
-    clusters = run.of("cluster")
-    workers = {tuple(clusters[r][0]["workers"]) for r in ranks}
-    assert len(workers) == 1, f"ranks disagree on the worker list: {workers}\n{run.report()}"
-    (worker_list,) = workers
-    assert len(worker_list) == run.tasks
-    if run.tasks > 1:  # a one-task step is a single local worker (resolver contract)
-        hosts = {w.rsplit(":", 1)[0] for w in worker_list}
-        assert hosts <= {f"node{i}" for i in range(1, run.sandbox.nodes + 1)}, worker_list
-        assert len(hosts) == run.nodes, worker_list
-    for r in ranks:
-        (cluster,) = clusters[r]
-        assert cluster["rank"] == r
-        assert cluster["num_workers"] == run.tasks
-
-    done = run.of("done")
-    finals = [done[r][-1] for r in ranks]
-    for r, final in zip(ranks, finals, strict=True):
-        assert final["rank"] == r
-        if loss_falls:
-            assert final["first_loss"] > final["last_loss"], f"loss did not fall: {final}"
-        assert final["preempted"] is False
-    sums = [f["weights_checksum"] for f in finals]
-    assert all(math.isclose(s, sums[0], rel_tol=1e-9, abs_tol=1e-9) for s in sums), (
-        f"ranks ended with different weights: {sums}\n{run.report()}"
-    )
-    evals = run.of("eval")
-    assert evals[0], "the chief printed no eval event"
-    assert all(not evals[r] for r in ranks[1:]), "a non-chief rank printed eval events"
-
-    # Only the chief writes: one checkpoint series, one summary writer, one SavedModel.
-    ckpt = run.model_dir / "checkpoints"
-    assert (ckpt / "checkpoint").is_file(), run.report()
-    assert list(ckpt.glob("ckpt-*.index")), run.report()
-    assert (run.model_dir / "export" / "saved_model.pb").is_file(), run.report()
-    for summaries in ("train", "eval"):
-        files = list((run.model_dir / summaries).glob("events.out.tfevents.*"))
-        assert len(files) <= 1, f"more than one writer in {summaries}: {files}"
-    known = {"checkpoints", "export", "train", "eval", "logs"}
-    unexpected = [
-        p.relative_to(run.model_dir)
-        for p in run.model_dir.rglob("*")
-        if p.is_file() and p.relative_to(run.model_dir).parts[0] not in known
-    ]
-    assert unexpected == [], f"files no chief writes: {unexpected}"
-    job_log = next(run.run_dir.glob("*.out")).read_text()
-    assert "srun exited 0" in job_log, job_log
-
 
 # The MNIST job the preemption and recovery tests interrupt: deterministic, checkpoints
 # every INTERVAL steps, ends at STEPS.
@@ -177,33 +46,66 @@ LONG = [*FAST, "--train_steps=100000", "--log_every=5", "--checkpoint_every=10"]
 
 @dataclass
 class SandboxJob:
-    """One ``jobs/mnist.sbatch`` submission and its files."""
+    """One job of a job script (``jobs/*.sbatch``) in the sandbox: its state, its files,
+    its ranks' event lines and processes."""
 
     sandbox: SlurmSandbox
     run_dir: Path
     job_id: str = ""
-    signalled: list[int] = field(default_factory=list)
+    nodes: int = 2
+    tasks: int = 2
+    timeout: float = 400.0  # for finish(): several TensorFlow jobs share 2 cores
+    model_path: Path | None = None  # default: run_dir/model
+    logs_path: Path | None = None  # default: run_dir/logs
     final: str = ""  # kept: squeue forgets a finished job after MinJobAge
+    rank_events: dict[int, list[Event]] = field(default_factory=dict)  # read by finish()
+    signalled: list[int] = field(default_factory=list)
 
     @property
     def model_dir(self) -> Path:
-        return self.run_dir / "model"
+        return self.model_path or self.run_dir / "model"
 
     @property
     def log_dir(self) -> Path:
-        return self.run_dir / "logs"
+        return self.logs_path or self.run_dir / "logs"
 
-    def submit(self, args: list[str], *, nodes: str = "", env: dict[str, str] | None = None) -> str:
+    def submit(
+        self,
+        args: Sequence[str],
+        *,
+        script: str = "mnist.sbatch",
+        tasks_per_node: int = 1,
+        nodelist: str = "",
+        sbatch_args: Sequence[str] = (),
+        env: dict[str, str] | None = None,
+    ) -> str:
+        """``sbatch jobs/<script> ARGS`` on ``nodes`` nodes with this job's folders."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        sbatch = ["-N2", "--time=10", f"--output={self.run_dir}/job-%j.out", "--job-name=faults"]
-        if nodes:
-            sbatch.append(f"--nodelist={nodes}")
+        sbatch = [
+            f"-N{self.nodes}", f"--ntasks-per-node={tasks_per_node}", "--time=30",
+            f"--job-name={self.run_dir.name}", f"--output={self.run_dir}/%x-%j.out",
+        ]  # fmt: skip
+        if nodelist:
+            sbatch.append(f"--nodelist={nodelist}")
         run_env = {"MODEL_DIR": str(self.model_dir), "LOG_DIR": str(self.log_dir), **(env or {})}
-        self.final = ""
+        self.tasks = self.nodes * tasks_per_node
+        self.final, self.rank_events = "", {}
         self.job_id = self.sandbox.submit(
-            REPO / "jobs" / "mnist.sbatch", *args, sbatch_args=sbatch, env=run_env
+            REPO / "jobs" / script, *args, sbatch_args=[*sbatch, *sbatch_args], env=run_env
         )
         return self.job_id
+
+    def finish(self) -> str:
+        """Wait up to ``timeout`` for the end, then read every rank's event lines."""
+        state = self.wait(self.timeout)
+        if not self.rank_events:
+            for path in sorted(self.log_dir.glob("rank*.out")):
+                self.rank_events[int(path.stem.removeprefix("rank"))] = read_events(path)
+        return state
+
+    def of(self, event: str) -> dict[int, list[Event]]:
+        """Each rank's ``event`` lines, as :meth:`finish` read them."""
+        return {rank: named(found, event) for rank, found in self.rank_events.items()}
 
     def state(self) -> str:
         if not self.final:
@@ -254,7 +156,8 @@ class SandboxJob:
     def job_output(self) -> str:
         return "\n".join(p.read_text(errors="replace") for p in sorted(self.run_dir.glob("*.out")))
 
-    def events(self, rank: int, name: str) -> list[dict[str, Any]]:
+    def events(self, rank: int, name: str) -> list[Event]:
+        """Rank ``rank``'s ``name`` lines so far (read now, while the job runs)."""
         return named(read_events(self.log_dir / f"rank{rank}.out"), name)
 
     def progress(self) -> int:
@@ -274,6 +177,83 @@ class SandboxJob:
             parts.append(f"--- {path.name}:\n{path.read_text(errors='replace')[-3000:]}")
         parts.append(self.sandbox.logs(self.job_id))
         return "\n".join(parts)
+
+
+def submit_job(
+    sandbox: SlurmSandbox,
+    root: Path,
+    name: str,
+    *,
+    script: str,
+    nodes: int,
+    args: Sequence[str],
+    tasks_per_node: int = 1,
+    sbatch_args: Sequence[str] = (),
+    env: dict[str, str] | None = None,
+    timeout: float = 400.0,
+) -> SandboxJob:
+    """``sbatch jobs/<script>`` on ``nodes`` nodes; outputs under ``root/name``."""
+    job = SandboxJob(sandbox, root / name, nodes=nodes, timeout=timeout)
+    job.submit(args, script=script, tasks_per_node=tasks_per_node, sbatch_args=sbatch_args, env=env)
+    return job
+
+
+def check_training(run: SandboxJob, *, loss_falls: bool = True) -> None:
+    """Ranks formed one cluster, the loss fell, weights agree, only the chief wrote.
+
+    ``loss_falls=False`` for runs too short to learn (a few steps of a ResNet, whose
+    first steps at the full learning rate often raise the loss): the rest still holds.
+    """
+    assert run.finish() == "COMPLETED", run.report()
+    ranks = list(range(run.tasks))
+    assert sorted(run.rank_events) == ranks, run.report()
+
+    clusters = run.of("cluster")
+    workers = {tuple(clusters[r][0]["workers"]) for r in ranks}
+    assert len(workers) == 1, f"ranks disagree on the worker list: {workers}\n{run.report()}"
+    (worker_list,) = workers
+    assert len(worker_list) == run.tasks
+    if run.tasks > 1:  # a one-task step is a single local worker (resolver contract)
+        hosts = {w.rsplit(":", 1)[0] for w in worker_list}
+        assert hosts <= {f"node{i}" for i in range(1, run.sandbox.nodes + 1)}, worker_list
+        assert len(hosts) == run.nodes, worker_list
+    for r in ranks:
+        (cluster,) = clusters[r]
+        assert cluster["rank"] == r
+        assert cluster["num_workers"] == run.tasks
+
+    done = run.of("done")
+    finals = [done[r][-1] for r in ranks]
+    for r, final in zip(ranks, finals, strict=True):
+        assert final["rank"] == r
+        if loss_falls:
+            assert final["first_loss"] > final["last_loss"], f"loss did not fall: {final}"
+        assert final["preempted"] is False
+    sums = [f["weights_checksum"] for f in finals]
+    assert all(math.isclose(s, sums[0], rel_tol=1e-9, abs_tol=1e-9) for s in sums), (
+        f"ranks ended with different weights: {sums}\n{run.report()}"
+    )
+    evals = run.of("eval")
+    assert evals[0], "the chief printed no eval event"
+    assert all(not evals[r] for r in ranks[1:]), "a non-chief rank printed eval events"
+
+    # Only the chief writes: one checkpoint series, one summary writer, one SavedModel.
+    ckpt = run.model_dir / "checkpoints"
+    assert (ckpt / "checkpoint").is_file(), run.report()
+    assert list(ckpt.glob("ckpt-*.index")), run.report()
+    assert (run.model_dir / "export" / "saved_model.pb").is_file(), run.report()
+    for summaries in ("train", "eval"):
+        files = list((run.model_dir / summaries).glob("events.out.tfevents.*"))
+        assert len(files) <= 1, f"more than one writer in {summaries}: {files}"
+    known = {"checkpoints", "export", "train", "eval", "logs"}
+    unexpected = [
+        p.relative_to(run.model_dir)
+        for p in run.model_dir.rglob("*")
+        if p.is_file() and p.relative_to(run.model_dir).parts[0] not in known
+    ]
+    assert unexpected == [], f"files no chief writes: {unexpected}"
+    job_log = next(run.run_dir.glob("*.out")).read_text()
+    assert "srun exited 0" in job_log, job_log
 
 
 def rank_pids(job_id: str, rank: int) -> list[int]:

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
-from tests.e2e.jobruns import JobRun
+from tests.e2e.jobruns import SandboxJob, submit_job
 from tests.prereqs import require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf]
@@ -44,7 +44,7 @@ SCRIPTS: dict[str, tuple[Path, list[str], dict[str, str]]] = {
 class Pair:
     """A 2-node sandbox job and the one-worker run of the same script."""
 
-    job: JobRun
+    job: SandboxJob
     reference: subprocess.Popen[str]
     reference_out: Path
 
@@ -63,17 +63,11 @@ def submit(
     *,
     args: Sequence[str],
     env: dict[str, str],
-) -> JobRun:
-    run_dir = root / name
-    run_dir.mkdir()
-    job_env = {"MODEL_DIR": str(run_dir / "model"), "LOG_DIR": str(run_dir / "logs"), **env}
-    job_id = sandbox.submit(
-        REPO / "jobs" / "train.sbatch", str(script), *args,
-        sbatch_args=["-N2", "--ntasks-per-node=1", f"--job-name={name}",
-                     f"--output={run_dir}/%x-%j.out"],
-        env=job_env,
-    )  # fmt: skip
-    return JobRun(sandbox, job_id, run_dir, nodes=2, tasks=2)
+) -> SandboxJob:
+    """``sbatch jobs/train.sbatch SCRIPT ARGS`` on 2 nodes."""
+    return submit_job(
+        sandbox, root, name, script="train.sbatch", nodes=2, args=[str(script), *args], env=env
+    )
 
 
 def one_worker(
@@ -127,8 +121,7 @@ def pairs(
         result[name] = Pair(job, proc, out)
     yield result
     for pair in result.values():
-        if not pair.job.state:
-            slurm_sandbox.run(["scancel", pair.job.job_id], check=False)
+        pair.job.cancel()
         if pair.reference.poll() is None:
             pair.reference.kill()
             pair.reference.wait()
@@ -143,8 +136,8 @@ def final(events: list[dict[str, Any]], event: str = "done") -> dict[str, Any]:
 def check_same_weights(pair: Pair) -> list[dict[str, Any]]:
     """Both ranks end with the one-worker run's weights; returns the ranks' done events."""
     assert pair.job.finish() == "COMPLETED", pair.job.report()
-    assert sorted(pair.job.events) == [0, 1], pair.job.report()
-    dones = [final(pair.job.events[r]) for r in (0, 1)]
+    assert sorted(pair.job.rank_events) == [0, 1], pair.job.report()
+    dones = [final(pair.job.rank_events[r]) for r in (0, 1)]
     reference = final(pair.reference_events())
     assert dones[0]["weights_checksum"] == dones[1]["weights_checksum"], dones
     # One all-reduced mean of two half-batch gradients vs one full-batch gradient:
@@ -164,7 +157,7 @@ def test_example_on_two_nodes_matches_one_worker(pairs: dict[str, Pair], name: s
     if name == "tf_keras":
         assert dones[0]["keras"] == "tf_keras"
     if name == "custom":
-        clusters = [final(pairs[name].job.events[r], "cluster") for r in (0, 1)]
+        clusters = [final(pairs[name].job.rank_events[r], "cluster") for r in (0, 1)]
         assert [c["num_workers"] for c in clusters] == [2, 2]
         assert all(c["synthetic"] is False for c in clusters)
         assert (pairs[name].job.run_dir.parent / "custom" / "model" / "checkpoints").is_dir()
@@ -177,7 +170,7 @@ def test_fit_features_on_two_nodes(pairs: dict[str, Pair]) -> None:
     check_same_weights(pair)
     reference = pair.reference_events()
     for rank in (0, 1):
-        events = pair.job.events[rank]
+        events = pair.job.rank_events[rank]
         history = final(events, "fit")["history"]
         expected = final(reference, "fit")["history"]
         assert sorted(history) == ["accuracy", "loss", "val_accuracy", "val_loss"]
@@ -232,7 +225,7 @@ def test_preempted_fit_job_requeues_and_resumes(
     assert job.finish() == "COMPLETED", job.report()
 
     for rank in (0, 1):
-        events = job.events[rank]
+        events = job.rank_events[rank]
         starts = [e["initial_epoch"] for e in events if e["event"] == "fit_start"]
         (preempted,) = [e for e in events if e["event"] == "preempted"]
         assert len(starts) == 2, job.report()
@@ -241,7 +234,7 @@ def test_preempted_fit_job_requeues_and_resumes(
     job_log = next(job.run_dir.glob("*.out")).read_text()
     assert "requeueing job" in job_log, job_log
     assert f"job {job.job_id} restart 1" in job_log, job_log
-    dones = [final(job.events[r]) for r in (0, 1)]
+    dones = [final(job.rank_events[r]) for r in (0, 1)]
     reference.wait(timeout=400)
     expected = final(
         [json.loads(x) for x in reference_out.read_text().splitlines() if x.startswith("{")]

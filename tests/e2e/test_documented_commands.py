@@ -24,7 +24,7 @@ import pytest
 from slurmtf.events import named, read_events
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
-from tests.e2e.jobruns import JobRun, check_training
+from tests.e2e.jobruns import SandboxJob, check_training
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
@@ -177,7 +177,7 @@ def slug(command: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", command.replace("jobs/", "")).strip("_")
 
 
-def check_own_gpus(run: JobRun, per_node: int) -> None:
+def check_own_gpus(run: SandboxJob, per_node: int) -> None:
     """Every rank placed itself; no two ranks of a node hold the same GPU."""
     state = run.finish()
     placed = {rank: events[0] for rank, events in run.of("placement").items() if events}
@@ -208,8 +208,8 @@ def test_documented_sbatch_command_runs(
     extra = ["--placement_only"] if doc.placement else TINY[model]
     started = time.monotonic()
     job_id = wide.run([*argv, *extra], env=env).stdout.strip().split(";")[0]
-    run = JobRun(
-        wide, job_id, run_dir, nodes=doc.nodes, tasks=doc.nodes * doc.per_node, timeout=900,
+    run = SandboxJob(
+        wide, run_dir, job_id, nodes=doc.nodes, tasks=doc.nodes * doc.per_node, timeout=900,
         model_path=Path(env["MODEL_DIR"]), logs_path=Path(env["LOG_DIR"]),
     )  # fmt: skip
     if doc.placement:

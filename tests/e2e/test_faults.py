@@ -46,8 +46,8 @@ def test_two_jobs_on_the_same_nodes_at_once_both_train(
     first = new_job(jobs, slurm_sandbox, tmp_path, "first")
     second = new_job(jobs, slurm_sandbox, tmp_path, "second")
     args = [*FAST, "--train_steps=40", "--log_every=5"]
-    first.submit(args, nodes="node1,node2")
-    second.submit(args, nodes="node1,node2")
+    first.submit(args, nodelist="node1,node2")
+    second.submit(args, nodelist="node1,node2")
     overlap = False
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:

@@ -24,7 +24,7 @@ import pytest
 from slurmtf.localstep import free_port_base
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import REPO, SlurmSandbox, require_sandbox_prereqs
-from tests.e2e.jobruns import JobRun
+from tests.e2e.jobruns import SandboxJob
 from tests.prereqs import require
 
 pytestmark = pytest.mark.slurm
@@ -86,41 +86,33 @@ def _check(seen: dict[int, dict[str, Any]], tasks: int, gpus: list[str], report:
 
 def _sbatch(
     sbx: SlurmSandbox, run_dir: Path, tasks: int, options: list[str], args: list[str]
-) -> JobRun:
+) -> SandboxJob:
     """``sbatch jobs/mnist.sbatch`` on 2 nodes; ports of its own (jobs run side by side,
     and other sandboxes on this machine number their jobs alike)."""
-    name = run_dir.name
-    run_dir.mkdir()
-    env = {
-        "MODEL_DIR": str(run_dir / "model"), "LOG_DIR": str(run_dir / "logs"),
-        "SLURMTF_PORT_BASE": str(free_port_base(NODES * tasks)),
-    }  # fmt: skip
-    job_id = sbx.submit(
-        REPO / "jobs" / "mnist.sbatch", *args,
-        sbatch_args=[f"-N{NODES}", f"--ntasks-per-node={tasks}", f"--job-name={name}",
-                     f"--output={run_dir}/%x-%j.out", *options],
-        env=env,
-    )  # fmt: skip
-    return JobRun(sbx, job_id, run_dir, nodes=NODES, tasks=NODES * tasks, timeout=400)
+    job = SandboxJob(sbx, run_dir, nodes=NODES, timeout=400)
+    port_base = str(free_port_base(NODES * tasks))
+    job.submit(
+        args, tasks_per_node=tasks, sbatch_args=options, env={"SLURMTF_PORT_BASE": port_base}
+    )
+    return job
 
 
 @pytest.fixture(scope="module")
 def train_run(
     gpu_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[JobRun]:
+) -> Iterator[SandboxJob]:
     """A real 2-node MNIST job, 2 tasks per node with 2 GPUs each; submitted first."""
     require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
     root = tmp_path_factory.mktemp("train")
     run = _sbatch(gpu_sandbox, root / "train", 2, ["--gres=gpu:4"], TRAIN)
     yield run
-    if not run.state:
-        gpu_sandbox.run(["scancel", run.job_id], check=False)
+    run.cancel()
 
 
 @pytest.fixture(scope="module")
 def sbatch_runs(
-    gpu_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory, train_run: JobRun
-) -> dict[str, JobRun]:
+    gpu_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory, train_run: SandboxJob
+) -> dict[str, SandboxJob]:
     """Every sbatch form, submitted at once (they queue for two nodes), after training."""
     root = tmp_path_factory.mktemp("sbatch_forms")
     return {
@@ -131,7 +123,7 @@ def sbatch_runs(
 
 @pytest.mark.parametrize(("name", "tasks", "gpus"), [(f[0], f[2], f[3]) for f in SBATCH_FORMS])
 def test_sbatch_job_script_forms(
-    sbatch_runs: dict[str, JobRun], name: str, tasks: int, gpus: list[str]
+    sbatch_runs: dict[str, SandboxJob], name: str, tasks: int, gpus: list[str]
 ) -> None:
     run = sbatch_runs[name]
     assert run.finish() == "COMPLETED", run.report()
@@ -141,7 +133,7 @@ def test_sbatch_job_script_forms(
 
 @pytest.fixture(scope="module")
 def submit_runs(
-    gpu_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory, train_run: JobRun
+    gpu_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory, train_run: SandboxJob
 ) -> dict[str, tuple[str, Path]]:
     """Every submit form, submitted at once: name -> (job id, log folder)."""
     runs = {}
@@ -193,7 +185,7 @@ def test_srun_without_a_binding_is_split_by_the_entry_point(gpu_sandbox: SlurmSa
 
 
 @pytest.mark.tf
-def test_training_reports_each_ranks_gpus_in_the_cluster_event(train_run: JobRun) -> None:
+def test_training_reports_each_ranks_gpus_in_the_cluster_event(train_run: SandboxJob) -> None:
     """--gres=gpu:4 with 2 tasks per node: 2 GPUs per worker, bound by the job script."""
     assert train_run.finish() == "COMPLETED", train_run.report()
     seen = {rank: evs[0] for rank, evs in train_run.of("cluster").items() if evs}

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.e2e.conftest import SlurmSandbox
-from tests.e2e.jobruns import JobRun, check_training, submit_job
+from tests.e2e.jobruns import SandboxJob, check_training, submit_job
 from tests.prereqs import require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf]
@@ -33,7 +33,7 @@ TINY_RESNET = ["--resnet_size=20", "--train_steps=16", "--batch_size=32", "--eva
 @pytest.fixture(scope="module")
 def training_jobs(
     slurm_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, JobRun]]:
+) -> Iterator[dict[str, SandboxJob]]:
     require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
     root = tmp_path_factory.mktemp("jobs")
     runs = {
@@ -49,19 +49,18 @@ def training_jobs(
     }
     yield runs
     for run in runs.values():
-        if not run.state:
-            slurm_sandbox.run(["scancel", run.job_id], check=False)
+        run.cancel()
 
 
-def test_mnist_two_nodes(training_jobs: dict[str, JobRun]) -> None:
+def test_mnist_two_nodes(training_jobs: dict[str, SandboxJob]) -> None:
     check_training(training_jobs["mnist2"])
 
 
-def test_mnist_one_node_fallback(training_jobs: dict[str, JobRun]) -> None:
+def test_mnist_one_node_fallback(training_jobs: dict[str, SandboxJob]) -> None:
     run = training_jobs["mnist1"]
     check_training(run)
     assert run.of("cluster")[0][0]["num_workers"] == 1
 
 
-def test_resnet_two_nodes(training_jobs: dict[str, JobRun]) -> None:
+def test_resnet_two_nodes(training_jobs: dict[str, SandboxJob]) -> None:
     check_training(training_jobs["resnet2"])

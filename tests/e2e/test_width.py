@@ -21,7 +21,7 @@ import pytest
 
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import SlurmSandbox, require_sandbox_prereqs
-from tests.e2e.jobruns import JobRun, check_training, submit_job
+from tests.e2e.jobruns import SandboxJob, check_training, submit_job
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
@@ -42,7 +42,9 @@ def wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
         sandbox.down()
 
 
-def run_job(wide: SlurmSandbox, root: Path, name: str, *, per_node: int, args: list[str]) -> JobRun:
+def run_job(
+    wide: SlurmSandbox, root: Path, name: str, *, per_node: int, args: list[str]
+) -> SandboxJob:
     """Submit ``jobs/<model>.sbatch`` on 4 nodes x ``per_node`` tasks and wait for it."""
     started = time.monotonic()
     script = "resnet.sbatch" if name.startswith("resnet") else "mnist.sbatch"
@@ -55,7 +57,7 @@ def run_job(wide: SlurmSandbox, root: Path, name: str, *, per_node: int, args: l
     return run
 
 
-def check_placement(run: JobRun, per_node: int) -> None:
+def check_placement(run: SandboxJob, per_node: int) -> None:
     """Block distribution: ranks 0..per_node-1 on the first node, and so on."""
     workers = run.of("cluster")[0][0]["workers"]
     hosts = [w.rsplit(":", 1)[0] for w in workers]

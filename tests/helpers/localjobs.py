@@ -1,9 +1,9 @@
 """Ranks of one fake Slurm step on this machine, as the TensorFlow tests run them.
 
-:class:`Job` starts every rank of a model at once and compares their results;
-:class:`Cluster` / :class:`Rank` start and break ranks one by one (fault tests). Both
-build each rank's environment with :mod:`slurmtf.localstep`, as ``--cluster=local``
-does, and read event lines with :mod:`slurmtf.events`.
+:class:`Cluster` / :class:`Rank` start and break ranks one by one (fault tests);
+:class:`Job` is a cluster whose ranks all start at once with the same model flags, to
+compare their results. Each rank's environment comes from :mod:`slurmtf.localstep`, as
+for ``--cluster=local``; event lines are read with :mod:`slurmtf.events`.
 """
 
 from __future__ import annotations
@@ -22,84 +22,18 @@ from typing import Any
 
 import pytest
 
-from slurmtf.events import named, parse_events, read_events
+from slurmtf.events import named, read_events
 from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env, start_rank
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 MODEL = ("-m", "models.mnist")
-
-
-class Job:
-    """N ranks of one fake Slurm step on localhost; logs in ``tmp``; killed at the end."""
-
-    def __init__(self, tmp: Path, size: int, tag: str) -> None:
-        self.tmp, self.size, self.tag = tmp, size, tag
-        self.port_base = free_port_base(size)
-        self.procs: list[subprocess.Popen[bytes]] = []
-        # The 2-core CI box can starve a rank for over TF's default 10 s heartbeat.
-        self.extra = ["--heartbeat_timeout=60"] if size > 1 else []
-
-    def env(self, rank: int) -> dict[str, str]:
-        env = scrubbed_env(
-            extra={
-                "PYTHONPATH": str(REPO),
-                "TF_CPP_MIN_LOG_LEVEL": "2",
-                "TF_NUM_INTRAOP_THREADS": "1",
-                "TF_NUM_INTEROP_THREADS": "1",
-            }
-        )
-        if self.size > 1:
-            job_id = 40000 + self.port_base % 1000
-            step = LocalStep(tasks_per_node=self.size, job_id=job_id, port_base=self.port_base)
-            env |= step.rank_env(rank)
-        return env
-
-    def start(self, model: str, flags: Sequence[str]) -> Job:
-        for rank in range(self.size):
-            argv = [sys.executable, "-m", f"models.{model}", *flags, *self.extra]
-            out, err = self.tmp / f"{self.tag}.{rank}.out", self.tmp / f"{self.tag}.{rank}.err"
-            self.procs.append(start_rank(argv, self.env(rank), out, err, cwd=REPO))
-        return self
-
-    def wait(self, timeout: float = 180) -> list[int]:
-        deadline = time.monotonic() + timeout
-        codes = []
-        for proc in self.procs:
-            try:
-                codes.append(proc.wait(max(deadline - time.monotonic(), 1)))
-            except subprocess.TimeoutExpired:
-                pytest.fail(f"{self.tag}: rank did not finish in {timeout}s\n{self.logs()}")
-        return codes
-
-    def stdout(self, rank: int) -> str:
-        return (self.tmp / f"{self.tag}.{rank}.out").read_text()
-
-    def stderr(self, rank: int) -> str:
-        return (self.tmp / f"{self.tag}.{rank}.err").read_text()
-
-    def events(self, rank: int, name: str) -> list[dict[str, Any]]:
-        return named(parse_events(self.stdout(rank)), name)
-
-    def done(self, rank: int) -> dict[str, Any]:
-        found = self.events(rank, "done")
-        assert found, f"{self.tag} rank {rank} printed no done event\n{self.logs()}"
-        return found[-1]
-
-    def logs(self) -> str:
-        return "\n".join(
-            f"--- {self.tag} rank {r} stderr\n{self.stderr(r)[-3000:]}" for r in range(self.size)
-        )
-
-    def running(self) -> bool:
-        """True while every rank is alive."""
-        return all(p.poll() is None for p in self.procs)
-
-    def kill(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
+SINGLE_THREADED = {
+    "PYTHONUNBUFFERED": "1",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "TF_NUM_INTRAOP_THREADS": "1",
+    "TF_NUM_INTEROP_THREADS": "1",
+}
 
 
 @dataclass
@@ -172,6 +106,10 @@ class Cluster:
     port_base: int
     job_id: int
     ranks: list[Rank] = field(default_factory=list)
+    in_slurm: bool = True  # False: plain processes, no SLURM_* variables
+    base_env: dict[str, str] = field(
+        default_factory=lambda: {"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"}
+    )
 
     @property
     def model_dir(self) -> Path:
@@ -181,9 +119,11 @@ class Cluster:
         return f"localhost:{self.port_base + index}"
 
     def env(self, index: int, extra: dict[str, str] | None = None) -> dict[str, str]:
-        step = LocalStep(tasks_per_node=self.size, job_id=self.job_id, port_base=self.port_base)
-        env = scrubbed_env(extra={"PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "1"})
-        return env | step.rank_env(index) | (extra or {})
+        env = scrubbed_env(extra={"PYTHONPATH": str(REPO), **self.base_env})
+        if self.in_slurm:
+            step = LocalStep(tasks_per_node=self.size, job_id=self.job_id, port_base=self.port_base)
+            env |= step.rank_env(index)
+        return env | (extra or {})
 
     def launch(
         self,
@@ -219,6 +159,79 @@ class Cluster:
     def cleanup(self) -> None:
         for rank in self.ranks:
             rank.kill()
+
+
+class Job:
+    """Every rank of one model started at once with the same flags, to compare their
+    results: a :class:`Cluster` of single-threaded ranks. One rank is a plain process
+    outside Slurm; ``kill()`` at the end."""
+
+    def __init__(self, tmp: Path, size: int, tag: str) -> None:
+        base = free_port_base(size)
+        self.tag = tag
+        self.cluster = Cluster(
+            root=tmp, size=size, port_base=base, job_id=40000 + base % 1000,
+            in_slurm=size > 1, base_env=SINGLE_THREADED,
+        )  # fmt: skip
+        # The 2-core CI box can starve a rank for over TF's default 10 s heartbeat.
+        self.extra = ["--heartbeat_timeout=60"] if size > 1 else []
+
+    def start(self, model: str, flags: Sequence[str], *, ranks: Sequence[int] = ()) -> Job:
+        """Start ``models.<model>`` on every rank (or only on ``ranks``)."""
+        for index in ranks or range(self.cluster.size):
+            self.cluster.launch(
+                index,
+                [*flags, *self.extra],
+                tag=f"-{self.tag}",
+                python_args=("-m", f"models.{model}"),
+            )
+        return self
+
+    @property
+    def size(self) -> int:
+        return self.cluster.size
+
+    @property
+    def procs(self) -> list[subprocess.Popen[bytes]]:
+        return [rank.proc for rank in self.cluster.ranks if rank.proc is not None]
+
+    def wait(self, timeout: float = 180) -> list[int]:
+        """Every started rank's exit status; fails the test after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        codes = []
+        for rank in self.cluster.ranks:
+            code = rank.wait(max(deadline - time.monotonic(), 1))
+            if code is None:
+                pytest.fail(f"{self.tag}: rank did not finish in {timeout}s\n{self.logs()}")
+            codes.append(code)
+        return codes
+
+    def _rank(self, index: int) -> Rank:
+        return next(rank for rank in self.cluster.ranks if rank.index == index)
+
+    def stdout(self, index: int) -> str:
+        return self._rank(index).out.read_text()
+
+    def stderr(self, index: int) -> str:
+        return self._rank(index).err.read_text()
+
+    def events(self, index: int, name: str) -> list[dict[str, Any]]:
+        return self._rank(index).events(name)
+
+    def done(self, index: int) -> dict[str, Any]:
+        found = self.events(index, "done")
+        assert found, f"{self.tag} rank {index} printed no done event\n{self.logs()}"
+        return found[-1]
+
+    def logs(self) -> str:
+        return self.cluster.logs()
+
+    def running(self) -> bool:
+        """True while every rank is alive."""
+        return all(rank.poll() is None for rank in self.cluster.ranks)
+
+    def kill(self) -> None:
+        self.cluster.cleanup()
 
 
 def wait_for(

@@ -161,12 +161,8 @@ def test_batch_size_not_divisible_by_replicas(tmp_path: Path, jobs: list[Job]) -
 
 
 def test_single_node_strategy_with_two_workers_is_refused(tmp_path: Path, jobs: list[Job]) -> None:
-    job = Job(tmp_path, 2, "strategy")
-    job.size = 1  # start rank 0 alone: it must fail before waiting for its peer
-    job.procs = []
-    env0 = Job(tmp_path, 2, "tmp").env(0)
-    job.env = lambda rank: env0  # type: ignore[method-assign]
-    job.start("mnist", ["--distribution_strategy=one_device", "--train_steps=1"])
+    job = Job(tmp_path, 2, "strategy")  # rank 0 alone: it must fail before awaiting its peer
+    job.start("mnist", ["--distribution_strategy=one_device", "--train_steps=1"], ranks=[0])
     jobs.append(job)
     assert job.wait(60) == [2]
     assert "--distribution_strategy='one_device'" in job.stderr(0)
