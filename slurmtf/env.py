@@ -75,6 +75,14 @@ class SlurmEnv:
         return self.nodelist is not None or self.job_id is not None
 
     @property
+    def job_label(self) -> str:
+        """The id that names a job's files, as submitit and ``sacct`` spell it:
+        ``ARRAYID_TASKID`` for an array task, else the job id (``local`` outside Slurm)."""
+        if self.array_job_id and self.array_task_id:
+            return f"{self.array_job_id}_{self.array_task_id}"
+        return self.job_id or "local"
+
+    @property
     def sources(self) -> tuple[str, ...]:
         """The variables that describe the allocation, as read."""
         if self.scope == "none":

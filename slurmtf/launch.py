@@ -37,6 +37,7 @@ from types import FrameType
 from typing import Any
 
 from slurmtf.contracts import EXIT_PREEMPTED, parse_preemption_signal
+from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
 from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec, task_command
 from slurmtf.layout import ClusterLayout
@@ -48,12 +49,8 @@ JOB_SCRIPT_ENV = "SLURMTF_JOB_SH"  # set by slurmtf/job.sh, which then requeues 
 
 
 def job_id_of(environ: Mapping[str, str]) -> str:
-    """The id that names this job's files: ``ARRAY_TASK`` for array tasks, else the job id."""
-    array_id = environ.get("SLURM_ARRAY_JOB_ID")
-    task_id = environ.get("SLURM_ARRAY_TASK_ID")
-    if array_id and task_id:
-        return f"{array_id}_{task_id}"
-    return environ.get("SLURM_JOB_ID", "local")
+    """The id that names this job's files (:attr:`slurmtf.env.SlurmEnv.job_label`)."""
+    return read_slurm_env(environ).job_label
 
 
 def child_environment(

@@ -138,3 +138,5 @@ def test_job_id_of_array_task() -> None:
     env = {"SLURM_JOB_ID": "12", "SLURM_ARRAY_JOB_ID": "10", "SLURM_ARRAY_TASK_ID": "2"}
     assert launch.job_id_of(env) == "10_2"
     assert launch.job_id_of({"SLURM_JOB_ID": "12"}) == "12"
+    assert launch.job_id_of({"SLURM_JOB_ID": "12", "SLURM_ARRAY_TASK_ID": "2"}) == "12"
+    assert launch.job_id_of({}) == "local"
