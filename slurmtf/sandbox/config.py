@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmtf.errors import InputError
+from slurmtf.ports import DEFAULT_PORT
 from slurmtf.sandbox import links
 
 MAX_NODES = 64
 MAX_GPUS_PER_NODE = 16
-# The daemons' ports: above slurmd's own 6817/6818 and below both the resolver's
-# single-worker port (11000) and its per-job window (12000-31999), so that a job's
-# TensorFlow ports never land on a daemon of the sandbox running it.
-PORT_RANGE = (7000, 11000)
+# The daemons' ports: above slurmd's own 6817/6818 and below every port the resolver
+# gives a job (DEFAULT_PORT, then its per-job window), so that a job's TensorFlow ports
+# never land on a daemon of the sandbox running it.
+PORT_RANGE = (7000, DEFAULT_PORT)
 PARTITION = "debug"
 # Finished jobs stay visible to squeue (and so to the sacct shim) this long.
 MIN_JOB_AGE_S = 300
