@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 import random
-import socket
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from slurmtf.ports import port_free
 
 # What a rank's environment never inherits from the caller's: the caller may itself run
 # in a Slurm job, and its TF_CONFIG / GPU binding would leak into every rank.
@@ -108,16 +109,6 @@ class LocalStep:
         if self.port_base is not None:
             env["SLURMTF_PORT_BASE"] = str(self.port_base)
         return env | dict(self.extra)
-
-
-def port_free(port: int, host: str = "") -> bool:
-    """True when ``port`` can be bound on ``host`` (all addresses by default) right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return False
-    return True
 
 
 def free_port_base(count: int, low: int = PORT_RANGE[0], high: int = PORT_RANGE[1]) -> int:

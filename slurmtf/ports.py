@@ -74,6 +74,16 @@ def derive_port_base(key: int | None, ntasks: int, name: str = "SLURM_STEP_NUM_T
     return WINDOW_LOW + (key % slots) * SLOT_SIZE
 
 
+def port_free(port: int, host: str = "") -> bool:
+    """True when ``host:port`` (IPv4; all addresses by default) can be bound right now, as
+    a server that sets ``SO_REUSEADDR`` (gRPC, slurmd) binds it."""
+    try:
+        _try_bind(socket.AF_INET, host, port)
+    except PortInUseError:
+        return False
+    return True
+
+
 def ensure_port_free(port: int, host: str = "") -> None:
     """Bind and release ``host:port`` (as gRPC will) to fail early and clearly if taken.
 

@@ -199,7 +199,7 @@ def test_port_free_sees_a_listener() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
-        assert not daemons.port_free(sock.getsockname()[1])
+        assert not ports.port_free(sock.getsockname()[1])
 
 
 def test_log_tail(tmp_path: Path) -> None:

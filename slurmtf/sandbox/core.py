@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmtf.errors import SlurmtfError
+from slurmtf.ports import port_free
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox import daemons, links
 from slurmtf.sandbox.config import SandboxConfig
@@ -82,7 +83,7 @@ def _pick_ports(sandbox_dir: Path, count: int) -> int:
     step = cfgmod.MAX_NODES + 1
     for offset in range(0, high - low, step):
         base = low + (start - low + offset) % (high - low - step)
-        if all(daemons.port_free(base + i) for i in range(count)):
+        if all(port_free(base + i) for i in range(count)):
             return base
     raise SandboxError(f"no {count} free consecutive ports in {low}-{high}")
 

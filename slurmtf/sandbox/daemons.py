@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -178,16 +177,6 @@ def kill_and_wait(pids: Sequence[int], timeout: float = 5.0) -> None:
         left = [pid for pid in left if not is_zombie(pid)]
         if left:
             time.sleep(0.05)
-
-
-def port_free(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("", port))
-        except OSError:
-            return False
-    return True
 
 
 def log_tail(path: Path, lines: int = 20) -> str:
