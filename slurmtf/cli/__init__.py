@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
@@ -36,6 +36,26 @@ def report_error(program: str, exc: SlurmtfError) -> int:
     """Print ``program: message`` on stderr; the exit status for ``exc`` (2: bad input)."""
     print(f"{program}: {exc}", file=sys.stderr)
     return EXIT_USAGE if isinstance(exc, InputError | UsageError) else EXIT_FAILURE
+
+
+def run_command(
+    program: str,
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    body: Callable[[argparse.Namespace], int],
+) -> int:
+    """Parse ``argv`` (``sys.argv[1:]`` when None) and return ``body(args)``. A slurmtf
+    error from either is one line on stderr and its exit status; once parsed, the line
+    names the subcommand too (``args.command``, when the parser has subcommands)."""
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        return report_error(program, exc)
+    command = getattr(args, "command", None)
+    try:
+        return body(args)
+    except SlurmtfError as exc:
+        return report_error(f"{program} {command}" if command else program, exc)
 
 
 class ArgumentParser(argparse.ArgumentParser):

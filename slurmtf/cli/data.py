@@ -7,9 +7,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf.cli import ArgumentParser, report_error
+from slurmtf.cli import ArgumentParser, run_command
 from slurmtf.datasets import manifest
-from slurmtf.errors import SlurmtfError, UsageError
 
 EPILOG = """examples:
   slurmtf data sample-mnist runs/data/mnist-sample   # real digits, offline (scikit-learn)
@@ -46,31 +45,28 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except UsageError as exc:
-        return report_error("slurmtf data", exc)
-    try:
-        if args.command == "sample-mnist":
-            from slurmtf.datasets.sample import write_mnist_sample
+    return run_command("slurmtf data", _parser(), argv, _run)
 
-            write_mnist_sample(args.dir)
-            print(f"wrote {args.dir}: {manifest.describe(manifest.verify_directory(args.dir))}")
-        elif args.command == "fetch":
-            from slurmtf.datasets.fetch import fetch
 
-            fetch(
-                args.dataset,
-                args.dir,
-                mirror=args.mirror,
-                timeout=args.timeout,
-                log=lambda line: print(line, file=sys.stderr),
-            )
-            print(f"fetched {args.dir}: {manifest.describe(manifest.verify_directory(args.dir))}")
-        else:
-            record = manifest.verify_directory(args.dir)
-            print(f"{args.dir}: {len(record['files'])} files match {manifest.NAME}")
-            print(f"data: {manifest.describe(record)}")
-    except SlurmtfError as exc:
-        return report_error(f"slurmtf data {args.command}", exc)
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "sample-mnist":
+        from slurmtf.datasets.sample import write_mnist_sample
+
+        write_mnist_sample(args.dir)
+        print(f"wrote {args.dir}: {manifest.describe(manifest.verify_directory(args.dir))}")
+    elif args.command == "fetch":
+        from slurmtf.datasets.fetch import fetch
+
+        fetch(
+            args.dataset,
+            args.dir,
+            mirror=args.mirror,
+            timeout=args.timeout,
+            log=lambda line: print(line, file=sys.stderr),
+        )
+        print(f"fetched {args.dir}: {manifest.describe(manifest.verify_directory(args.dir))}")
+    else:
+        record = manifest.verify_directory(args.dir)
+        print(f"{args.dir}: {len(record['files'])} files match {manifest.NAME}")
+        print(f"data: {manifest.describe(record)}")
     return 0

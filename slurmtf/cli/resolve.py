@@ -13,9 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
-from slurmtf.cli import ArgumentParser, add_flag, report_error
+from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.env import read_slurm_env
-from slurmtf.errors import SlurmtfError, UsageError
 from slurmtf.layout import build_layout
 from slurmtf.resolver import explain, export_lines
 
@@ -56,10 +55,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry point: exit 0 with the output, or 2 with one line on stderr."""
-    try:
-        args = _parser().parse_args(argv)
-    except UsageError as exc:
-        return report_error(PROGRAM, exc)
+    return run_command(PROGRAM, _parser(), argv, _run_logged)
+
+
+def _run_logged(args: argparse.Namespace) -> int:
+    """:func:`_run`, with the package's log on stderr for ``--verbose``."""
     handler = None
     package_log = logging.getLogger("slurmtf")
     if args.verbose:
@@ -76,17 +76,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        env = read_slurm_env(os.environ)
-        layout = build_layout(
-            env,
-            port_base=args.port_base,
-            address_template=args.address_template,
-            port_base_name="--port_base",
-            address_template_name="--address_template",
-        )
-    except SlurmtfError as exc:
-        return report_error(PROGRAM, exc)
+    layout = build_layout(
+        read_slurm_env(os.environ),
+        port_base=args.port_base,
+        address_template=args.address_template,
+        port_base_name="--port_base",
+        address_template_name="--address_template",
+    )
     if args.explain:
         print(explain(layout))
     elif args.export:

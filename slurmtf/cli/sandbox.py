@@ -8,8 +8,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf.cli import ArgumentParser, add_flag, report_error
-from slurmtf.errors import SlurmtfError, UsageError
+from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox.core import Sandbox, default_dir
 
@@ -50,40 +49,37 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    try:
-        args = _parser().parse_args(argv)
-    except UsageError as exc:
-        return report_error("slurmtf sandbox", exc)
-    try:
-        sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node, link=args.link)
-        if args.command == "up":
-            t0 = time.monotonic()
-            started = sandbox.up()
-            cfg = sandbox.config()
-            if started:
-                took = time.monotonic() - t0
-                names = ", ".join(cfg.node_names)
-                link = f", links {cfg.link} each way" if cfg.link else ""
-                print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
-                      f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}{link}",
-                      file=sys.stderr)  # fmt: skip
-            else:
-                print(f"sandbox already up in {sandbox.dir} ({cfg.nodes} nodes, "
-                      f"{cfg.gpus_per_node} GPUs each)", file=sys.stderr)  # fmt: skip
-                wanted = (args.nodes, args.gpus_per_node, args.link)
-                if (cfg.nodes, cfg.gpus_per_node, cfg.link) != wanted:
-                    print("HINT: `slurmtf sandbox down` first to change --nodes, "
-                          "--gpus_per_node or --link", file=sys.stderr)  # fmt: skip
-            print(f"HINT: eval the lines below, or: source {sandbox.dir}/env.sh", file=sys.stderr)
-            print(cfgmod.render_env(cfg), end="")
-        elif args.command == "down":
-            stopped = sandbox.down()
-            print(f"sandbox {'stopped' if stopped else 'was not running'}: {sandbox.dir}")
-        elif args.command == "status":
-            print(sandbox.status())
-            return 0 if sandbox.is_up() else 3
+    return run_command("slurmtf sandbox", _parser(), argv, _run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node, link=args.link)
+    if args.command == "up":
+        t0 = time.monotonic()
+        started = sandbox.up()
+        cfg = sandbox.config()
+        if started:
+            took = time.monotonic() - t0
+            names = ", ".join(cfg.node_names)
+            link = f", links {cfg.link} each way" if cfg.link else ""
+            print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
+                  f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}{link}",
+                  file=sys.stderr)  # fmt: skip
         else:
-            print(cfgmod.render_env(sandbox.config()), end="")
-    except SlurmtfError as exc:
-        return report_error(f"slurmtf sandbox {args.command}", exc)
+            print(f"sandbox already up in {sandbox.dir} ({cfg.nodes} nodes, "
+                  f"{cfg.gpus_per_node} GPUs each)", file=sys.stderr)  # fmt: skip
+            wanted = (args.nodes, args.gpus_per_node, args.link)
+            if (cfg.nodes, cfg.gpus_per_node, cfg.link) != wanted:
+                print("HINT: `slurmtf sandbox down` first to change --nodes, "
+                      "--gpus_per_node or --link", file=sys.stderr)  # fmt: skip
+        print(f"HINT: eval the lines below, or: source {sandbox.dir}/env.sh", file=sys.stderr)
+        print(cfgmod.render_env(cfg), end="")
+    elif args.command == "down":
+        stopped = sandbox.down()
+        print(f"sandbox {'stopped' if stopped else 'was not running'}: {sandbox.dir}")
+    elif args.command == "status":
+        print(sandbox.status())
+        return 0 if sandbox.is_up() else 3
+    else:
+        print(cfgmod.render_env(sandbox.config()), end="")
     return 0
