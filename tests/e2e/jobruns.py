@@ -116,14 +116,13 @@ class SandboxJob:
         return self.final
 
     def wait(self, timeout: float) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.state() in TERMINAL:
-                return self.final
-            time.sleep(0.5)
-        logs = self.report()
-        self.cancel()
-        raise TimeoutError(f"job {self.job_id} still {self.state()!r} after {timeout} s\n{logs}")
+        """The final state (kept); on timeout the job is cancelled, its logs in the error."""
+        if not self.final:
+            try:
+                self.final = self.sandbox.wait(self.job_id, timeout)
+            except TimeoutError as exc:
+                raise TimeoutError(f"{exc}\n{self.report()}") from None
+        return self.final
 
     def cancel(self) -> None:
         if self.job_id and self.state() not in TERMINAL:
