@@ -250,7 +250,7 @@ def test_documented_submit_commands_and_job_commands(wide: SlurmSandbox, tmp_pat
     logs = re.findall(r"^  rank \d+: (\S+)$", out, re.M)
     assert len(logs) == 4 * 2, out  # 4 points x 2 ranks
     for log in logs:
-        assert named(read_events(Path(log).with_suffix(".out")), "placement"), log
+        assert named(read_events(Path(log)), "placement"), log
     assert "#SBATCH" in _submit(wide, dry, tmp_path, [], [])
     for command in ("slurmtf status JOB", "slurmtf logs JOB --follow", "slurmtf cancel JOB"):
         argv = shlex.split(command)
