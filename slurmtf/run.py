@@ -5,7 +5,9 @@ The per-task launcher for scripts written from TensorFlow's own tutorials (they 
 and call Keras ``model.fit``), as ``torchrun`` is for PyTorch. Before the script's first
 line, in the script's own interpreter:
 
-1. this task's place in the job is resolved (:func:`slurmtf.resolver.resolve`);
+1. this task's place in the job is resolved (as :func:`slurmtf.resolver.resolve` does); a single
+   worker (outside Slurm, or a one-task step) gets a free port, unless
+   ``SLURMTF_PORT_BASE`` names one;
 2. its GPUs are narrowed (:func:`slurmtf.gpus.apply_gpu_split`) and ``TF_CONFIG`` is
    exported (:func:`slurmtf.resolver.export_tf_config`);
 3. import hooks are set, so that the moment TensorFlow has been imported the collective
@@ -37,10 +39,12 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
+from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
 from slurmtf.gpus import apply_gpu_split
-from slurmtf.layout import ClusterLayout
-from slurmtf.resolver import export_tf_config, resolve
+from slurmtf.layout import ClusterLayout, build_layout
+from slurmtf.localstep import free_port_base
+from slurmtf.resolver import export_tf_config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +67,13 @@ class Target:
 
 def prepare_task(environ: MutableMapping[str, str] = os.environ) -> ClusterLayout:
     """Resolve this task, narrow its GPUs and export ``TF_CONFIG`` (steps 1-2 above)."""
-    layout = resolve(environ)
+    env = read_slurm_env(environ)
+    layout = build_layout(env)
+    if layout.is_single_worker and env.port_base is None:
+        # A single worker still starts TensorFlow's gRPC server when TF_CONFIG names a
+        # cluster; one fixed port would collide with the next single worker on this
+        # machine (or node), so it takes a free one, at random.
+        layout = build_layout(env, port_base=free_port_base(1))
     apply_gpu_split(layout, environ)
     export_tf_config(layout, environ)
     return layout
