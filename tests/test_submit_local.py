@@ -110,3 +110,41 @@ def test_preempted_rank0_leaves_the_requeue_to_the_job_script_when_it_is_loaded(
     assert fake.calls == ([["scontrol", "requeue", "9"]] if requeued_by_rank0 else [])
     events = [json.loads(line)["event"] for line in capsys.readouterr().out.splitlines()]
     assert ("requeue" in events) is requeued_by_rank0
+
+
+RANK_ENDING = Path(__file__).parent / "scripts" / "rank_ending.py"
+
+
+@pytest.mark.parametrize(
+    ("ending", "status", "said"),
+    [
+        ("kill", 0, "rank 1 was killed by SIGKILL; restart 1"),
+        ("segv", 0, "rank 1 was killed by SIGSEGV; restart 1"),
+        ("preempt", 0, "preempted; restart 1"),
+        ("raise", 1, None),
+        ("exit2", 2, None),
+    ],
+)
+def test_local_restarts_a_killed_rank_as_the_job_scripts_do(
+    tmp_path: Path, ending: str, status: int, said: str | None
+) -> None:
+    """The user's script through the launcher for unmodified scripts (``python SCRIPT``
+    becomes ``python -m slurmtf.run SCRIPT``); a rank ended by a signal is restarted within
+    the budget, an exception or exit 2 is not."""
+    spec = JobSpec(
+        kind="command",
+        target=f"{sys.executable} {RANK_ENDING} --end={ending}",
+        nodes=2,
+        log_dir=str(tmp_path),
+        cluster="local",
+        max_requeues=1,
+    )
+    out = io.StringIO()
+    assert local.run_local(spec, out) == status, out.getvalue()
+    restarts = out.getvalue().count("; restart 1")
+    assert restarts == (1 if said else 0), out.getvalue()
+    if said:
+        assert said in out.getvalue()
+    (rank1,) = tmp_path.glob("*_1_log.out")
+    launches = [e for e in launch_events(rank1) if e["event"] == "launch"]
+    assert launches[0]["command"][1:4] == ["-m", "slurmtf.run", str(RANK_ENDING)]

@@ -255,8 +255,9 @@ def check_training(run: SandboxJob, *, loss_falls: bool = True) -> None:
     assert "srun exited 0" in job_log, job_log
 
 
-def rank_pids(job_id: str, rank: int) -> list[int]:
-    """Python processes of job ``job_id`` whose ``SLURM_PROCID`` is ``rank``."""
+def rank_pids(job_id: str, rank: int, module: str = "models.mnist") -> list[int]:
+    """Python processes running ``module`` (``slurmtf_models.mnist`` under ``slurmtf
+    submit``) in job ``job_id`` whose ``SLURM_PROCID`` is ``rank``."""
     want = {b"SLURM_JOB_ID": job_id.encode(), b"SLURM_PROCID": str(rank).encode()}
     found = []
     for entry in Path("/proc").iterdir():
@@ -264,7 +265,7 @@ def rank_pids(job_id: str, rank: int) -> list[int]:
             continue
         try:
             argv = (entry / "cmdline").read_bytes().split(b"\0")
-            if not Path(argv[0].decode()).name.startswith("python") or b"models.mnist" not in argv:
+            if not Path(argv[0].decode()).name.startswith("python") or module.encode() not in argv:
                 continue
             items = (entry / "environ").read_bytes().split(b"\0")
         except OSError:

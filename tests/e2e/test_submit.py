@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +16,7 @@ import pytest
 
 from slurmtf.localstep import free_port_base
 from tests.e2e.conftest import SlurmSandbox
+from tests.e2e.jobruns import rank_pids
 
 PY = sys.executable
 
@@ -215,3 +218,37 @@ def test_preempted_job_requeues_and_resumes_to_the_same_step(
     assert last["start_step"] > 0
     assert last["step"] == steps
     assert events(rank0, "launch")[-1]["restart_count"] == 1
+
+
+@pytest.mark.slurm
+@pytest.mark.tf
+def test_a_killed_rank_of_a_submitted_job_restarts_and_completes(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    """SIGKILL of rank 1's model process (the OOM killer's way): the launcher between
+    srun and the model exits 137, the job script reads it as SIGKILL, requeues, and the
+    job resumes from its checkpoint to the final step."""
+    steps = 150
+    model = ["--train_steps=150", "--log_every=5", "--checkpoint_every=10", "--eval_steps=1",
+             "--batch_size=16", "--num_threads=1", "--heartbeat_timeout=10"]  # fmt: skip
+    common = ["--model=mnist", "--nodes=2", "--time=10", "--max_restarts=2"]
+    done = submit(slurm_sandbox, *common, f"--log_dir={tmp_path}", "--", *model)
+    assert done.returncode == 0, done.stderr
+    jid = job_id(done.stdout)
+    rank0, rank0_err = tmp_path / f"{jid}_0_log.out", tmp_path / f"{jid}_0_log.err"
+    wait_for(
+        lambda: rank0_err.exists() and re.search(r"rank0 I step [2-9]\d/", rank0_err.read_text()),
+        150,
+        f"job {jid} made no progress",
+    )
+    (pid,) = rank_pids(jid, 1, "slurmtf_models.mnist")
+    os.kill(pid, signal.SIGKILL)
+    assert slurm_sandbox.wait(jid, timeout=300) == "COMPLETED", slurm_sandbox.logs(jid)
+    text = rank0.read_text()
+    assert f"failed: rank 1 was killed by SIGKILL: requeueing job {jid}" in text, text[-3000:]
+    assert "Restarts=1 " in slurm_sandbox.run(["scontrol", "show", "job", jid]).stdout
+    assert events(tmp_path / f"{jid}_1_log.out", "exit")[0]["signal"] == "SIGKILL"
+    for rank in (0, 1):
+        last = events(tmp_path / f"{jid}_{rank}_log.out", "done")[-1]
+        assert (last["step"], last["restart_count"]) == (steps, 1), last
+        assert last["start_step"] > 0, last  # resumed from a checkpoint
