@@ -34,7 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument(
         "--export",
         action="store_true",
-        help='print shell export lines, for eval "$(python -m slurmtf.resolver --export)"',
+        help='print shell export lines, for eval "$(python -m slurmtf.resolver --export)". '
+        "They set TF_CONFIG and SLURMTF_* only: they cannot apply slurmtf's Keras 3 "
+        "model.fit and flat-memory fixes to the Python that runs next; start scripts "
+        "with `python -m slurmtf.run SCRIPT` for those",
     )
     add_flag(
         parser,
