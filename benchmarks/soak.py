@@ -31,11 +31,20 @@ from benchmarks.harness import REPO, JSONDict, machine_info, markdown_table
 from benchmarks.protocol import figure
 from slurmtf.events import parse_events
 
-MODELS = {  # name -> (job script, model flags)
-    "mnist": ("mnist.sbatch", ()),
-    "resnet20": ("resnet.sbatch", ("--resnet_size=20",)),
-}
 ENDLESS = "--train_steps=1000000000"
+MODELS = {  # name -> (job script, its arguments, the arguments that make it endless)
+    "mnist": ("mnist.sbatch", (), (ENDLESS,)),
+    "resnet20": ("resnet.sbatch", ("--resnet_size=20",), (ENDLESS,)),
+    # A user's unmodified Keras 3 model.fit script (TensorFlow's tutorial shape), each
+    # task started by python -m slurmtf.run.
+    "tutorial": (
+        "train.sbatch",
+        (str(REPO / "examples" / "tf_tutorial.py"),),
+        ("--epochs=1000000", "--steps_per_epoch=200"),
+    ),
+}
+# How a rank's own Python is told from srun's (whose command line names the same words).
+RANK_MARKERS = (b"models.", b"slurmtf.run")
 # Allowed growth after warm-up (last fifth against first fifth of the samples).
 MAX_THREAD_GROWTH = 8
 MAX_FD_GROWTH = 8
@@ -79,7 +88,7 @@ def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
             continue
         # The Python of the rank itself, not srun (whose command line also names the model).
         is_python = b"python" in cmdline[0].rsplit(b"/", 1)[-1]
-        if not is_python or not any(arg.startswith(b"models.") for arg in cmdline):
+        if not is_python or not any(arg.startswith(RANK_MARKERS) for arg in cmdline):
             continue
         env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
         if env.get(b"SLURM_JOB_ID") == job_id.encode() and b"SLURM_PROCID" in env:
@@ -146,12 +155,12 @@ class SoakPlan:
     until_done: bool = False
 
     def sbatch_args(self, work: Path) -> list[str]:
-        script, flags = MODELS[self.model]
+        script, flags, endless = MODELS[self.model]
         return [
             "sbatch", "--parsable", f"--nodes={self.nodes}",
             f"--ntasks-per-node={self.tasks_per_node}", *self.sbatch_options,
             f"--time={int(self.minutes) + 15}", f"--output={work}/job-%j.out",
-            str(REPO / "jobs" / script), *flags, *([] if self.until_done else [ENDLESS]),
+            str(REPO / "jobs" / script), *flags, *([] if self.until_done else endless),
             *self.model_flags,
         ]  # fmt: skip
 
