@@ -10,6 +10,7 @@ line. No Slurm: the task is a single worker.
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ import pytest
 
 from slurmtf.cli.run import parse_target
 from slurmtf.errors import InputError, UsageError
+from slurmtf.jobspec import JobSpec, task_command, through_launcher
 from slurmtf.run import Target
 
 SCRIPT = """\
@@ -140,3 +142,34 @@ def test_bad_slurm_variables_exit_2_before_the_script(tmp_path: Path) -> None:
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("slurmtf run: SLURM_PROCID='7'"), line
     assert "HINT:" in line
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("python train.py --a", "python -m slurmtf.run train.py --a"),
+        ("python3 -u train.py", "python3 -u -m slurmtf.run train.py"),
+        (
+            "python3.11 -W ignore -m pkg.train x",
+            "python3.11 -W ignore -m slurmtf.run -m pkg.train x",
+        ),
+        ("/opt/venv/bin/python -mpkg", "/opt/venv/bin/python -m slurmtf.run -mpkg"),
+        ("python -m slurmtf.run x.py", "python -m slurmtf.run x.py"),  # not twice
+        ("python -c 'print(1)'", "python -c 'print(1)'"),
+        ("python -", "python -"),
+        ("python", "python"),
+        ("bash run.sh", "bash run.sh"),
+        ("torchrun x.py", "torchrun x.py"),
+    ],
+)
+def test_submit_commands_start_python_scripts_through_the_launcher(
+    command: str, expected: str
+) -> None:
+    assert shlex.join(through_launcher(shlex.split(command))) == expected
+
+
+def test_module_jobs_run_through_the_launcher() -> None:
+    spec = JobSpec(kind="module", target="pkg.train", args=("--x=1",))
+    assert task_command(spec, {"lr": "2"}, python="py") == [
+        "py", "-u", "-m", "slurmtf.run", "-m", "pkg.train", "--x=1", "--lr=2"
+    ]  # fmt: skip
