@@ -8,6 +8,10 @@ from pathlib import Path
 
 import pytest
 
+# submitit adds logging handlers on the streams of the moment of its first import: import
+# it now, not inside a test whose captured streams are closed after it.
+import submitit  # noqa: F401
+
 from slurmtf.localstep import free_port_base, is_scrubbed
 from tests.helpers.localjobs import Cluster, Job
 
