@@ -68,7 +68,8 @@ def plan(directory: Path, scripts: list[JobScript], *, force: bool = False) -> l
                 "DIR",
                 str(directory),
                 f"{script.name} there differs from slurmtf's",
-                "keep your changes under another name, or add --force to overwrite it",
+                "keep your changes under another name, or add --force to overwrite it "
+                "(also when an older slurmtf wrote it)",
             )
     return actions
 

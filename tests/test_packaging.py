@@ -16,6 +16,8 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.prereqs import require
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -55,13 +57,16 @@ def test_the_wheel_has_no_top_level_models_package(tmp_path: Path) -> None:
     assert "slurmtf/job.sh" in names
 
 
-def _dry_run(*args: str) -> dict[str, Any]:
-    """pip's resolver on ``args``: the report of what it would install (nothing is)."""
+def _dry_run(*args: str, index: str = "") -> dict[str, Any]:
+    """pip's resolver on ``args``: the report of what it would install (nothing is).
+    ``index``: packages that only an index has; missing there is a missing prerequisite."""
     done = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
          "--disable-pip-version-check", *args],
         capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
     )  # fmt: skip
+    if index:
+        require("No matching distribution" not in done.stderr, f"a package index with {index}")
     assert done.returncode == 0, f"pip {args}: {done.stderr[-3000:]}"
     report: dict[str, Any] = json.loads(done.stdout)
     return report
@@ -91,7 +96,8 @@ def test_gpu_and_keras2_extras_resolve_on_the_index() -> None:
     that TensorFlow: each requirement as pyproject declares it, resolved on the package
     index from its metadata only (no dependencies, no wheel downloaded)."""
     _, extras = _declared_requirements()
-    report = _dry_run("--no-deps", "--ignore-installed", *extras["gpu"], *extras["keras2"])
+    args = ("--no-deps", "--ignore-installed", *extras["gpu"], *extras["keras2"])
+    report = _dry_run(*args, index="tensorflow and tf-keras (pypi.org)")
     found = {canonicalize_name(item["metadata"]["name"]): item for item in report["install"]}
     assert sorted(found) == ["tensorflow", "tf-keras"], sorted(found)
     tensorflow = found["tensorflow"]["metadata"]
