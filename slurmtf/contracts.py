@@ -75,6 +75,21 @@ def parse_preemption_signal(value: str, name: str = "--preemption_signal") -> si
     return sig
 
 
+def ending_signal(status: int) -> signal.Signals | None:
+    """The signal that ended a process, from its status as Python (``-N``) or a shell or
+    launcher (``128+N``) reports it; ``None`` for a process that exited by itself."""
+    number = -status if status < 0 else status - 128 if 128 < status <= 192 else 0
+    try:
+        return signal.Signals(number) if number else None
+    except ValueError:
+        return None
+
+
+def shell_status(status: int) -> int:
+    """A child's status as a shell reports it: ``128+N`` for a child ended by signal N."""
+    return 128 - status if status < 0 else status
+
+
 def signal_name(sig: signal.Signals) -> str:
     """``signal.SIGUSR2`` -> ``USR2`` (as ``sbatch --signal`` writes it)."""
     return sig.name.removeprefix("SIG")

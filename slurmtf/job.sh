@@ -168,21 +168,72 @@ slurmtf_new() {
     tail -c "+$(( ${slurmtf_offsets[$f]:-0} + 1 ))" "$f"
 }
 
+# Exit 75 from srun or from the first task it saw end (the job scripts), or rank 0's own word: the models' and fit's
+# `preempted` events, or slurmtf submit's launcher reporting its child's exit 75 (the
+# launcher itself exits 0 then, so that srun stops no one).
 slurmtf_preempted() {
     [ "$slurmtf_rc" -eq 75 ] && return 0
-    slurmtf_new "$(slurmtf_rank_file 0 out)" | grep -q -e '"event": "preempted"' -e '"preempted": true'
+    # The first task srun saw end exited 75; srun then stopped the others (kill-on-bad-exit).
+    slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}" \
+        | grep -m 1 -o -E "tasks? [0-9]+[^:]*: .*" | grep -q -E ": Exited with exit code 75$" \
+        && return 0
+    slurmtf_new "$(slurmtf_rank_file 0 out)" | grep -q -E -e '"event": "preempted"' \
+        -e '"preempted": true' -e '"event": "exit", "rank": 0, "status": 75[,}]'
+}
+
+# The signal that ended a task, from srun's words for it: the signal's own text when the
+# task died by it (`Killed`, `Segmentation fault (core dumped)`), or `Exited with exit
+# code 128+N` when a launcher between srun and the model (slurmtf submit's) reported it.
+# Prints e.g. SIGKILL, or nothing for a task that exited by itself.
+slurmtf_signal_of() {
+    local reason="$1" code
+    case "$reason" in
+        "Exited with exit code "*)
+            code="${reason##* }"
+            if [[ "$code" =~ ^[0-9]+$ ]] && [ "$code" -gt 128 ] && [ "$code" -le 192 ]; then
+                printf 'SIG%s' "$(kill -l "$((code - 128))" 2>/dev/null || echo "$((code - 128))")"
+            fi ;;
+        Killed*) printf SIGKILL ;;
+        Terminated*) printf SIGTERM ;;
+        Segmentation*) printf SIGSEGV ;;
+        Aborted*) printf SIGABRT ;;
+        "Bus error"*) printf SIGBUS ;;
+        "Floating point"*) printf SIGFPE ;;
+        "Illegal instruction"*) printf SIGILL ;;
+        Interrupt*) printf SIGINT ;;
+        Hangup*) printf SIGHUP ;;
+        "User defined signal 1"*) printf SIGUSR1 ;;
+        "User defined signal 2"*) printf SIGUSR2 ;;
+        *) printf 'a signal (%s)' "$reason" ;;
+    esac
+}
+
+# The line of a rank's error output that says what went wrong: the last Python exception
+# line or slurmtf one-line error (`NAME: ... HINT: ...`), else the last line that is not
+# a TensorFlow/absl info or warning line (`W0000 ...`, `... : W tensorflow/...`).
+slurmtf_error_line() {
+    local text="$1" line
+    line=$(grep -E -e '^([A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(Error|Exception|Exit|Interrupt)(:.*)?$' \
+        -e 'HINT: ' <<<"$text" | tail -n 1)
+    [ -n "$line" ] || line=$(grep -v -E -e '^[[:space:]]*$' -e '^[IW][0-9]{4} ' \
+        -e '^[0-9-]+ [0-9:.]+: [IW] ' -e '^WARNING:' <<<"$text" | tail -n 1)
+    [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' <<<"$text" | tail -n 1)
+    printf '%s' "$line"
 }
 
 # Sets slurmtf_why (why this attempt failed), slurmtf_retry (1: a restart may fix it)
 # and slurmtf_bad_nodes (nodes to avoid next time). srun names the task that failed
 # first; the others were stopped by --kill-on-bad-exit and say nothing about the cause.
+# What happened decides, not which wrapper reported it: a task ended by a signal (the
+# OOM killer's SIGKILL, a segfault), directly or as exit 128+N through a launcher, was
+# killed and is retried; exit 2 never is; an exit with the rank's own error is not.
 slurmtf_classify() {
     slurmtf_retry=0
     slurmtf_bad_nodes=()
-    local srun_text first rank reason text f lost=() frozen=0
+    local srun_text first rank reason text f sig lost=() frozen=0
     local peer="a peer failed, stalled or timed out" stall="no training step finished for"
     srun_text=$(slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}")
-    if grep -q "Exited with exit code 2" <<<"$srun_text" || [ "$slurmtf_rc" -eq 2 ]; then
+    if grep -q -E "Exited with exit code 2$" <<<"$srun_text" || [ "$slurmtf_rc" -eq 2 ]; then
         slurmtf_why="bad flags or settings (exit 2): a restart cannot fix them"
         return
     fi
@@ -199,17 +250,19 @@ slurmtf_classify() {
     first=$(grep -m 1 -o -E "tasks? [0-9]+[^:]*: .*" <<<"$srun_text")
     rank=$(grep -o -E "^tasks? [0-9]+" <<<"$first" | grep -o -E "[0-9]+$")
     reason="${first#*: }"
-    if [ -n "$rank" ] && [[ "$reason" == "Exited with exit code"* ]]; then
+    sig=""
+    [ -n "$rank" ] && sig=$(slurmtf_signal_of "$reason")
+    if [ -n "$sig" ]; then
+        slurmtf_why="rank $rank was killed by $sig"
+    elif [ -n "$rank" ]; then
         text=$(slurmtf_new "$(slurmtf_rank_file "$rank" err)")
         if ! grep -q -e "$peer" -e "$stall" <<<"$text"; then
-            slurmtf_why="rank $rank failed with its own error ($reason):"
-            slurmtf_why+=" $(grep -v '^[[:space:]]*$' <<<"$text" | tail -n 1)"
+            slurmtf_why="rank $rank failed with its own error (exit code ${reason##* }):"
+            slurmtf_why+=" $(slurmtf_error_line "$text")"
             slurmtf_why+=$(slurmtf_install_hint "$text")
             return
         fi
         slurmtf_why="rank $rank lost a peer or saw a stall"
-    elif [ -n "$rank" ]; then
-        slurmtf_why="rank $rank: $reason"
     elif grep -q "Node failure" <<<"$srun_text" || [ "$slurmtf_rc" -ge 128 ]; then
         slurmtf_why="srun exited $slurmtf_rc ($(grep -m 1 -o "Node failure.*" <<<"$srun_text"))"
     else

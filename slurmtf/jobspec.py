@@ -37,6 +37,8 @@ KINDS = ("model", "module", "function", "command")
 GPU_FLAGS = ("gres", "gpus-per-node", "gpus-per-task")
 CLUSTERS = ("slurm", "local")
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+RUN_LAUNCHER = "slurmtf.run"  # python -m slurmtf.run: unmodified scripts (module and command jobs)
+_PYTHON = re.compile(r"python[0-9.]*")
 _MEM = re.compile(r"^[0-9]+[KMGT]?B?$", re.IGNORECASE)
 
 
@@ -274,9 +276,9 @@ def task_command(
             added.append(f"--model_dir={spec.folder / f'{job_id}_model'}")
         return [python, "-u", "-m", module, *fixed, *added, *given]
     if spec.kind == "module":
-        return [python, "-u", "-m", spec.target, *spec.args, *sweep_args]
+        return [python, "-u", "-m", RUN_LAUNCHER, "-m", spec.target, *spec.args, *sweep_args]
     if spec.kind == "command":
-        return [*shlex.split(spec.target), *spec.args, *sweep_args]
+        return [*through_launcher(shlex.split(spec.target)), *spec.args, *sweep_args]
     return [
         python,
         "-u",
@@ -288,6 +290,24 @@ def task_command(
         *spec.args,
         *sweep_args,
     ]
+
+
+def through_launcher(words: Sequence[str]) -> list[str]:
+    """``python [OPTS] (SCRIPT | -m MODULE) ARGS`` -> the same through
+    ``python [OPTS] -m slurmtf.run``, which exports TF_CONFIG and applies slurmtf's
+    TensorFlow and Keras fixes before the script's first line; any other command (a
+    shell script, ``python -c``) is returned unchanged."""
+    words = list(words)
+    if not words or not _PYTHON.fullmatch(Path(words[0]).name):
+        return words
+    i = 1
+    while i < len(words) and words[i].startswith("-") and not words[i].startswith(("-m", "-c")):
+        if words[i] == "-":
+            return words
+        i += 2 if words[i] in ("-W", "-X") else 1
+    if i >= len(words) or words[i].startswith("-c") or words[i + 1 : i + 2] == [RUN_LAUNCHER]:
+        return words
+    return [*words[:i], "-m", RUN_LAUNCHER, *words[i:]]
 
 
 def render_sbatch(spec: JobSpec, python: str, *, map_count: int | None = None) -> str:

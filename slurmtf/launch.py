@@ -14,7 +14,9 @@ child process whose output goes to this rank's log, and maps its exit status:
   that its other failures count against. Without that script (it could not be
   loaded), rank 0 runs ``scontrol requeue`` itself while ``SLURM_RESTART_COUNT`` <
   ``--max_requeues``. Either way the requeued job resumes from the checkpoint.
-* anything else: this task exits with it, and ``--kill-on-bad-exit`` stops the others.
+* anything else: this task exits with it (128+N for a child ended by signal N, which
+  ``slurmtf/job.sh`` classifies as that signal, as when srun reports the signal itself),
+  and ``--kill-on-bad-exit`` stops the others.
 
 Slurm delivers the preemption signal to every process of the step, the child included;
 the launcher only notes it (submitit's own handler would requeue at once, before the
@@ -36,7 +38,12 @@ from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import Any
 
-from slurmtf.contracts import EXIT_PREEMPTED, parse_preemption_signal
+from slurmtf.contracts import (
+    EXIT_PREEMPTED,
+    ending_signal,
+    parse_preemption_signal,
+    shell_status,
+)
 from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
 from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec, task_command
@@ -111,9 +118,11 @@ def run_task(
         status = subprocess.call(command, env=env)
     finally:
         signal.signal(signum, previous)
-    emit("exit", rank=rank, status=status)
+    ended_by = ending_signal(status)
+    emit("exit", rank=rank, status=status, **({"signal": ended_by.name} if ended_by else {}))
     if status != EXIT_PREEMPTED:
-        return 0 if status == 0 else (status if status > 0 else 128 - status)
+        # A child ended by signal N: 128+N, which slurmtf/job.sh reads as that signal.
+        return shell_status(status)
     if environ.get(LOCAL_ENV) == "1":
         return EXIT_PREEMPTED
     if rank != 0 or environ.get(JOB_SCRIPT_ENV) == "1":

@@ -5,12 +5,14 @@ Each process runs ``python -m slurmtf.launch`` with the ``SLURM_*`` variables a 
 on a cluster. One node is ``localhost``; with ``--nodes=N`` the nodes are the loopback
 addresses ``127.0.0.1..127.0.0.N`` (the resolver gives every rank its own port, so they
 can share the machine). Sweeps run one grid point after the other; a run that exits 75
-(preempted, checkpoint saved) is restarted with ``SLURM_RESTART_COUNT`` + 1, up to
-``--max_requeues``.
+(preempted, checkpoint saved), or whose first failing rank was ended by a signal (a
+kill, the OOM killer), is restarted with ``SLURM_RESTART_COUNT`` + 1, up to
+``--max_requeues``, as the job scripts requeue a job; any other failure is not.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -19,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TextIO
 
-from slurmtf.contracts import EXIT_PREEMPTED, rank_log_paths
+from slurmtf.contracts import EXIT_PREEMPTED, ending_signal, rank_log_paths
 from slurmtf.jobspec import JobSpec
 from slurmtf.launch import LOCAL_ENV, job_id_of
 from slurmtf.localstep import LocalStep, node_names, start_rank
@@ -46,6 +48,31 @@ def rank_step(spec: JobSpec, ids: Mapping[str, str], restarts: int) -> LocalStep
     )
 
 
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """How one run of a grid point ended: every rank's status, and the rank that failed
+    first (``None`` when none did) with its status."""
+
+    codes: tuple[int, ...]
+    first_failed: tuple[int, int] | None = None
+
+    @property
+    def status(self) -> int:
+        return max(self.codes) if any(self.codes) else 0
+
+    def restart_reason(self) -> str | None:
+        """Why a restart may help, as the job scripts decide it: every rank preempted
+        (exit 75), or the first failing rank ended by a signal; else ``None``."""
+        if all(c == EXIT_PREEMPTED for c in self.codes):
+            return "preempted"
+        if self.first_failed is not None:
+            rank, status = self.first_failed
+            ended_by = ending_signal(status)
+            if ended_by is not None:
+                return f"rank {rank} was killed by {ended_by.name}"
+        return None
+
+
 def run_point(
     spec: JobSpec,
     params: Mapping[str, str],
@@ -54,7 +81,7 @@ def run_point(
     spec_file: Path,
     environ: Mapping[str, str],
     restarts: int,
-) -> list[int]:
+) -> Attempt:
     """Start every rank of one grid point, wait, stop the rest when one fails."""
     job_id = job_id_of(ids)
     outs = rank_log_paths(spec.folder, job_id, spec.num_tasks)
@@ -74,18 +101,20 @@ def run_point(
         for rank in range(spec.num_tasks)
     ]
     codes: list[int | None] = [None] * len(procs)
+    first: tuple[int, int] | None = None
     while any(c is None for c in codes):
         for rank, proc in enumerate(procs):
             if codes[rank] is None:
                 codes[rank] = proc.poll()
-        failed = [c for c in codes if c not in (None, 0, EXIT_PREEMPTED)]
-        if failed:  # like srun --kill-on-bad-exit
+        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0, EXIT_PREEMPTED)]
+        if failed:  # like srun --kill-on-bad-exit, which names the first task that failed
+            first = first or (failed[0][0], int(failed[0][1] or 0))
             for rank, proc in enumerate(procs):
                 if codes[rank] is None:
                     proc.kill()
                     codes[rank] = proc.wait()
         time.sleep(0.2)
-    return [c if c is not None else 1 for c in codes]
+    return Attempt(tuple(c if c is not None else 1 for c in codes), first)
 
 
 def run_local(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = None) -> int:
@@ -106,13 +135,14 @@ def run_local(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = No
             print(f"  rank {rank}: {path}", file=out)
         out.flush()
         for restarts in range(spec.max_requeues + 1):
-            codes = run_point(
+            attempt = run_point(
                 spec, params, ids, spec_file=spec_file, environ=env, restarts=restarts
             )
-            if not all(c == EXIT_PREEMPTED for c in codes) or restarts == spec.max_requeues:
+            why = attempt.restart_reason()
+            if why is None or restarts == spec.max_requeues:
                 break
-            print(f"slurmtf: {job_id} preempted; restart {restarts + 1}", file=out)
-        status = max(codes) if any(codes) else 0
+            print(f"slurmtf: {job_id} {why}; restart {restarts + 1}", file=out, flush=True)
+        status = attempt.status
         worst = max(worst, status)
         print(summary(job_id, spec.folder, spec.num_tasks, status), file=out, flush=True)
     return worst

@@ -60,7 +60,7 @@ OWN_FIRST = (
 
 
 CASES = [
-    ("rank killed", KILLED, {0: PEER, 1: ""}, 137, "", "1", "", "rank 1: Killed"),
+    ("rank killed", KILLED, {0: PEER, 1: ""}, 137, "", "1", "", "rank 1 was killed by SIGKILL"),
     ("node dead", PEER_FIRST, {0: PEER}, 1, "node2", "1", "node2", "rank 0 lost a peer"),
     ("rank frozen", KILLED, {0: f"{HEARTBEAT}\n{PEER}"}, 137, "", "1", "node2", "rank 1"),
     ("stall", PEER_FIRST, {0: STALL}, 1, "", "1", "", "saw a stall"),
@@ -87,6 +87,57 @@ CASES = [
         "Node failure on node2",
     ),
 ]
+
+
+# How a rank ends x how srun hears of it: directly (jobs/*.sbatch run the model under srun)
+# or through slurmtf submit's launcher, which exits 128+N for a child ended by signal N.
+# Either way the same closing words and the same decision.
+WARNINGS = (
+    "W0000 00:00:1764070000.1 123 dataset.cc:997] Input of GeneratorDatasetOp::Dataset "
+    "will not be optimized\n"
+    "2026-11-25 13:00:00.123456: W tensorflow/core/x.cc:1] a warning\n"
+    "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR"
+)
+ENDINGS = [
+    # (ending, srun's word when the signal reached srun's task, the launcher's exit status,
+    #  the rank's stderr, retried?, closing words)
+    ("SIGKILL", "Killed", 137, WARNINGS, "1", "rank 1 was killed by SIGKILL"),
+    ("SIGTERM", "Terminated", 143, WARNINGS, "1", "rank 1 was killed by SIGTERM"),
+    ("SIGSEGV", "Segmentation fault (core dumped)", 139, "", "1", "rank 1 was killed by SIGSEGV"),
+    ("SIGABRT", "Aborted", 134, "F0000 check failed", "1", "rank 1 was killed by SIGABRT"),
+    (
+        "exception",
+        None,
+        1,
+        f"{TRACE}\n{WARNINGS}",
+        "0",
+        "rank 1 failed with its own error (exit code 1): ValueError: bad shape (3, 4)",
+    ),
+    (
+        "slurmtf error",
+        None,
+        1,
+        "train.py: --batch_size='7': does not divide. HINT: use 8\n" + WARNINGS,
+        "0",
+        "own error (exit code 1): train.py: --batch_size='7': does not divide. HINT: use 8",
+    ),
+    ("bad flags", None, 2, "usage: x", "0", "bad flags or settings (exit 2)"),
+]
+
+
+@pytest.mark.parametrize("path", ["srun", "launcher"])
+@pytest.mark.parametrize("ending", ENDINGS, ids=[e[0] for e in ENDINGS])
+def test_how_a_rank_ended_decides_not_who_reported_it(
+    tmp_path: Path, path: str, ending: tuple[Any, ...]
+) -> None:
+    _name, word, status, stderr, retry, why = ending
+    reported = word if path == "srun" and word else f"Exited with exit code {status}"
+    srun = f"srun: error: node2: task 1: {reported}\nsrun: error: node1: task 0: Killed\n"
+    got = classify(tmp_path, srun, {0: PEER, 1: stderr}, status, "")
+    assert got["retry"] == retry, got
+    assert why in got["why"], got
+    assert "W0000" not in got["why"], got
+    assert "tensorflow/core" not in got["why"], got
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
@@ -136,6 +187,26 @@ def test_the_budget_stops_restarts_and_says_so(tmp_path: Path) -> None:
     assert status == 1, out
     assert "not requeued: already restarted 3 time(s) (MAX_RESTARTS=3)" in out
     assert calls == ""
+
+
+def test_a_killed_rank_through_the_launcher_requeues(tmp_path: Path) -> None:
+    srun = "srun: error: node2: task 1: Exited with exit code 137\n"
+    status, out, calls = end(tmp_path, 0, "2", srun, {0: PEER, 1: WARNINGS})
+    assert status == 0, out
+    assert "failed: rank 1 was killed by SIGKILL: requeueing job 77 (restart 1 of 2" in out, out
+    assert calls.splitlines()[0] == "requeue 77", calls
+
+
+def test_a_preempted_rank_that_srun_saw_first_is_a_preemption(tmp_path: Path) -> None:
+    """One rank exits 75 a moment before the others; srun stops them (Terminated)."""
+    srun = (
+        "srun: error: node2: task 1: Exited with exit code 75\n"
+        "srun: error: node1: task 0: Terminated\n"
+    )
+    status, out, calls = end(tmp_path, 0, "2", srun, {0: "", 1: ""})
+    assert status == 0, out
+    assert "preempted after saving a checkpoint: requeueing job 77" in out, out
+    assert calls.splitlines()[0] == "requeue 77", calls
 
 
 def test_a_model_error_is_not_retried(tmp_path: Path) -> None:

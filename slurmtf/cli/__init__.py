@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("slurmtf.cli.jobs", "show the state of a job"),
     "logs": ("slurmtf.cli.jobs", "print or follow a job's per-rank logs"),
     "cancel": ("slurmtf.cli.jobs", "cancel a job"),
+    "run": ("slurmtf.cli.run", "run an unmodified training script on this task (TF_CONFIG, fixes)"),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
     "job-scripts": ("slurmtf.cli.job_scripts", "write the sbatch job scripts into a folder"),
 }

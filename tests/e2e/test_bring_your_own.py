@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import re
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -24,6 +25,8 @@ from typing import Any
 
 import pytest
 
+from slurmtf.events import read_events
+from slurmtf.localstep import free_port_base
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, submit_job
 from tests.prereqs import require
@@ -31,12 +34,18 @@ from tests.prereqs import require
 pytestmark = [pytest.mark.slurm, pytest.mark.tf]
 
 FIT_CHECKS = REPO / "tests" / "scripts" / "fit_checks.py"
+TUTORIAL = REPO / "examples" / "tf_tutorial.py"
+# The tutorial scales its global batch with the workers: 2 x 32 here, 1 x 64 alone.
+TUTORIAL_ARGS = ["--per_worker_batch=32"]
+TUTORIAL_ONE_WORKER = ["--per_worker_batch=64"]
 CUSTOM_ARGS = ["--train_steps=16", "--eval_steps=2", "--num_threads=1", "--seed=1", "--log_every=4"]
 SCRIPTS: dict[str, tuple[Path, list[str], dict[str, str]]] = {
     "keras3": (REPO / "examples" / "keras3_fit.py", [], {}),
     "tf_keras": (REPO / "examples" / "tf_keras_fit.py", [], {"LEGACY_KERAS": "1"}),
     "custom": (REPO / "examples" / "custom_loop.py", CUSTOM_ARGS, {}),
     "features": (FIT_CHECKS, [], {}),
+    "tutorial": (TUTORIAL, TUTORIAL_ARGS, {}),
+    "tutorial_tf_keras": (TUTORIAL, TUTORIAL_ARGS, {"LEGACY_KERAS": "1"}),
 }
 
 
@@ -79,15 +88,20 @@ def one_worker(
     args: Sequence[str],
     env: dict[str, str],
 ) -> tuple[subprocess.Popen[str], Path]:
-    """The same script as one plain process: no Slurm variables, a single local worker."""
+    """The same script as one plain process: no Slurm variables, a single local worker.
+    The tutorial reads TF_CONFIG, so it starts through ``python -m slurmtf.run``, which
+    exports a one-worker TF_CONFIG outside Slurm."""
     clean = {k: v for k, v in sandbox.env.items() if not k.startswith(("SLURM", "TF_CONFIG"))}
     if env.get("LEGACY_KERAS") == "1":
         clean["TF_USE_LEGACY_KERAS"] = "1"
     clean["PYTHONPATH"] = str(REPO)
     out = root / f"{name}-one-worker.out"
+    launcher = ["-m", "slurmtf.run"] if script == TUTORIAL else []
+    if script == TUTORIAL:
+        args = TUTORIAL_ONE_WORKER
     with out.open("w") as sink:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(
-            [PYTHON, "-u", str(script), *args],
+            [PYTHON, "-u", *launcher, str(script), *args],
             cwd=root, env=clean, stdout=sink, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
     return proc, out
@@ -127,6 +141,29 @@ def pairs(
             pair.reference.wait()
 
 
+@pytest.fixture(scope="module")
+def submitted_tutorials(
+    slurm_sandbox: SlurmSandbox, pairs: dict[str, Pair], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, tuple[str, Path]]]:
+    """The tutorial script through ``slurmtf submit --command="python SCRIPT"`` (and
+    ``--legacy_keras`` for its tf_keras twin) on 2 nodes: job id and log folder."""
+    root = tmp_path_factory.mktemp("tutorial-submit")
+    made: dict[str, tuple[str, Path]] = {}
+    for name, extra in (("tutorial", []), ("tutorial_tf_keras", ["--legacy_keras"])):
+        logs = root / name
+        done = slurm_sandbox.run(
+            [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", f"--log_dir={logs}",
+             f"--command=python3 {TUTORIAL} {' '.join(TUTORIAL_ARGS)}", *extra],
+            env={"SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=root,
+        )  # fmt: skip
+        found = re.search(r"submitted job (\d+)", done.stdout)
+        assert found, done.stdout + done.stderr
+        made[name] = (found.group(1), logs)
+    yield made
+    for job_id, _ in made.values():
+        slurm_sandbox.run(["scancel", job_id], check=False)
+
+
 def final(events: list[dict[str, Any]], event: str = "done") -> dict[str, Any]:
     found = [e for e in events if e.get("event") == event]
     assert found, f"no {event} event in {events}"
@@ -149,13 +186,38 @@ def check_same_weights(pair: Pair) -> list[dict[str, Any]]:
     return dones
 
 
-@pytest.mark.parametrize("name", ["keras3", "tf_keras", "custom"])
+@pytest.mark.parametrize("name", ["keras3", "tf_keras", "custom", "tutorial", "tutorial_tf_keras"])
 def test_example_on_two_nodes_matches_one_worker(pairs: dict[str, Pair], name: str) -> None:
     dones = check_same_weights(pairs[name])
     if name != "custom":
         assert [d["num_workers"] for d in dones] == [2, 2]
-    if name == "tf_keras":
+    if name.endswith("tf_keras"):
         assert dones[0]["keras"] == "tf_keras"
+    if name.startswith("tutorial"):  # through the launcher for unmodified scripts
+        launches = [final(pairs[name].job.rank_events[r], "launch") for r in (0, 1)]
+        assert [x["launcher"] for x in launches] == ["slurmtf.run", "slurmtf.run"]
+
+
+@pytest.mark.parametrize("name", ["tutorial", "tutorial_tf_keras"])
+def test_tutorial_script_through_submit_command_matches_one_worker(
+    slurm_sandbox: SlurmSandbox,
+    pairs: dict[str, Pair],
+    submitted_tutorials: dict[str, tuple[str, Path]],
+    name: str,
+) -> None:
+    """``slurmtf submit --command="python SCRIPT"``: the same script, unchanged, on 2 nodes."""
+    job_id, logs = submitted_tutorials[name]
+    state = slurm_sandbox.wait(job_id, timeout=400)
+    texts = {r: (logs / f"{job_id}_{r}_log.out") for r in (0, 1)}
+    assert state == "COMPLETED", slurm_sandbox.logs(job_id) + "".join(
+        p.read_text()[-2000:] for p in logs.glob("*") if p.is_file()
+    )
+    dones = [final(read_events(texts[r])) for r in (0, 1)]
+    reference = final(pairs[name].reference_events())
+    assert [d["num_workers"] for d in dones] == [2, 2]
+    assert dones[0]["weights_checksum"] == dones[1]["weights_checksum"], dones
+    assert math.isclose(dones[0]["weights_checksum"], reference["weights_checksum"], rel_tol=1e-6)
+    assert dones[0]["keras"] == ("tf_keras" if name.endswith("tf_keras") else "keras3")
     if name == "custom":
         clusters = [final(pairs[name].job.rank_events[r], "cluster") for r in (0, 1)]
         assert [c["num_workers"] for c in clusters] == [2, 2]

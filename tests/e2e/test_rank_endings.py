@@ -1,0 +1,111 @@
+"""Every way a rank ends x every launch path of a user's script, on the sandbox.
+
+``tests/scripts/rank_ending.py`` ends rank 1 on the job's first attempt by SIGKILL (what
+the OOM killer sends), SIGTERM, SIGSEGV, an exception or exit 2, or ends every rank with
+75 (preempted after a checkpoint); a restarted attempt exits 0. Each ending runs through
+``sbatch jobs/train.sbatch SCRIPT`` (srun sees the script's own process end) and through
+``slurmtf submit --command="python SCRIPT"`` (a launcher sits between srun and the
+script and exits 128+N for signal N). Both must decide alike, as docs/FAILURES.md says:
+a killed rank and a preemption are requeued and the job completes with one restart; an
+exception or exit 2 are not, and the closing line names the rank's own error line. All
+jobs are submitted at once; no TensorFlow, so the whole matrix takes about a minute.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmtf.localstep import free_port_base
+from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
+
+pytestmark = [pytest.mark.slurm]
+
+SCRIPT = REPO / "tests" / "scripts" / "rank_ending.py"
+KILLED = "was killed by"
+# ending -> (final state, words of the job's closing line)
+ENDINGS = {
+    "kill": ("COMPLETED", "failed: rank 1 was killed by SIGKILL: requeueing job"),
+    "term": ("COMPLETED", "failed: rank 1 was killed by SIGTERM: requeueing job"),
+    "segv": ("COMPLETED", "failed: rank 1 was killed by SIGSEGV: requeueing job"),
+    "preempt": ("COMPLETED", "preempted after saving a checkpoint: requeueing job"),
+    "raise": (
+        "FAILED",
+        "failed: rank 1 failed with its own error (exit code 1): "
+        "RuntimeError: rank 1 broke on purpose; not requeued",
+    ),
+    "exit2": ("FAILED", "failed: bad flags or settings (exit 2): a restart cannot fix them"),
+}
+PATHS = ("train.sbatch", "submit --command")
+
+
+def submit(sandbox: SlurmSandbox, root: Path, path: str, ending: str) -> tuple[str, Path]:
+    """Submit one job; its id and the folder holding every file it writes."""
+    folder = root / f"{path.rsplit(maxsplit=1)[-1].strip('-')}-{ending}"
+    folder.mkdir(parents=True)
+    env = {"SLURMTF_PORT_BASE": str(free_port_base(2)), "MAX_RESTARTS": "1"}
+    if path == "train.sbatch":
+        job = sandbox.submit(
+            REPO / "jobs" / "train.sbatch", str(SCRIPT), f"--end={ending}",
+            sbatch_args=["-N2", "--time=5", f"--output={folder}/job-%j.out"],
+            env={**env, "LOG_DIR": str(folder / "logs"), "MODEL_DIR": str(folder / "model")},
+        )  # fmt: skip
+        return job, folder
+    done = sandbox.run(
+        [PYTHON, "-m", "slurmtf.submit", f"--command=python3 {SCRIPT} --end={ending}",
+         "--nodes=2", "--time=5", "--max_restarts=1", f"--log_dir={folder}"],
+        env=env, cwd=folder,
+    )  # fmt: skip
+    found = re.search(r"submitted job (\d+)", done.stdout)
+    assert found, done.stdout + done.stderr
+    return found.group(1), folder
+
+
+@pytest.fixture(scope="module")
+def endings(
+    slurm_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[tuple[str, str], tuple[str, Path]]]:
+    root = tmp_path_factory.mktemp("endings")
+    jobs = {
+        (path, ending): submit(slurm_sandbox, root, path, ending)
+        for path in PATHS
+        for ending in ENDINGS
+    }
+    yield jobs
+    for job_id, _ in jobs.values():
+        slurm_sandbox.run(["scancel", job_id], check=False)
+
+
+def output_of(folder: Path) -> str:
+    return "\n".join(
+        p.read_text(errors="replace") for p in sorted(folder.rglob("*")) if p.is_file()
+    )
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_a_rank_ending_is_handled_alike_on_every_launch_path(
+    slurm_sandbox: SlurmSandbox,
+    endings: dict[tuple[str, str], tuple[str, Path]],
+    path: str,
+    ending: str,
+) -> None:
+    job_id, folder = endings[(path, ending)]
+    state, words = ENDINGS[ending]
+    final = slurm_sandbox.wait(job_id, timeout=240)
+    text = output_of(folder)
+    assert final == state, f"{final}\n{text[-4000:]}\n{slurm_sandbox.logs(job_id)}"
+    assert words in text, text[-4000:]
+    show = slurm_sandbox.run(["scontrol", "show", "job", job_id]).stdout
+    restarts = 1 if state == "COMPLETED" else 0
+    assert f"Restarts={restarts} " in show, show
+    if state == "COMPLETED":
+        assert text.count("rank 0 attempt 1") == 1, text
+        assert text.count("rank 1 attempt 1") == 1, text
+    if KILLED in words:  # the closing line never quotes a TensorFlow warning or srun's words
+        (line,) = [x for x in text.splitlines() if KILLED in x]
+        assert "Exited with exit code" not in line, line
+        assert "W0000" not in line, line
