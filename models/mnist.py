@@ -75,9 +75,14 @@ def make_spec(config: TrainConfig) -> ModelSpec:
     )
 
 
+# How users run it: `models.mnist` in a checkout, `slurmtf_models.mnist` installed (its
+# `--help`, error prefixes and hints name the module that actually runs).
+PROGRAM = __spec__.name if __spec__ is not None else "models.mnist"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m models.mnist`` (argv without the program name); returns the exit code."""
-    return train_main("models.mnist", make_spec, argv, batch_size=100, learning_rate=1e-3)
+    return train_main(PROGRAM, make_spec, argv, batch_size=100, learning_rate=1e-3)
 
 
 if __name__ == "__main__":

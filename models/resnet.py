@@ -211,12 +211,17 @@ def _imagenet_spec(config: TrainConfig, image_size: int) -> ModelSpec:
     )
 
 
+# How users run it: `models.resnet` in a checkout, `slurmtf_models.resnet` installed (its
+# `--help`, error prefixes and hints name the module that actually runs).
+PROGRAM = __spec__.name if __spec__ is not None else "models.resnet"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m models.resnet`` (argv without the program name); returns the exit code."""
     size = _peek_size(argv)
     imagenet = size in IMAGENET_SIZES
     return train_main(
-        "models.resnet",
+        PROGRAM,
         make_spec,
         argv,
         batch_size=256 if imagenet else 128,

@@ -16,6 +16,7 @@
 #
 # Functions (the batch script calls them in this order):
 #   slurmtf_job_setup NAME              REPO, RUN, MODEL_DIR, LOG_DIR, PYTHON, gpu_bind
+#   slurmtf_find_model NAME             MODEL: models.NAME in a checkout, else slurmtf_models.NAME
 #   slurmtf_job_srun COMMAND...         srun with per-rank logs; sets slurmtf_rc
 #   slurmtf_job_end                     exits with the job's final status (or requeues)
 
@@ -54,6 +55,62 @@ slurmtf_job_setup() {
     echo "$(date -Is) job ${SLURM_JOB_ID:-local} restart $slurmtf_restarts of" \
          "$slurmtf_budget: ${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-}," \
          "model_dir $MODEL_DIR, per-rank logs $LOG_DIR"
+}
+
+# What a pip user types when $PYTHON lacks slurmtf, its models or TensorFlow.
+slurmtf_install_line='pip install "slurmtf[gpu]" (or [cpu]; README, "Install on a cluster")'
+
+# MODEL, the bundled model NAME as a module for `$PYTHON -m`: models.NAME when REPO is a
+# checkout (it has slurmtf/job.sh and models/NAME.py; slurmtf_job_setup put it first on
+# PYTHONPATH), else the installed slurmtf_models.NAME. Checked here, once, before srun.
+slurmtf_find_model() {
+    if [ -f "$REPO/slurmtf/job.sh" ] && [ -f "$REPO/models/$1.py" ]; then
+        MODEL="models.$1"
+    else
+        MODEL="slurmtf_models.$1"
+    fi
+    local found
+    if ! found=$("$PYTHON" - "$MODEL" 2>&1 <<'EOF_PY'
+import importlib.util
+import sys
+
+
+def origin(name):
+    try:
+        spec = importlib.util.find_spec(name)
+    except ImportError:  # its package is missing
+        spec = None
+    return spec.origin if spec else None
+
+
+model = origin(sys.argv[1])
+if model is None:
+    sys.exit(f"cannot import {sys.argv[1]}")
+if origin("tensorflow") is None:
+    sys.exit("has no TensorFlow")
+print(model)
+EOF_PY
+    ); then
+        slurmtf_log "$PYTHON $found. HINT: $PYTHON -m $slurmtf_install_line," \
+            "or SLURMTF_REPO=<a checkout of slurmtf>" >&2
+        exit 2
+    fi
+    echo "$(date -Is) model $MODEL from $found"
+}
+
+# A hint for a rank's last error line when it could not import slurmtf, its models or
+# TensorFlow: which install step is missing (empty for any other error).
+slurmtf_install_hint() {
+    local missing
+    missing=$(grep -o -m 1 -E "No module named '[A-Za-z_]+" <<<"$1" | sed "s/.*'//")
+    case "$missing" in
+        slurmtf | slurmtf_models | tensorflow)
+            printf ". HINT: %s on the nodes has no %s: %s -m %s" "${PYTHON:-python3}" \
+                "$missing" "${PYTHON:-python3}" "$slurmtf_install_line" ;;
+        models)
+            printf ". HINT: models/ is in a checkout only (SLURMTF_REPO); installed, the %s" \
+                "models are slurmtf_models: write the job scripts again (slurmtf job-scripts DIR)" ;;
+    esac
 }
 
 # Where this attempt's output starts in each log (they are appended to).
@@ -202,6 +259,7 @@ slurmtf_classify() {
         if ! grep -q -e "$peer" -e "$stall" <<<"$text"; then
             slurmtf_why="rank $rank failed with its own error (exit code ${reason##* }):"
             slurmtf_why+=" $(slurmtf_error_line "$text")"
+            slurmtf_why+=$(slurmtf_install_hint "$text")
             return
         fi
         slurmtf_why="rank $rank lost a peer or saw a stall"

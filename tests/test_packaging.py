@@ -1,14 +1,22 @@
-"""What the wheel installs: slurmtf and the bundled models as ``slurmtf_models``."""
+"""What the wheel installs (slurmtf, the bundled models as ``slurmtf_models``, the job
+scripts), and that the extras resolve as the README documents them, checked with pip's
+resolver (``--dry-run``) without installing or downloading TensorFlow again."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import tomllib
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from tests.prereqs import require
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,3 +51,62 @@ def test_the_wheel_has_no_top_level_models_package(tmp_path: Path) -> None:
     assert "models" not in tops
     assert "slurmtf_models/data/splits.py" in names
     assert not any(name.startswith(("tests/", "benchmarks/")) for name in names)
+    for script in sorted((REPO / "jobs").glob("*.sbatch")):  # files, not the links
+        shipped = zipfile.ZipFile(wheel).read(f"slurmtf/sbatch/{script.name}")
+        assert shipped == script.read_bytes(), script.name
+    assert "slurmtf/job.sh" in names
+
+
+def _dry_run(*args: str, index: str = "") -> dict[str, Any]:
+    """pip's resolver on ``args``: the report of what it would install (nothing is).
+    ``index``: packages that only an index has; missing there is a missing prerequisite."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet", "--report", "-",
+         "--disable-pip-version-check", *args],
+        capture_output=True, text=True, timeout=300, check=False, cwd=REPO,
+    )  # fmt: skip
+    if index:
+        require("No matching distribution" not in done.stderr, f"a package index with {index}")
+    assert done.returncode == 0, f"pip {args}: {done.stderr[-3000:]}"
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report
+
+
+def _declared_requirements() -> tuple[list[str], dict[str, list[str]]]:
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    return list(project["dependencies"]), dict(project["optional-dependencies"])
+
+
+@pytest.mark.slow
+def test_cpu_data_dev_extras_resolve_offline_over_this_environment() -> None:
+    """The environment the tests run in satisfies slurmtf's requirements and its `cpu`,
+    `data`, `dev` and `tensorboard` extras as declared: the resolver, with no index at
+    all, has nothing to add."""
+    runtime, extras = _declared_requirements()
+    wanted = [
+        *runtime,
+        *(r for name in ("cpu", "data", "dev", "tensorboard") for r in extras[name]),
+    ]
+    assert _dry_run("--no-index", *wanted)["install"] == []
+
+
+@pytest.mark.slow
+def test_gpu_and_keras2_extras_resolve_on_the_index() -> None:
+    """`[gpu]` names a TensorFlow with the CUDA libraries and `[keras2]` a tf-keras for
+    that TensorFlow: each requirement as pyproject declares it, resolved on the package
+    index from its metadata only (no dependencies, no wheel downloaded)."""
+    _, extras = _declared_requirements()
+    args = ("--no-deps", "--ignore-installed", *extras["gpu"], *extras["keras2"])
+    report = _dry_run(*args, index="tensorflow and tf-keras (pypi.org)")
+    found = {canonicalize_name(item["metadata"]["name"]): item for item in report["install"]}
+    assert sorted(found) == ["tensorflow", "tf-keras"], sorted(found)
+    tensorflow = found["tensorflow"]["metadata"]
+    assert found["tensorflow"]["requested_extras"] == ["and-cuda"]
+    cuda = [r for r in tensorflow["requires_dist"] if 'extra == "and-cuda"' in r]
+    assert any(r.startswith("nvidia-cudnn") for r in cuda), cuda
+    wants = [
+        Requirement(r) for r in found["tf-keras"]["metadata"]["requires_dist"]
+        if r.startswith("tensorflow")
+    ]  # fmt: skip
+    assert wants, found["tf-keras"]["metadata"]["requires_dist"]
+    assert all(tensorflow["version"] in want.specifier for want in wants), wants

@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("slurmtf.cli.jobs", "cancel a job"),
     "run": ("slurmtf.cli.run", "run an unmodified training script on this task (TF_CONFIG, fixes)"),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
+    "job-scripts": ("slurmtf.cli.job_scripts", "write the sbatch job scripts into a folder"),
 }
 
 # Subcommands whose module takes the subcommand name as its first argument.

@@ -15,7 +15,7 @@ EPILOG = """examples:
   slurmtf data fetch mnist /shared/data/mnist        # full MNIST (internet on this node)
   slurmtf data fetch cifar10 /shared/data/cifar10 --mirror=https://host/copy/
   slurmtf data verify /shared/data/mnist             # check every file's SHA-256
-then: python -m models.mnist --data_dir=DIR ..."""
+then: DATA_DIR=DIR sbatch mnist.sbatch, or --data_dir=DIR to a model or slurmtf submit"""
 
 
 def _parser() -> argparse.ArgumentParser:

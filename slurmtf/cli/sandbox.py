@@ -18,7 +18,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="slurmtf sandbox",
         description="A local multi-node Slurm cluster (munged, slurmctld, N slurmd) "
         "with fake GPUs, all state in one directory.",
-        epilog='Then: eval "$(slurmtf sandbox env)"; sbatch jobs/mnist.sbatch',
+        epilog='Then: eval "$(slurmtf sandbox env)"; sbatch jobs/mnist.sbatch (in a checkout) '
+        "or sbatch mnist.sbatch (after slurmtf job-scripts .)",
     )
     parser.add_argument(
         "command", choices=["up", "status", "down", "env"], help="what to do with the sandbox"

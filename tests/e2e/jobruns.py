@@ -60,6 +60,8 @@ class SandboxJob:
     final: str = ""  # kept: squeue forgets a finished job after MinJobAge
     rank_events: dict[int, list[Event]] = field(default_factory=dict)  # read by finish()
     signalled: list[int] = field(default_factory=list)
+    scripts: Path = REPO / "jobs"  # where the job script is; submitted from submit_dir
+    submit_dir: Path = REPO
 
     @property
     def model_dir(self) -> Path:
@@ -79,7 +81,8 @@ class SandboxJob:
         sbatch_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
     ) -> str:
-        """``sbatch jobs/<script> ARGS`` on ``nodes`` nodes with this job's folders."""
+        """``sbatch <scripts>/<script> ARGS`` (``jobs/`` of the checkout by default) on
+        ``nodes`` nodes with this job's folders."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
         sbatch = [
             f"-N{self.nodes}", f"--ntasks-per-node={tasks_per_node}", "--time=30",
@@ -91,7 +94,11 @@ class SandboxJob:
         self.tasks = self.nodes * tasks_per_node
         self.final, self.rank_events = "", {}
         self.job_id = self.sandbox.submit(
-            REPO / "jobs" / script, *args, sbatch_args=[*sbatch, *sbatch_args], env=run_env
+            self.scripts / script,
+            *args,
+            sbatch_args=[*sbatch, *sbatch_args],
+            env=run_env,
+            cwd=self.submit_dir,
         )
         return self.job_id
 

@@ -58,6 +58,12 @@ COMMANDS: dict[str, Doc] = {
     'pip install "slurmtf[cpu] @ git+<this repository>"': Doc(
         not_run="a placeholder address; scripts/setup.sh installs the same extra from the checkout"
     ),
+    "slurmtf job-scripts .": Doc(
+        not_run="would write into the checkout; tests/e2e/test_installed.py runs it, installed"
+    ),
+    "sbatch mnist.sbatch": Doc(
+        not_run="the folder of `slurmtf job-scripts .`: tests/e2e/test_installed.py runs it"
+    ),
     "sbatch jobs/mnist.sbatch": Doc(nodes=2),
     "sbatch jobs/mnist.sbatch --train_steps=200": Doc(nodes=2),
     "sbatch -N1 jobs/mnist.sbatch --train_steps=200": Doc(nodes=1),

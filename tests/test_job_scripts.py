@@ -1,0 +1,167 @@
+"""The job scripts as a package ships them: ``slurmtf job-scripts``, and how the scripts
+find the bundled models and name a missing install step (slurmtf/job.sh, in bash).
+
+No Slurm, no TensorFlow import: the model lookup runs the real ``slurmtf_find_model``
+with this interpreter, or with one that sees no site-packages.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slurmtf import cli, jobscripts
+from slurmtf.cli import job_scripts
+from tests.prereqs import require
+
+REPO = Path(__file__).resolve().parents[1]
+JOB_SH = REPO / "slurmtf" / "job.sh"
+NAMES = ["mnist.sbatch", "resnet.sbatch", "train.sbatch"]
+
+
+def test_the_package_links_to_the_checkouts_scripts_one_copy_each() -> None:
+    linked = sorted(p.name for p in (REPO / "slurmtf" / jobscripts.PACKAGE_DIR).iterdir())
+    assert linked == sorted(p.name for p in (REPO / "jobs").glob("*.sbatch")) == NAMES
+    for name in linked:
+        link = REPO / "slurmtf" / jobscripts.PACKAGE_DIR / name
+        assert link.is_symlink(), f"{link} must link to jobs/{name}, not copy it"
+        assert link.resolve() == (REPO / "jobs" / name).resolve()
+    assert [s.name for s in jobscripts.bundled()] == NAMES
+
+
+def test_list_says_what_each_script_is_for(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["job-scripts", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines] == NAMES
+    assert "MNIST CNN" in lines[0]
+    assert "ImageNet ResNet-50), data-parallel across every task" in lines[1]  # 2 header lines
+    assert "Your own training script" in lines[2]
+
+
+def test_writes_the_scripts_and_leaves_identical_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "new" / "dir"
+    assert job_scripts.main([str(target)]) == 0
+    for name in NAMES:
+        assert (target / name).read_text() == (REPO / "jobs" / name).read_text()
+        assert os.access(target / name, os.X_OK)
+    assert job_scripts.main([str(target)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("new ") == 3
+    assert out.count("same ") == 3
+
+
+def test_a_changed_script_is_kept_unless_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mine = tmp_path / "train.sbatch"
+    mine.write_text("#!/bin/bash\n# my own changes\n")
+    assert job_scripts.main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("slurmtf job-scripts: DIR=")
+    assert "train.sbatch there differs" in err
+    assert "HINT:" in err
+    assert "--force" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["train.sbatch"]  # nothing written
+    assert mine.read_text() == "#!/bin/bash\n# my own changes\n"
+
+    assert job_scripts.main([str(tmp_path), "--force"]) == 0
+    assert mine.read_text() == (REPO / "jobs" / "train.sbatch").read_text()
+    assert "replaced  " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv", [[], ["--force"]])
+def test_dir_or_list_is_required(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["job-scripts", *argv]) == 2
+    assert "HINT:" in capsys.readouterr().err
+
+
+def test_a_file_in_place_of_dir_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "f").write_text("x")
+    assert job_scripts.main([str(tmp_path / "f")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def find_model(repo: Path, python: str) -> subprocess.CompletedProcess[str]:
+    script = f"""
+        source {JOB_SH}
+        REPO={repo}; PYTHON={python}
+        slurmtf_find_model mnist
+        echo "MODEL=$MODEL"
+    """
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, text=True, check=False, env=env
+    )
+
+
+def test_a_checkout_runs_its_models_and_elsewhere_the_installed_ones(tmp_path: Path) -> None:
+    require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
+    here = find_model(REPO, sys.executable)
+    assert here.returncode == 0, here.stderr
+    assert "MODEL=models.mnist" in here.stdout
+    assert f"from {REPO / 'models' / 'mnist.py'}" in here.stdout
+    (tmp_path / "models").mkdir()  # a user's own models/ is no checkout
+    (tmp_path / "models" / "mnist.py").write_text("")
+    elsewhere = find_model(tmp_path, sys.executable)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert "MODEL=slurmtf_models.mnist" in elsewhere.stdout
+    assert elsewhere.stdout.splitlines()[0].endswith("mnist.py")  # where it was found
+
+
+def test_an_interpreter_without_slurmtf_gets_the_pip_line(tmp_path: Path) -> None:
+    bare = tmp_path / "python"  # no site-packages, no PYTHONPATH: nothing installed
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
+    bare.chmod(0o755)
+    done = find_model(tmp_path, str(bare))
+    assert done.returncode == 2
+    assert f"{bare} cannot import slurmtf_models.mnist. HINT: {bare} -m pip install" in done.stderr
+    assert '"slurmtf[gpu]"' in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("error", "hint"),
+    [
+        ("ModuleNotFoundError: No module named 'tensorflow'",
+         'has no tensorflow: py -m pip install "slurmtf[gpu]"'),
+        ("ModuleNotFoundError: No module named 'slurmtf'",
+         'has no slurmtf: py -m pip install "slurmtf[gpu]"'),
+        ("py: Error while finding module specification for 'slurmtf_models.mnist' "
+         "(ModuleNotFoundError: No module named 'slurmtf_models')", "has no slurmtf_models"),
+        ("py: Error while finding module specification for 'models.mnist' "
+         "(ModuleNotFoundError: No module named 'models')", "slurmtf job-scripts DIR"),
+        ("ModuleNotFoundError: No module named 'mypkg'", ""),
+        ("ValueError: bad shape", ""),
+    ],
+)  # fmt: skip
+def test_a_rank_that_cannot_import_is_told_the_install_step(
+    tmp_path: Path, error: str, hint: str
+) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "srun.err").write_text("srun: error: node1: task 0: Exited with exit code 1\n")
+    (logs / "rank0.err").write_text(f"Traceback (most recent call last):\n{error}\n")
+    script = f"""
+        source {JOB_SH}
+        LOG_DIR={logs}; PYTHON=py; slurmtf_rc=1
+        declare -A slurmtf_offsets=()
+        slurmtf_classify
+        echo "$slurmtf_why"
+    """
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
+    why = done.stdout.strip()
+    assert why.startswith("rank 0 failed with its own error (exit code 1): ")
+    assert error.split(": ", 1)[-1] in why
+    if hint:
+        assert ". HINT: " in why
+        assert hint in why
+    else:
+        assert "HINT" not in why
