@@ -127,10 +127,8 @@ def job_rules(
 ) -> rules.JobRules:
     """The job's table from its environment, settings, ``scontrol`` (het jobs only)."""
     nodes = expand_hostlist(env.nodelist, name="SLURM_NODELIST") if env.nodelist else []
-    counts = parse_task_counts(env.cpus_per_node, name="SLURM_JOB_CPUS_PER_NODE") if (
-        env.cpus_per_node
-    ) else []
-    max_tasks = sum(counts)
+    cpus = env.cpus_per_node
+    max_tasks = sum(parse_task_counts(cpus, name="SLURM_JOB_CPUS_PER_NODE")) if cpus else 0
     if env.het_job_id is not None:
         code, out, err = run(["scontrol", "show", "job", "-o", str(env.het_job_id)], "")
         if code != 0:
@@ -158,9 +156,10 @@ def job_rules(
 
 
 def find_nft(settings: Mapping[str, str]) -> str | None:
-    if settings.get("nft"):
-        return settings["nft"]
-    return shutil.which("nft") or next((p for p in NFT_PATHS if os.path.exists(p)), None)
+    """``nft`` from the settings, else from PATH or the usual places; None when absent."""
+    wanted = settings.get("nft")
+    found = [wanted] if wanted else [shutil.which("nft") or "", *NFT_PATHS]
+    return next((path for path in found if path and Path(path).exists()), None)
 
 
 def apply(nft: str, text: str, run: Run) -> None:
@@ -174,7 +173,7 @@ def log_line(settings: Mapping[str, str], node: str, line: str) -> None:
     target = settings.get("log", "").replace("%n", node)
     try:
         if target:
-            with open(target, "a") as out:
+            with Path(target).open("a") as out:
                 out.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
             return
         import syslog
@@ -218,7 +217,7 @@ def main(
             done = f"table {rules.table_name(env.job_id)} removed"
         took = (time.monotonic() - start) * 1000
         log_line(settings, node, f"{what} job {job} on {node}: {done} in {took:.0f} ms")
-    except Exception as exc:  # noqa: BLE001 - the job must run whatever happened
+    except Exception as exc:  # the job must run whatever happened
         effect = "runs without its firewall" if what == "prolog" else "table may remain"
         log_line(settings, node, f"{what} job {job} on {node}: NOT done, job {effect}: {exc}")
     return 0

@@ -230,7 +230,7 @@ def gpu_device_paths(cfg: SandboxConfig) -> list[Path]:
 
 
 def render_firewall_settings(cfg: SandboxConfig, python: str) -> str:
-    """``slurmtf-firewall.conf`` beside slurm.conf: each node logs to ``log/firewall-<node>.log``."""
+    """``slurmtf-firewall.conf`` beside slurm.conf; node N logs to ``log/firewall-N.log``."""
     return firewall_rules.render_settings(python, log=str(cfg.dir / "log" / "firewall-%n.log"))
 
 
