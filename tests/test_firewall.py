@@ -318,11 +318,17 @@ def test_the_script_runs_the_python_part(tmp_path: Path) -> None:
     assert "epilog job 1234 on node1: table slurmtf_job_1234 removed" in _log(tmp_path)
 
 
-def test_nft_accepts_the_rendered_text(tmp_path: Path) -> None:
-    """The real nft checks every shape (``-c``: parse and validate, change nothing)."""
+def _nft() -> str:
     nft = shutil.which("nft") or next((p for p in node.NFT_PATHS if Path(p).exists()), None)
     require(nft is not None, "nft (apt-get install nftables)")
     require(os.geteuid() == 0 and shutil.which("unshare") is not None, "root and unshare")
+    assert nft is not None
+    return nft
+
+
+def test_nft_accepts_the_rendered_text(tmp_path: Path) -> None:
+    """The real nft checks every shape (``-c``: parse and validate, change nothing)."""
+    nft = _nft()
     shapes = [
         rules.JobRules(1, ((12000, 12001),), ("10.0.0.1", "10.0.0.2"), ("fd00::2",), 1000),
         rules.JobRules(2, ((12000, 12000), (14000, 14150)), ("10.0.0.1",), (), 0),
@@ -331,7 +337,29 @@ def test_nft_accepts_the_rendered_text(tmp_path: Path) -> None:
     path = tmp_path / "rules.nft"
     path.write_text("".join(map(rules.render_apply, shapes)) + rules.render_remove(3))
     done = subprocess.run(
-        ["unshare", "--net", str(nft), "-c", "-f", str(path)],
+        ["unshare", "--net", nft, "-c", "-f", str(path)],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
+
+
+def test_apply_and_remove_are_idempotent(tmp_path: Path) -> None:
+    """In a private network namespace: apply twice -> one table; remove twice -> none."""
+    nft = _nft()
+    job = rules.JobRules(5, ((12500, 12501),), ("10.0.0.1",), (), 1000)
+    other = rules.JobRules(6, ((12600, 12601),), ("10.0.0.2",), (), 1000)
+    (tmp_path / "a.nft").write_text(rules.render_apply(job))
+    (tmp_path / "b.nft").write_text(rules.render_apply(other))
+    (tmp_path / "rm.nft").write_text(rules.render_remove(5))
+    script = (
+        f"{nft} -f a.nft && {nft} -f b.nft && {nft} -f a.nft && {nft} list tables && "
+        f"echo --- && {nft} -f rm.nft && {nft} -f rm.nft && {nft} list tables"
+    )
+    done = subprocess.run(
+        ["unshare", "--net", "sh", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    before, after = done.stdout.split("---\n")
+    assert sorted(before.splitlines()) == ["table inet slurmtf_job_5", "table inet slurmtf_job_6"]
+    assert after.splitlines() == ["table inet slurmtf_job_6"]  # the other job's stays
