@@ -48,7 +48,9 @@ def _worker(args: argparse.Namespace) -> int:
             start = time.perf_counter()
             subprocess.run([str(script)], env=env, check=True, capture_output=True)
             times[what].append((time.perf_counter() - start) * 1000)
-            listed = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True)
+            listed = subprocess.run(
+                ["nft", "list", "tables"], capture_output=True, text=True, check=True
+            )
             if (table in listed.stdout) != (what == "prolog"):
                 print(json.dumps({"error": f"{what} left tables: {listed.stdout!r}"}))
                 return 1
