@@ -218,6 +218,6 @@ def main(
         took = (time.monotonic() - start) * 1000
         log_line(settings, node, f"{what} job {job} on {node}: {done} in {took:.0f} ms")
     except Exception as exc:  # the job must run whatever happened
-        effect = "runs without its firewall" if what == "prolog" else "table may remain"
-        log_line(settings, node, f"{what} job {job} on {node}: NOT done, job {effect}: {exc}")
+        effect = "job runs without its firewall" if what == "prolog" else "its table may remain"
+        log_line(settings, node, f"{what} job {job} on {node}: NOT done, {effect}: {exc}")
     return 0
