@@ -6,7 +6,7 @@ Each benchmark writes ``DIR/NAME.json`` (default ``docs/benchmarks/``); the repo
 ``DIR/results.md`` is then rebuilt from every JSON file present, so ``--only`` refreshes
 one section without losing the others. Per-process logs go to ``runs/benchmarks/``.
 Benchmarks, in this order: resolver, launch, scaling, allreduce, links, breakdown, models,
-gpu, projection (each module declares a ``BENCHMARK``, see protocol.py).
+gpu, firewall, projection (each module declares a ``BENCHMARK``, see protocol.py).
 ``--quick`` uses small sizes; the numbers in docs/BENCHMARKS.md come from a full run.
 """
 
@@ -34,6 +34,7 @@ MODULES = {
     "breakdown": "benchmarks.bench_breakdown",
     "models": "benchmarks.bench_models",
     "gpu": "benchmarks.bench_gpu",
+    "firewall": "benchmarks.bench_firewall",
     "projection": "benchmarks.projection",  # last: it reads links, breakdown and gpu
 }
 NAMES = tuple(MODULES)

@@ -16,7 +16,15 @@ if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! comm
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends \
-        slurmctld slurmd slurm-client munge iproute2 util-linux procps >/dev/null
+        slurmctld slurmd slurm-client munge iproute2 util-linux procps nftables >/dev/null
+fi
+
+# The per-job firewall's tests (tests/test_firewall.py, tests/e2e/test_firewall.py) run nft.
+if ! command -v nft >/dev/null && [ "$(id -u)" -eq 0 ]; then
+    echo "setup: installing nftables (the per-job firewall's tests)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends nftables >/dev/null \
+        || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables >/dev/null; }
 fi
 
 if ! "$PYTHON" -c 'import slurmtf, tensorflow, submitit, hostlist, absl, pytest, hypothesis, sklearn' 2>/dev/null \

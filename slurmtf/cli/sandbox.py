@@ -46,6 +46,13 @@ def _parser() -> argparse.ArgumentParser:
         "bridge (tc token bucket), e.g. 1gbit, 2.5gbit, 10gbit; `unshaped` for namespaces "
         "without a cap (default: all nodes share loopback)",
     )
+    add_flag(
+        parser,
+        "job_firewall",
+        action="store_true",
+        help="run slurmtf's per-job firewall as the nodes' Prolog/Epilog: a job's worker "
+        "ports are reachable only from its own nodes (needs --link; docs/SECURITY.md)",
+    )
     return parser
 
 
@@ -54,7 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    sandbox = Sandbox(args.dir or default_dir(), args.nodes, args.gpus_per_node, link=args.link)
+    sandbox = Sandbox(
+        args.dir or default_dir(),
+        args.nodes,
+        args.gpus_per_node,
+        link=args.link,
+        job_firewall=args.job_firewall,
+    )
     if args.command == "up":
         t0 = time.monotonic()
         started = sandbox.up()
@@ -63,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
             took = time.monotonic() - t0
             names = ", ".join(cfg.node_names)
             link = f", links {cfg.link} each way" if cfg.link else ""
+            link += ", per-job firewall" if cfg.job_firewall else ""
             print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
                   f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}{link}",
                   file=sys.stderr)  # fmt: skip

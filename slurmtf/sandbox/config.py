@@ -12,7 +12,9 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmtf import firewall
 from slurmtf.errors import InputError
+from slurmtf.firewall import rules as firewall_rules
 from slurmtf.ports import DEFAULT_PORT
 from slurmtf.sandbox import links
 
@@ -41,10 +43,18 @@ class SandboxConfig:
     cluster_name: str = ""
     link: str = ""  # "" = all nodes on loopback; else a rate (``1gbit``) or ``unshaped``
     slurmd_timeout: int = 60  # s until a silent node is declared failed (node-failure tests)
+    job_firewall: bool = False  # run slurmtf's per-job firewall as Prolog/Epilog (needs link)
 
     def __post_init__(self) -> None:
         if self.link:
             links.parse_rate(self.link)  # InputError naming --link
+        if self.job_firewall and not self.link:
+            raise InputError(
+                "--job_firewall",
+                True,
+                "needs nodes with addresses of their own",
+                "add --link 1gbit (or --link unshaped)",
+            )
         if not self.dir.is_absolute():
             raise InputError("--dir", str(self.dir), "must be absolute", "pass an absolute path")
         if any(ch in str(self.dir) for ch in " \t\n#=,\"'\\"):
@@ -200,6 +210,8 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         "InactiveLimit=0",
         "Waittime=0",
     ]
+    if cfg.job_firewall:
+        lines += firewall_rules.slurm_conf_lines(str(firewall.PROLOG), str(firewall.EPILOG))
     gres = ""
     if cfg.gpus_per_node:
         lines.append("GresTypes=gpu")
@@ -215,6 +227,11 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
 def gpu_device_paths(cfg: SandboxConfig) -> list[Path]:
     """The fake GPU device files: symlinks to /dev/null that gres.conf names."""
     return [cfg.dir / "dev" / f"nvidia{i}" for i in range(cfg.gpus_per_node)]
+
+
+def render_firewall_settings(cfg: SandboxConfig, python: str) -> str:
+    """``slurmtf-firewall.conf`` beside slurm.conf; node N logs to ``log/firewall-N.log``."""
+    return firewall_rules.render_settings(python, log=str(cfg.dir / "log" / "firewall-%n.log"))
 
 
 def render_gres_conf(cfg: SandboxConfig) -> str:

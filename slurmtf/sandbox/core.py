@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slurmtf.errors import SlurmtfError
+from slurmtf.firewall import rules as firewall_rules
 from slurmtf.ports import port_free
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox import daemons, links
@@ -102,11 +103,16 @@ class Sandbox:
     cfg: SandboxConfig | None = None
     link: str = ""  # "" = loopback; a rate such as "1gbit", or "unshaped": own namespaces
     slurmd_timeout: int = 60  # SlurmdTimeout: seconds until a silent node is declared failed
+    job_firewall: bool = False  # slurmtf's per-job firewall as Prolog/Epilog (needs link)
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).absolute()
         SandboxConfig(
-            dir=self.dir, nodes=self.nodes, gpus_per_node=self.gpus_per_node, link=self.link
+            dir=self.dir,
+            nodes=self.nodes,
+            gpus_per_node=self.gpus_per_node,
+            link=self.link,
+            job_firewall=self.job_firewall,
         )  # validate
 
     # ---- state -------------------------------------------------------------
@@ -150,6 +156,7 @@ class Sandbox:
             slurmd_ports=tuple(int(p) for p in ports) if isinstance(ports, list) else (),
             link=str(state.get("link", "")),
             slurmd_timeout=int(str(state.get("slurmd_timeout", 60))),
+            job_firewall=bool(state.get("job_firewall", False)),
         )
 
     def config(self) -> SandboxConfig:
@@ -220,6 +227,7 @@ class Sandbox:
             slurmd_ports=tuple(base + 1 + i for i in range(self.nodes)),
             link=self.link,
             slurmd_timeout=self.slurmd_timeout,
+            job_firewall=self.job_firewall,
         )
         self.cfg = cfg
         self._write_files(cfg)
@@ -233,6 +241,7 @@ class Sandbox:
             "namespaces": [],
             "link": cfg.link,
             "slurmd_timeout": cfg.slurmd_timeout,
+            "job_firewall": cfg.job_firewall,
             "netns": [],
         }
         self._write_state(state)
@@ -266,6 +275,9 @@ class Sandbox:
         (d / "log" / "jobcomp.log").write_text("")
         cfg.conf_path.write_text(cfgmod.render_slurm_conf(cfg))
         (d / "gres.conf").write_text(cfgmod.render_gres_conf(cfg))
+        if cfg.job_firewall:
+            settings = cfgmod.render_firewall_settings(cfg, sys.executable)
+            (d / firewall_rules.SETTINGS_NAME).write_text(settings)
         base_hosts = Path("/etc/hosts").read_text() if Path("/etc/hosts").exists() else ""
         plan = cfg.link_plan
         (d / "hosts").write_text(cfgmod.render_hosts(base_hosts, cfg.node_names, plan))

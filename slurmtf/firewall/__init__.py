@@ -1,0 +1,14 @@
+"""A per-job firewall for TensorFlow's open gRPC ports, as a Slurm node prolog/epilog.
+
+:mod:`~slurmtf.firewall.rules` is the pure part (ports, addresses, nftables text);
+:mod:`~slurmtf.firewall.node` runs on the node; ``prolog.sh`` and ``epilog.sh`` beside
+this file are what slurm.conf names (``slurmtf firewall --print-config``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+PROLOG = HERE / "prolog.sh"
+EPILOG = HERE / "epilog.sh"
