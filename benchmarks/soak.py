@@ -3,9 +3,11 @@
     python -m benchmarks.soak --model=mnist --minutes=30             # 2 nodes x 2 tasks
     python -m benchmarks.soak --model=resnet20 --minutes=30 --out=docs/benchmarks
     python -m benchmarks.soak --model=resnet20 --minutes=3 -- --sync_batch_norm
+    python -m benchmarks.soak --model=tutorial --minutes=20 --tasks_per_node=1   # a user's fit
 
 It starts a local Slurm sandbox (or uses ``--sandbox_dir`` of a running one), submits
-``jobs/<script>.sbatch`` with default model flags and an endless ``--train_steps``, and
+``jobs/<script>.sbatch`` with default model flags and an endless ``--train_steps`` (for
+``tutorial``: ``jobs/train.sbatch examples/tf_tutorial.py``, endless epochs), and
 every ``--sample_every`` seconds reads each rank's thread count (``/proc/PID/task``),
 resident memory (``VmRSS``) and open file descriptors (``/proc/PID/fd``). Every rank of a
 sandbox job is a process on this machine. After ``--minutes`` the job must still be
