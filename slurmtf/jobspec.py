@@ -23,7 +23,7 @@ from slurmtf.jobvalues import (
     check_setup_lines,
     check_text,
     parse_extra,
-    sweep_grid,
+    sample_points,
 )
 
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -69,6 +69,8 @@ class JobSpec:
     signal_delay_s: int = 120
     max_requeues: int = 3
     sweep: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    samples: int = 0  # random search: this many points drawn from sweep_seed (0: the grid)
+    sweep_seed: int = 0
     array_parallelism: int = 256
     cluster: str = "slurm"
     legacy_keras: bool = False  # TF_USE_LEGACY_KERAS=1 in every task: tf.keras is tf_keras
@@ -78,6 +80,7 @@ class JobSpec:
         self._check_numbers()
         self._check_choices()
         self._check_texts()
+        sample_points(self.sweep, self.samples, self.sweep_seed)  # ranges need samples
 
     def _check_target(self) -> None:
         if self.kind not in KINDS:
@@ -180,7 +183,8 @@ class JobSpec:
 
     @property
     def grid(self) -> list[dict[str, str]]:
-        return sweep_grid(self.sweep)
+        """The sweep's points (the grid, or ``samples`` random points from ``sweep_seed``)."""
+        return sample_points(self.sweep, self.samples, self.sweep_seed)
 
     @property
     def folder(self) -> Path:

@@ -51,6 +51,8 @@ def spec_from_args(fv: Any, rest: Sequence[str]) -> JobSpec:
         signal=signal_name(parse_preemption_signal(fv.signal, "--signal")),
         max_requeues=fv.max_restarts if fv.max_requeues is None else fv.max_requeues,
         sweep=jobvalues.parse_sweep(fv.sweep),
+        samples=fv.samples,
+        sweep_seed=fv.seed,
         **{name: getattr(fv, name) for name in _AS_GIVEN},
     )
 

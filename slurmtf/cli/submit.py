@@ -128,7 +128,23 @@ def _job(group: argparse._ArgumentGroup) -> None:
         group,
         "sweep",
         **repeat,
-        help="NAME=V1,V2,...: one array task per grid point (repeatable)",
+        help="NAME=V1,V2,...: one array task per grid point; NAME=log:LOW:HIGH, "
+        "uniform:LOW:HIGH or int:LOW:HIGH: a range for --samples (repeatable)",
+    )
+    add_flag(
+        group,
+        "samples",
+        type=int,
+        default=0,
+        help="random search: this many points, each --sweep name drawn on its own "
+        "(ranges sampled, lists chosen from) (default 0: the grid)",
+    )
+    add_flag(
+        group,
+        "seed",
+        type=int,
+        default=0,
+        help="random search seed: the same seed gives the same points (default 0)",
     )
     add_flag(
         group,
