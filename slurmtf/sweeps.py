@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from slurmtf import jobrecord
 from slurmtf.events import last, read_events
 from slurmtf.jobrecord import JobPlace
 from slurmtf.runner import Runner
-from slurmtf.sweeptable import SweepRow, point_row
-from slurmtf.watch import job_records, last_error, locate
+from slurmtf.sweeptable import SweepRow, error_line, point_row
+from slurmtf.watch import job_records, locate
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?(?::(\d+))?$")
 
@@ -55,13 +56,20 @@ def logged_state(place: JobPlace) -> str:
     return "UNKNOWN" if events else "PENDING?"
 
 
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
 def point(job_id: str, task: int, slurm: tuple[str, int] | None, place: JobPlace) -> SweepRow:
     """One point's row from its Slurm state (or its log) and its logs."""
     state, restarts = slurm if slurm is not None else (logged_state(place), None)
     error = None
     if not state.startswith("COMPLETED"):
         for rank in place.ranks():
-            error = last_error(place.rank_log(rank, "err"))
+            error = error_line(_read(place.rank_log(rank, "err")))
             if error:
                 error = f"rank {rank}: {error}"
                 break
