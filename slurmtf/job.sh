@@ -306,13 +306,14 @@ slurmtf_stage_data() {
         exit 2
     fi
     local nodes="${SLURM_JOB_NUM_NODES:-1}" start=$SECONDS why
+    local err="$LOG_DIR/stage-${SLURM_JOB_ID:-local}.err"
     slurmtf_staged_src="$src"
     slurmtf_log "staging $src to the local scratch of $nodes node(s)"
     if ! srun --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 --kill-on-bad-exit=1 \
-            --error="$LOG_DIR/stage.err" "${PYTHON:-python3}" -m slurmtf.cli data stage "$src"
+            --error="$err" "${PYTHON:-python3}" -m slurmtf.cli data stage "$src"
     then
-        why=$(grep -h -v '^srun: ' "$LOG_DIR/stage.err" | grep -E '^slurmtf data stage: ' | tail -n 1)
-        slurmtf_log "not training: ${why:-staging failed, see $LOG_DIR/stage.err}" >&2
+        why=$(grep -E '^slurmtf data stage: ' "$err" | tail -n 1)
+        slurmtf_log "not training: ${why:-staging failed, see $err}" >&2
         slurmtf_unstage
         exit 2
     fi

@@ -27,7 +27,7 @@ from slurmtf.jobspec import JobSpec
 _AS_GIVEN = (
     "nodes", "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "mem",
     "partition", "account", "qos", "constraint", "exclusive", "job_name", "log_dir",
-    "signal_delay_s", "array_parallelism", "cluster", "legacy_keras",
+    "signal_delay_s", "array_parallelism", "cluster", "legacy_keras", "stage_data",
 )  # fmt: skip
 
 

@@ -110,3 +110,18 @@ def test_cli_prints_the_staged_event(
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1
     assert err.startswith("slurmtf data stage: ")
+
+
+def test_submit_stage_data_renders_the_stage_step(capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from slurmtf.cli import submit as submit_cli
+
+    out = io.StringIO()
+    argv = ["--dry_run", "--model=mnist", "--nodes=2", "--stage_data", "--", "--data_dir=/d/m"]
+    assert submit_cli.main(argv, out=out) == 0
+    assert "slurmtf_stage_data /d/m" in out.getvalue()
+    assert submit_cli.main(["--dry_run", "--model=mnist", "--stage_data"], out=out) == 2
+    err = capsys.readouterr().err
+    assert "--stage_data=True" in err
+    assert "HINT: e.g. --stage_data -- --data_dir=" in err

@@ -153,6 +153,13 @@ def _job(group: argparse._ArgumentGroup) -> None:
         default=256,
         help="array tasks running at once (default 256)",
     )
+    add_flag(
+        group,
+        "stage_data",
+        action="store_true",
+        help="copy the model's --data_dir once per node to local scratch ($SLURM_TMPDIR, "
+        "$TMPDIR or STAGE_DIR), verify it against its MANIFEST.json, train from the copy",
+    )
     add_flag(group, "job_name", default="slurmtf", help="job name (default slurmtf)")
     add_flag(
         group,

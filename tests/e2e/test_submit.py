@@ -145,6 +145,31 @@ def test_sweep_is_a_four_task_array(slurm_sandbox: SlurmSandbox, tmp_path: Path)
 
 
 @pytest.mark.slurm
+def test_stage_data_gives_each_node_its_verified_copy(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    from tests.helpers.datafiles import with_manifest, write_mnist
+
+    data = with_manifest(write_mnist(tmp_path / "shared" / "mnist", n_train=8, n_eval=8))
+    read = (
+        "import os, sys; from slurmtf.datasets.stage import resolve_data_dir; "
+        "print('READ', resolve_data_dir(sys.argv[1].split('=', 1)[1], os.environ))"
+    )
+    done = submit(
+        slurm_sandbox, f"--command=python3 -c {shlex.quote(read)}", "--nodes=2", "--time=2",
+        "--stage_data", f"--log_dir={tmp_path}", "--wait", "--", f"--data_dir={data}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    jid = job_id(done.stdout)
+    scratch = slurm_sandbox.dir / "scratch"
+    for rank in (0, 1):
+        (node,) = {e["node"] for e in events(tmp_path / f"{jid}_{rank}_log.out", "launch")}
+        copy = scratch / node / f"slurmtf-data-{jid}" / "mnist"
+        assert f"READ {copy}\n" in (tmp_path / f"{jid}_{rank}_log.out").read_text()
+    assert not list(scratch.glob(f"*/slurmtf-data-{jid}")), "staged copies left behind"
+
+
+@pytest.mark.slurm
 def test_cancel_and_status(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
     done = submit(slurm_sandbox, "--command=sleep 300", "--time=5", f"--log_dir={tmp_path}")
     assert done.returncode == 0, done.stderr
