@@ -107,7 +107,8 @@ def point_row(
         restarts = max(starts - 1, 0)
     step = _int(done.get("step")) if done else None
     if step is None:
-        step = _int((progress or {}).get("step"))
+        steps = [_int((e or {}).get("step")) for e in (progress, evaluation)]
+        step = max((n for n in steps if n is not None), default=None)
     return SweepRow(
         task=task,
         params={str(k): str(v) for k, v in dict(params).items()},
