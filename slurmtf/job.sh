@@ -302,6 +302,7 @@ slurmtf_requeue() {
 
 slurmtf_job_end() {
     if [ "$slurmtf_rc" -eq 0 ] && ! slurmtf_preempted; then
+        slurmtf_unstage
         exit 0
     fi
     local what status="$slurmtf_rc"
@@ -328,6 +329,7 @@ slurmtf_job_end() {
         slurmtf_log "$what; not requeued" >&2
     fi
     [ "$status" -eq 0 ] && status=1
+    slurmtf_unstage  # not when requeued above: a restart on this node reuses the copy
     exit "$status"
 }
 
@@ -344,4 +346,45 @@ slurmtf_submitit_setup() {
     slurmtf_snapshot  # (`slurmtf submit` records the job itself)
     export SLURMTF_JOB_SH=1  # slurmtf.launch: on exit 75 this script requeues, not rank 0
     trap 'slurmtf_rc=$?; trap - EXIT; slurmtf_job_end' EXIT
+}
+
+# STAGE_DATA=1: before training, each node copies the data set SRC once (one task per
+# node) to its local scratch ($STAGE_DIR, $SLURM_TMPDIR or $TMPDIR) and verifies it
+# against SRC/MANIFEST.json (`slurmtf data stage`); the models read that copy
+# (SLURMTF_STAGED_DATA=SRC turns --data_dir=SRC into it). A bad or missing file, or too
+# little space, is one line and exit 2 before training. The copy is removed when the job
+# ends (slurmtf_unstage, from slurmtf_job_end) and kept when it is requeued, so that a
+# restart on the same node reuses it.
+slurmtf_stage_data() {
+    local src="$1"
+    [ "${STAGE_DATA:-0}" = "1" ] || return 0
+    if [ -z "$src" ]; then
+        slurmtf_log "STAGE_DATA=1 but no data set to stage. HINT: set DATA_DIR" \
+            "(or the model's --data_dir) to a folder with a MANIFEST.json" >&2
+        exit 2
+    fi
+    local nodes="${SLURM_JOB_NUM_NODES:-1}" start=$SECONDS why
+    local err="$LOG_DIR/stage-${SLURM_JOB_ID:-local}.err"
+    slurmtf_staged_src="$src"
+    slurmtf_log "staging $src to the local scratch of $nodes node(s)"
+    if ! srun --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 --kill-on-bad-exit=1 \
+            --error="$err" "${PYTHON:-python3}" -m slurmtf.cli data stage "$src"
+    then
+        why=$(grep -E '^slurmtf data stage: ' "$err" | tail -n 1)
+        slurmtf_log "not training: ${why:-staging failed, see $err}" >&2
+        slurmtf_unstage
+        exit 2
+    fi
+    slurmtf_log "staged $src on $nodes node(s) in $((SECONDS - start)) s"
+    export SLURMTF_STAGED_DATA="$src"
+}
+
+# Remove this job's staged copies from every node's scratch (nothing when none).
+slurmtf_unstage() {
+    [ -n "${slurmtf_staged_src:-}" ] || return 0
+    local nodes="${SLURM_JOB_NUM_NODES:-1}"
+    srun --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 --output=/dev/null \
+        "${PYTHON:-python3}" -m slurmtf.cli data unstage \
+        || slurmtf_log "could not remove the staged copies of $slurmtf_staged_src" >&2
+    slurmtf_staged_src=""
 }

@@ -126,3 +126,26 @@ def from_slurm(job_id: str, fields: Mapping[str, str]) -> JobPlace | None:
     if stdout.endswith("_0_log.out"):
         return JobPlace(job_id, Path(stdout).parent, SUBMITIT_LOG_NAME, "slurm")
     return None
+
+
+def array_tasks(job_id: str, path: Path | None = None) -> dict[int, JobPlace]:
+    """The recorded tasks of job array ``job_id`` (ids ``JOB_N``): task -> newest place."""
+    try:
+        lines = (path or record_path()).read_text(errors="replace").splitlines()
+    except OSError:
+        return {}
+    found: dict[int, JobPlace] = {}
+    prefix = f"{job_id}_"
+    for line in lines:
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(entry, dict):
+            continue
+        task_id = str(entry.get("job_id", ""))
+        task = task_id.removeprefix(prefix)
+        if task_id.startswith(prefix) and task.isdigit() and "log_dir" in entry:
+            pattern = str(entry.get("logs", SCRIPT_LOG_NAME))
+            found[int(task)] = JobPlace(task_id, Path(str(entry["log_dir"])), pattern, "record")
+    return dict(sorted(found.items()))

@@ -23,7 +23,7 @@ from slurmtf.jobvalues import (
     check_setup_lines,
     check_text,
     parse_extra,
-    sweep_grid,
+    sample_points,
 )
 
 MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -69,15 +69,21 @@ class JobSpec:
     signal_delay_s: int = 120
     max_requeues: int = 3
     sweep: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    samples: int = 0  # random search: this many points drawn from sweep_seed (0: the grid)
+    sweep_seed: int = 0
     array_parallelism: int = 256
     cluster: str = "slurm"
     legacy_keras: bool = False  # TF_USE_LEGACY_KERAS=1 in every task: tf.keras is tf_keras
+    stage_data: bool = False  # copy --data_dir to each node's scratch first (slurmtf/job.sh)
 
     def __post_init__(self) -> None:
         self._check_target()
         self._check_numbers()
         self._check_choices()
         self._check_texts()
+        sample_points(self.sweep, self.samples, self.sweep_seed)  # ranges need samples
+        if self.stage_data:
+            staged_source(self)
 
     def _check_target(self) -> None:
         if self.kind not in KINDS:
@@ -180,7 +186,8 @@ class JobSpec:
 
     @property
     def grid(self) -> list[dict[str, str]]:
-        return sweep_grid(self.sweep)
+        """The sweep's points (the grid, or ``samples`` random points from ``sweep_seed``)."""
+        return sample_points(self.sweep, self.samples, self.sweep_seed)
 
     @property
     def folder(self) -> Path:
@@ -213,6 +220,35 @@ def restart_setup(spec: JobSpec, python: str) -> list[str]:
     ]
 
 
+def staged_source(spec: JobSpec) -> str:
+    """The ``--data_dir`` that ``--stage_data`` copies to every node (the model's flag)."""
+    found = [a.split("=", 1)[1] for a in spec.args if a.startswith("--data_dir=")]
+    if not found or not found[-1]:
+        raise InputError(
+            "--stage_data",
+            True,
+            "needs the data set's shared folder as the model's --data_dir",
+            "e.g. --stage_data -- --data_dir=/shared/data/mnist",
+        )
+    return str(Path(found[-1]).expanduser().absolute())
+
+
+def stage_setup(spec: JobSpec, python: str) -> list[str]:
+    """Setup lines that stage ``--data_dir`` once per node before the tasks start (and
+    remove the copies at the end): slurmtf/job.sh's ``slurmtf_stage_data``."""
+    if not spec.stage_data:
+        return []
+    find = 'import pathlib, slurmtf; print(pathlib.Path(slurmtf.__file__).with_name("job.sh"))'
+    folder, src = shlex.quote(str(spec.folder)), shlex.quote(staged_source(spec))
+    end = "" if spec.max_requeues else " && trap slurmtf_unstage EXIT"
+    return [
+        f'if job_sh=$({shlex.quote(python)} -c {shlex.quote(find)}) && source "$job_sh"; then',
+        f'    LOG_DIR="${{LOG_DIR:-{folder}}}"; STAGE_DATA=1; PYTHON={shlex.quote(python)}; '
+        f"slurmtf_stage_data {src}{end}",
+        "else echo 'slurmtf: cannot load slurmtf/job.sh to stage the data' >&2; exit 2; fi",
+    ]
+
+
 def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     """The parameters of submitit's ``SlurmExecutor.update_parameters`` for ``spec``."""
     params: dict[str, Any] = {
@@ -242,7 +278,7 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
             params[key] = value
     if spec.exclusive:
         params["exclusive"] = True
-    setup = [*spec.setup, *restart_setup(spec, python)]
+    setup = [*spec.setup, *restart_setup(spec, python), *stage_setup(spec, python)]
     if setup:
         params["setup"] = setup
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}

@@ -8,6 +8,8 @@ Pure, except ``bash -n`` (parse only) in :func:`check_setup`, see :mod:`slurmtf.
 from __future__ import annotations
 
 import itertools
+import math
+import random
 import re
 import shlex
 from collections.abc import Sequence
@@ -98,18 +100,52 @@ def parse_time(value: str) -> int:
     )
 
 
+# Random-search ranges: NAME=KIND:LOW:HIGH (one value); see :func:`sample_points`.
+RANGE_KINDS = ("log", "uniform", "int")
+MAX_SAMPLES = 10000
+
+
+def parse_range(name: str, value: str) -> tuple[str, float, float] | None:
+    """``log:1e-4:1e-1`` / ``uniform:0:0.5`` / ``int:16:128`` -> ``(kind, low, high)``;
+    ``None`` for a grid value (no known ``KIND:`` prefix)."""
+    kind, sep, rest = value.partition(":")
+    if not sep or kind not in RANGE_KINDS:
+        return None
+    item = f"{name}={value}"
+    low_text, sep, high_text = rest.partition(":")
+    try:
+        low, high = float(low_text), float(high_text)
+    except ValueError:
+        low = high = math.nan
+    if not sep or not (math.isfinite(low) and math.isfinite(high)) or low >= high:
+        raise InputError(
+            "--sweep", item, f"is not {kind}:LOW:HIGH with LOW < HIGH", f"e.g. {name}={kind}:1:10"
+        )
+    if kind == "log" and low <= 0:
+        raise InputError("--sweep", item, "has a log range from 0 or below", "e.g. log:1e-4:1e-1")
+    if kind == "int" and not (low.is_integer() and high.is_integer()):
+        raise InputError("--sweep", item, "has an int range of non-integers", "e.g. int:16:128")
+    return kind, low, high
+
+
 def parse_sweep(items: Sequence[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
-    """``["lr=0.1,0.01", "batch_size=32,64"]`` -> ``(("lr", ("0.1", "0.01")), ...)``."""
+    """``["lr=0.1,0.01", "batch_size=32,64"]`` -> ``(("lr", ("0.1", "0.01")), ...)``; a
+    range (``lr=log:1e-4:1e-1``, for ``--samples``) is kept as its one value."""
     out: list[tuple[str, tuple[str, ...]]] = []
     for item in items:
         name, sep, values = item.partition("=")
         name = name.strip().removeprefix("--")
         if not sep or not _SWEEP_NAME.match(name):
             raise InputError(
-                "--sweep", item, "is not NAME=V1,V2,...", "e.g. --sweep=learning_rate=0.1,0.01"
+                "--sweep",
+                item,
+                "is not NAME=V1,V2,... or NAME=KIND:LOW:HIGH",
+                "e.g. --sweep=learning_rate=0.1,0.01 or --sweep=learning_rate=log:1e-4:1e-1",
             )
         vals = tuple(v.strip() for v in values.split(","))
-        if not all(vals):
+        if len(vals) == 1 and parse_range(name, vals[0]) is not None:
+            vals = (vals[0],)
+        elif not all(vals):
             raise InputError(
                 "--sweep", item, "has an empty value", "separate values by single commas"
             )
@@ -129,6 +165,47 @@ def sweep_grid(sweep: Sequence[tuple[str, Sequence[str]]]) -> list[dict[str, str
     return [
         dict(zip(names, combo, strict=True)) for combo in itertools.product(*(v for _, v in sweep))
     ]
+
+
+def _draw(rng: random.Random, name: str, values: Sequence[str]) -> str:
+    """One value: a range sampled (log-uniform, uniform, integer), a list chosen from.
+    Only ``rng.random()`` is used, so the points are the same on every Python."""
+    found = parse_range(name, values[0]) if len(values) == 1 else None
+    u = rng.random()
+    if found is None:
+        return values[min(int(u * len(values)), len(values) - 1)]
+    kind, low, high = found
+    if kind == "int":
+        return str(min(int(low + u * (high - low + 1)), int(high)))
+    if kind == "log":
+        return f"{math.exp(math.log(low) + u * (math.log(high) - math.log(low))):.4g}"
+    return f"{low + u * (high - low):.4g}"
+
+
+def sample_points(
+    sweep: Sequence[tuple[str, Sequence[str]]], samples: int, seed: int
+) -> list[dict[str, str]]:
+    """The points of a sweep: the grid without ``samples``, else ``samples`` random points
+    drawn from ``seed`` (each name independently, in flag order): the same seed gives the
+    same points. A range without ``--samples`` is an error."""
+    if not samples:
+        for name, values in sweep:
+            if len(values) == 1 and parse_range(name, values[0]) is not None:
+                raise InputError(
+                    "--sweep",
+                    f"{name}={values[0]}",
+                    "is a range, which a grid cannot list",
+                    "add --samples=N (random search), or list values: NAME=V1,V2",
+                )
+        return sweep_grid(sweep)
+    if not 1 <= samples <= MAX_SAMPLES:
+        raise InputError("--samples", samples, f"must be 1..{MAX_SAMPLES}", "e.g. --samples=16")
+    if not sweep:
+        raise InputError(
+            "--samples", samples, "needs a --sweep to sample", "add --sweep=NAME=log:1e-4:1e-1"
+        )
+    rng = random.Random(seed)
+    return [{name: _draw(rng, name, values) for name, values in sweep} for _ in range(samples)]
 
 
 def parse_extra(items: Sequence[str]) -> tuple[tuple[str, str], ...]:

@@ -27,7 +27,7 @@ from slurmtf.jobspec import JobSpec
 _AS_GIVEN = (
     "nodes", "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "mem",
     "partition", "account", "qos", "constraint", "exclusive", "job_name", "log_dir",
-    "signal_delay_s", "array_parallelism", "cluster", "legacy_keras",
+    "signal_delay_s", "array_parallelism", "cluster", "legacy_keras", "stage_data",
 )  # fmt: skip
 
 
@@ -51,6 +51,8 @@ def spec_from_args(fv: Any, rest: Sequence[str]) -> JobSpec:
         signal=signal_name(parse_preemption_signal(fv.signal, "--signal")),
         max_requeues=fv.max_restarts if fv.max_requeues is None else fv.max_requeues,
         sweep=jobvalues.parse_sweep(fv.sweep),
+        samples=fv.samples,
+        sweep_seed=fv.seed,
         **{name: getattr(fv, name) for name in _AS_GIVEN},
     )
 

@@ -23,6 +23,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "sandbox": ("slurmtf.cli.sandbox", "start, inspect or stop a local multi-node Slurm cluster"),
     "submit": ("slurmtf.cli.submit", "submit a training job or a sweep (job array) with submitit"),
     "status": ("slurmtf.cli.jobs", "show the state of a job"),
+    "sweep": ("slurmtf.cli.sweep", "a sweep's results: one row per point (--sort, --csv, --json)"),
     "logs": ("slurmtf.cli.jobs", "print or follow a job's per-rank logs"),
     "cancel": ("slurmtf.cli.jobs", "cancel a job"),
     "run": ("slurmtf.cli.run", "run an unmodified training script on this task (TF_CONFIG, fixes)"),

@@ -15,6 +15,7 @@ EPILOG = """examples:
   slurmtf data fetch mnist /shared/data/mnist        # full MNIST (internet on this node)
   slurmtf data fetch cifar10 /shared/data/cifar10 --mirror=https://host/copy/
   slurmtf data verify /shared/data/mnist             # check every file's SHA-256
+  slurmtf data stage /shared/data/mnist              # verified copy on this node's scratch
 then: DATA_DIR=DIR sbatch mnist.sbatch, or --data_dir=DIR to a model or slurmtf submit"""
 
 
@@ -41,6 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     fetch.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
     verify = commands.add_parser("verify", help="check every file against DIR/MANIFEST.json")
     verify.add_argument("dir", type=Path, metavar="DIR", help="a folder written by this command")
+    stage = commands.add_parser(
+        "stage",
+        help="copy DIR to this node's scratch ($STAGE_DIR, $SLURM_TMPDIR, $TMPDIR) and "
+        "verify it (once per node; a verified copy of this job is reused)",
+    )
+    stage.add_argument("dir", type=Path, metavar="DIR", help="a folder with a MANIFEST.json")
+    commands.add_parser("unstage", help="remove this job's staged copies on this node")
     return parser
 
 
@@ -65,8 +73,28 @@ def _run(args: argparse.Namespace) -> int:
             log=lambda line: print(line, file=sys.stderr),
         )
         print(f"fetched {args.dir}: {manifest.describe(manifest.verify_directory(args.dir))}")
+    elif args.command in {"stage", "unstage"}:
+        _stage(args)
     else:
         record = manifest.verify_directory(args.dir)
         print(f"{args.dir}: {len(record['files'])} files match {manifest.NAME}")
         print(f"data: {manifest.describe(record)}")
     return 0
+
+
+def _stage(args: argparse.Namespace) -> None:
+    """The ``staged``/``unstaged`` event line of this node (one task per node runs it)."""
+    import os
+
+    from slurmtf.datasets import stage
+    from slurmtf.events import emit
+
+    node = os.environ.get("SLURMD_NODENAME", "")
+    if args.command == "unstage":
+        emit("unstaged", node=node, path=str(stage.unstage(os.environ)))
+        return
+    done = stage.stage(args.dir, os.environ)
+    emit(
+        "staged", node=node, path=str(done.path), source=str(args.dir.resolve()),
+        reused=done.reused, bytes=done.bytes, seconds=round(done.seconds, 3),
+    )  # fmt: skip

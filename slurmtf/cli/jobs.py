@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, report_error
+from slurmtf.cli.sweep import print_sweep
 from slurmtf.errors import InputError, SlurmtfError, UsageError
 from slurmtf.runner import Runner, default_runner
 from slurmtf.watch import follow_rank, locate, status_lines
@@ -24,11 +25,21 @@ def _parser(command: str) -> ArgumentParser:
     if command == "cancel":
         return parser
     add_flag(parser, "log_dir", metavar="DIR", help="the job's log folder (found by default)")
+    if command == "status":
+        _sweep_flags(parser)
     if command == "logs":
         parser.add_argument("--rank", type=int, default=0, help="which rank (default 0)")
         parser.add_argument("--err", action="store_true", help="its stderr, not its stdout")
         parser.add_argument("--follow", action="store_true", help="until the job ends")
     return parser
+
+
+def _sweep_flags(parser: ArgumentParser) -> None:
+    """``slurmtf sweep``'s table flags, for a job array's status."""
+    add_flag(parser, "sort", metavar="COLUMN", help="job array: best first by this column")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help="job array: the table as JSON")
+    form.add_argument("--csv", action="store_true", help="job array: the table as CSV")
 
 
 def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> int:
@@ -52,6 +63,8 @@ def _run(command: str, options: argparse.Namespace, runner: Runner) -> int:
         runner(["scancel", job_id])
         print(f"slurmtf: cancelled job {job_id}")
         return 0
+    if command == "status" and print_sweep(job_id, options, runner):
+        return 0  # a job array: one row per point (slurmtf.cli.sweep)
     place = locate(job_id, runner, options.log_dir)
     if command == "status":
         print("\n".join(status_lines(job_id, runner, place)))

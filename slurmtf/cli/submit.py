@@ -128,7 +128,23 @@ def _job(group: argparse._ArgumentGroup) -> None:
         group,
         "sweep",
         **repeat,
-        help="NAME=V1,V2,...: one array task per grid point (repeatable)",
+        help="NAME=V1,V2,...: one array task per grid point; NAME=log:LOW:HIGH, "
+        "uniform:LOW:HIGH or int:LOW:HIGH: a range for --samples (repeatable)",
+    )
+    add_flag(
+        group,
+        "samples",
+        type=int,
+        default=0,
+        help="random search: this many points, each --sweep name drawn on its own "
+        "(ranges sampled, lists chosen from) (default 0: the grid)",
+    )
+    add_flag(
+        group,
+        "seed",
+        type=int,
+        default=0,
+        help="random search seed: the same seed gives the same points (default 0)",
     )
     add_flag(
         group,
@@ -136,6 +152,13 @@ def _job(group: argparse._ArgumentGroup) -> None:
         type=int,
         default=256,
         help="array tasks running at once (default 256)",
+    )
+    add_flag(
+        group,
+        "stage_data",
+        action="store_true",
+        help="copy the model's --data_dir once per node to local scratch ($SLURM_TMPDIR, "
+        "$TMPDIR or STAGE_DIR), verify it against its MANIFEST.json, train from the copy",
     )
     add_flag(group, "job_name", default="slurmtf", help="job name (default slurmtf)")
     add_flag(

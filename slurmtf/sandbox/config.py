@@ -106,6 +106,14 @@ class SandboxConfig:
         return self.dir / "bin"
 
     @property
+    def task_prolog(self) -> Path:
+        return self.bin_dir / "task_prolog"
+
+    def scratch(self, node: str) -> Path:
+        """A node's own local scratch (``$SLURM_TMPDIR`` of its tasks)."""
+        return self.dir / "scratch" / node
+
+    @property
     def munge_socket(self) -> Path:
         return self.dir / "munge" / "munge.socket"
 
@@ -202,6 +210,7 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
         "KillWait=5",
+        f"TaskProlog={cfg.task_prolog}",
         f"MinJobAge={MIN_JOB_AGE_S}",
         "JobRequeue=1",
         f"FirstJobId={first_job_id(d)}",
@@ -254,6 +263,18 @@ def render_hosts(base: str, names: list[str], plan: links.LinkPlan | None = None
         return text + "# slurmtf sandbox nodes\n127.0.0.1 " + " ".join(names) + "\n"
     return (
         text + "# slurmtf sandbox nodes (own links)\n" + "\n".join(plan.hosts_lines(names)) + "\n"
+    )
+
+
+def render_task_prolog(cfg: SandboxConfig) -> str:
+    """The TaskProlog: every task (batch step included) gets its node's own scratch
+    directory as ``$SLURM_TMPDIR``, as a cluster's node-local disk would be."""
+    scratch = shlex.quote(str(cfg.dir / "scratch"))
+    return (
+        "#!/bin/sh\n"
+        "# slurmtf sandbox: node-local scratch, one directory per node\n"
+        f'dir={scratch}/"${{SLURMD_NODENAME:-unknown}}"\n'
+        'mkdir -p "$dir" && echo "export SLURM_TMPDIR=$dir"\n'
     )
 
 

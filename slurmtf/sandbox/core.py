@@ -291,6 +291,8 @@ class Sandbox:
         shim = cfg.bin_dir / "sacct"
         shim.write_text(cfgmod.render_sacct_shim(sys.executable, d))
         shim.chmod(0o755)
+        cfg.task_prolog.write_text(cfgmod.render_task_prolog(cfg))
+        cfg.task_prolog.chmod(0o755)
 
     def _make_links(self, cfg: SandboxConfig, state: dict[str, object]) -> None:
         """Create the namespaces, veths and qdiscs (recorded first, so a crash is undone)."""

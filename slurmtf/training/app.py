@@ -105,9 +105,11 @@ def main_for(
         print(f"{program}: {exc}. HINT: python -m {program} --help", file=sys.stderr)
         return EXIT_USAGE
     try:
-        config = config_from_flags(
-            default_batch_size=default_batch_size,
-            default_learning_rate=default_learning_rate,
+        config = staged(
+            config_from_flags(
+                default_batch_size=default_batch_size,
+                default_learning_rate=default_learning_rate,
+            )
         )
         spec = make_spec(config)
         info = dataclasses.replace(info, program=program) if info else resolve_info(program)
@@ -122,6 +124,16 @@ def main_for(
         return _report_peer_failure(program, exc, info)
     finally:
         FLAGS.unparse_flags()
+
+
+def staged(config: TrainConfig) -> TrainConfig:
+    """``--data_dir`` as this node's verified copy when the job staged it (STAGE_DATA)."""
+    import os
+
+    from slurmtf.datasets.stage import resolve_data_dir
+
+    data_dir = resolve_data_dir(config.data_dir, os.environ)
+    return config if data_dir == config.data_dir else dataclasses.replace(config, data_dir=data_dir)
 
 
 def _print_help(program: str) -> None:

@@ -247,6 +247,7 @@ def _announce(
         per_replica_batch=per_replica,
         dtype=config.dtype,
         synthetic=synthetic,
+        data_dir=None if synthetic else config.data_dir,  # the path read (a staged copy)
         restart_count=info.restart_count,
         log_file=log_path,
     )

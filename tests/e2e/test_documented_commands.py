@@ -106,6 +106,8 @@ COMMANDS: dict[str, Doc] = {
     "slurmtf status JOB": Doc(),
     "slurmtf logs JOB --follow": Doc(),
     "slurmtf cancel JOB": Doc(),
+    "slurmtf sweep ARRAY --sort=accuracy": Doc(),
+    "STAGE_DATA=1 DATA_DIR=/data/mnist sbatch jobs/mnist.sbatch": Doc(nodes=2),
     'eval "$(python -m slurmtf.resolver --export)"': Doc(),
     "python -m slurmtf.resolver --explain": Doc(),
 }
@@ -164,11 +166,11 @@ def wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
 @pytest.fixture(scope="module")
 def example_paths(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """The example paths of the docs, mapped to small real files."""
-    from tests.helpers.datafiles import write_cifar, write_imagenet, write_mnist
+    from tests.helpers.datafiles import with_manifest, write_cifar, write_imagenet, write_mnist
 
     root = tmp_path_factory.mktemp("data")
     return {
-        "/data/mnist": str(write_mnist(root / "mnist")),
+        "/data/mnist": str(with_manifest(write_mnist(root / "mnist"))),
         "/data/cifar-10-batches-bin": str(write_cifar(root / "cifar")),
         "/data/imagenet": str(write_imagenet(root / "imagenet", side=32)),
         "/shared/": f"{root}/shared/",
@@ -260,12 +262,17 @@ def test_documented_submit_commands_and_job_commands(wide: SlurmSandbox, tmp_pat
     # The array's four points parse their flags and place their ranks; the per-node
     # command above trained through the same path (the sweep's mechanics: test_submit).
     out = _submit(wide, sweep, tmp_path, ["--wait"], ["--placement_only"])
-    assert "submitted job array" in out, out
+    array = re.search(r"submitted job array (\d+)", out)
+    assert array, out
     logs = re.findall(r"^  rank \d+: (\S+)$", out, re.M)
     assert len(logs) == 4 * 2, out  # 4 points x 2 ranks
     for log in logs:
         assert named(read_events(Path(log)), "placement"), log
     assert "#SBATCH" in _submit(wide, dry, tmp_path, [], [])
+    table = wide.run(
+        ["slurmtf", "sweep", array.group(1), "--sort=accuracy"], cwd=tmp_path, check=False
+    )
+    assert table.stdout.startswith(f"sweep {array.group(1)}: 4 points"), table
     for command in ("slurmtf status JOB", "slurmtf logs JOB --follow", "slurmtf cancel JOB"):
         argv = shlex.split(command)
         argv[argv.index("JOB")] = job.group(1)

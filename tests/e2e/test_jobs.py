@@ -2,18 +2,22 @@
 
 The three jobs are submitted together (they fit side by side on the 3-node sandbox)
 and each test then checks one of them from its outputs: every rank's JSON event lines
-(``cluster``, ``eval``, ``done``), the job log and the model directory.
+(``cluster``, ``eval``, ``done``), the job log and the model directory. The 2-node MNIST
+job trains on tiny MNIST files staged to each node's scratch (``STAGE_DATA=1``).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from tests.e2e.conftest import SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, check_training, submit_job
+from tests.helpers.datafiles import with_manifest, write_mnist
 from tests.prereqs import require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf]
@@ -36,9 +40,11 @@ def training_jobs(
 ) -> Iterator[dict[str, SandboxJob]]:
     require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
     root = tmp_path_factory.mktemp("jobs")
+    data = with_manifest(write_mnist(root / "shared" / "mnist"))
+    staged = {"DATA_DIR": str(data), "STAGE_DATA": "1"}
     runs = {
         "mnist2": submit_job(
-            slurm_sandbox, root, "mnist2", script="mnist.sbatch", nodes=2, args=TINY
+            slurm_sandbox, root, "mnist2", script="mnist.sbatch", nodes=2, args=TINY, env=staged
         ),
         "mnist1": submit_job(
             slurm_sandbox, root, "mnist1", script="mnist.sbatch", nodes=1, args=TINY
@@ -54,6 +60,49 @@ def training_jobs(
 
 def test_mnist_two_nodes(training_jobs: dict[str, SandboxJob]) -> None:
     check_training(training_jobs["mnist2"])
+
+
+def staged_events(run: SandboxJob) -> list[dict[str, object]]:
+    lines = run.job_output().splitlines()
+    return [json.loads(line) for line in lines if line.startswith('{"event": "staged"')]
+
+
+def test_staged_data_one_verified_copy_per_node_read_and_removed(
+    training_jobs: dict[str, SandboxJob], slurm_sandbox: SlurmSandbox
+) -> None:
+    run = training_jobs["mnist2"]
+    assert run.finish() == "COMPLETED", run.report()
+    staged = staged_events(run)
+    scratch = slurm_sandbox.dir / "scratch"
+    assert sorted(e["node"] for e in staged) == ["node1", "node2"], run.report()  # one per node
+    for event in staged:
+        assert event["path"] == str(scratch / f"{event['node']}/slurmtf-data-{run.job_id}/mnist")
+        assert event["reused"] is False
+    # every rank read its own node's copy, and said so
+    read = {c[0]["data_dir"] for c in run.of("cluster").values()}
+    assert read == {e["path"] for e in staged}, run.report()
+    assert "not training" not in run.job_output()
+    # nothing left on any node afterwards
+    assert not list(scratch.glob(f"*/slurmtf-data-{run.job_id}*")), run.report()
+
+
+def test_a_corrupted_data_set_stops_the_job_before_training(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    data = with_manifest(write_mnist(tmp_path / "mnist", n_train=8, n_eval=8))
+    victim = data / "train-images-idx3-ubyte.gz"
+    victim.write_bytes(victim.read_bytes()[:-1] + b"!")
+    env = {"DATA_DIR": str(data), "STAGE_DATA": "1"}
+    run = submit_job(
+        slurm_sandbox, tmp_path, "bad", script="mnist.sbatch", nodes=2, args=TINY, env=env
+    )
+    assert run.wait(120) == "FAILED", run.report()
+    (line,) = [ln for ln in run.job_output().splitlines() if "not training" in ln]
+    assert str(victim) in line, line
+    assert "does not match" in line, line
+    assert "HINT: " in line, line
+    assert not list(run.log_dir.glob("rank*.out")), "a rank started training"
+    assert not list((slurm_sandbox.dir / "scratch").glob(f"*/slurmtf-data-{run.job_id}*"))
 
 
 def test_mnist_one_node_fallback(training_jobs: dict[str, SandboxJob]) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -77,11 +80,22 @@ def test_two_node_mnist_trains_and_wait_reports(
         assert events(logs / f"{jid}_{rank}_log.out", "done")[-1]["step"] == 20
 
 
+# Each point prints its flags and reports an eval accuracy of seed/10 + lr as event
+# lines; the point lr=0.01, seed=2 fails with its own error instead.
+_POINT = (
+    "import json, sys; p = dict(a[2:].split('=') for a in sys.argv[1:]); print(sys.argv[1:]); "
+    "assert (p['lr'], p['seed']) != ('0.01', '2'), 'diverged at lr 0.01'; "
+    "acc = int(p['seed']) / 10 + float(p['lr']); "
+    "print(json.dumps({'event': 'eval', 'step': 2, 'loss': 1 - acc, 'accuracy': acc})); "
+    "print(json.dumps({'event': 'done', 'step': 2}))"
+)
+
+
 @pytest.mark.slurm
 def test_sweep_is_a_four_task_array(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
     done = submit(
         slurm_sandbox,
-        "--command=python3 -c 'import sys; print(sys.argv[1:])'",
+        f"--command=python3 -c {shlex.quote(_POINT)}",
         "--sweep=lr=0.1,0.01",
         "--sweep=seed=1,2",
         "--array_parallelism=2",
@@ -89,7 +103,7 @@ def test_sweep_is_a_four_task_array(slurm_sandbox: SlurmSandbox, tmp_path: Path)
         f"--log_dir={tmp_path}",
         "--wait",
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.returncode == 1, done.stdout + done.stderr  # the failed point's status
     jid = job_id(done.stdout)
     seen = []
     for task in range(4):
@@ -105,6 +119,54 @@ def test_sweep_is_a_four_task_array(slurm_sandbox: SlurmSandbox, tmp_path: Path)
         {"lr": "0.01", "seed": "1"},
         {"lr": "0.01", "seed": "2"},
     ]
+    # The results table, by job id alone, from another directory: best accuracy first,
+    # the failed point last with its error.
+    cli = [PY, "-m", "slurmtf.cli"]
+    table = slurm_sandbox.run([*cli, "status", jid, "--sort=accuracy"], cwd=tmp_path).stdout
+    lines = table.splitlines()
+    assert lines[0] == f"sweep {jid}: 4 points, 4 finished", table
+    assert lines[1].split()[:5] == ["task", "lr", "seed", "state", "restarts"], table
+    order = [line.split()[:3] for line in lines[2:] if line.startswith(jid)]
+    assert order == [
+        [f"{jid}_1", "0.1", "2"],
+        [f"{jid}_0", "0.1", "1"],
+        [f"{jid}_2", "0.01", "1"],
+        [f"{jid}_3", "0.01", "2"],
+    ], table
+    assert "0.3000" in lines[2], table
+    assert "FAILED" in lines[5], table
+    assert "AssertionError: diverged at lr 0.01" in lines[6], table
+    text = slurm_sandbox.run([*cli, "sweep", jid, "--csv"], cwd=tmp_path).stdout
+    parsed = {row["task"]: row for row in csv.DictReader(io.StringIO(text))}
+    assert float(parsed[f"{jid}_2"]["accuracy"]) == pytest.approx(0.11)
+    assert parsed[f"{jid}_3"]["accuracy"] == ""
+    assert "diverged" in parsed[f"{jid}_3"]["error"]
+    assert parsed[f"{jid}_0"]["logs"] == str(tmp_path / f"{jid}_0_0_log.out")
+
+
+@pytest.mark.slurm
+def test_stage_data_gives_each_node_its_verified_copy(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    from tests.helpers.datafiles import with_manifest, write_mnist
+
+    data = with_manifest(write_mnist(tmp_path / "shared" / "mnist", n_train=8, n_eval=8))
+    read = (
+        "import os, sys; from slurmtf.datasets.stage import resolve_data_dir; "
+        "print('READ', resolve_data_dir(sys.argv[1].split('=', 1)[1], os.environ))"
+    )
+    done = submit(
+        slurm_sandbox, f"--command=python3 -c {shlex.quote(read)}", "--nodes=2", "--time=2",
+        "--stage_data", f"--log_dir={tmp_path}", "--wait", "--", f"--data_dir={data}",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    jid = job_id(done.stdout)
+    scratch = slurm_sandbox.dir / "scratch"
+    for rank in (0, 1):
+        (node,) = {e["node"] for e in events(tmp_path / f"{jid}_{rank}_log.out", "launch")}
+        copy = scratch / node / f"slurmtf-data-{jid}" / "mnist"
+        assert f"READ {copy}\n" in (tmp_path / f"{jid}_{rank}_log.out").read_text()
+    assert not list(scratch.glob(f"*/slurmtf-data-{jid}")), "staged copies left behind"
 
 
 @pytest.mark.slurm

@@ -90,3 +90,18 @@ def have_sklearn() -> bool:
     except ImportError:
         return False
     return True
+
+
+def with_manifest(root: Path, name: str = "test-data") -> Path:
+    """``root`` with a MANIFEST.json listing every file under it (as ``slurmtf data`` writes)."""
+    from slurmtf.datasets import manifest
+
+    files = {
+        p.relative_to(root).as_posix(): manifest.sha256_file(p)
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != manifest.NAME
+    }
+    manifest.write(
+        root, manifest.Manifest(name, "files written by the tests", "tests", "n/a", files)
+    )
+    return root
