@@ -304,7 +304,9 @@ def test_print_config(capsys: pytest.CaptureFixture[str]) -> None:
 def test_sandbox_renders_the_prolog_and_needs_links(tmp_path: Path) -> None:
     conf = render_slurm_conf(SandboxConfig(dir=tmp_path, link="1gbit", job_firewall=True))
     assert f"Prolog={PROLOG}\nEpilog={EPILOG}\nPrologFlags=Alloc\n" in conf
-    assert "Prolog" not in render_slurm_conf(SandboxConfig(dir=tmp_path, link="1gbit"))
+    plain = render_slurm_conf(SandboxConfig(dir=tmp_path, link="1gbit"))
+    assert "\nProlog=" not in plain
+    assert "\nEpilog=" not in plain
     with pytest.raises(InputError, match=r"--job_firewall.*HINT: add --link"):
         SandboxConfig(dir=tmp_path, job_firewall=True)
 
