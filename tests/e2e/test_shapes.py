@@ -7,11 +7,12 @@ the same cluster, and rank ``r``'s address must be the node Slurm really ran it 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import PYTHON, SlurmSandbox
+from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
 
 pytestmark = pytest.mark.slurm
 
@@ -55,27 +56,34 @@ def test_het_srun_over_two_components(slurm_sandbox: SlurmSandbox) -> None:
     assert len({nodes[0], nodes[2], nodes[3]}) == 3
 
 
-def test_het_batch_job_step_spanning_components(
-    slurm_sandbox: SlurmSandbox, tmp_path: Path
-) -> None:
-    """``#SBATCH hetjob`` and ``srun --het-group=0,1``: where the old placement failed."""
+def documented_het_script() -> str:
+    """The heterogeneous job script of docs/RESOLVER.md, as a user copies it."""
+    blocks = re.findall(r"```sh\n(.*?)```", (REPO / "docs" / "RESOLVER.md").read_text(), re.S)
+    (script,) = [block for block in blocks if "#SBATCH hetjob" in block]
+    return script
+
+
+def test_documented_het_job_script(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
+    """``#SBATCH hetjob`` and ``srun --het-group=0,1`` (where the old placement failed),
+    run as docs/RESOLVER.md shows it, plus one step that prints every rank's TF_CONFIG."""
     script = tmp_path / "het.sbatch"
+    documented = documented_het_script()
+    assert f"SLURMTF_JOBS={HET_JOBS}" in documented
     script.write_text(
-        "#!/bin/bash\n#SBATCH -N1 --ntasks-per-node=2\n#SBATCH hetjob\n"
-        "#SBATCH -N2 --ntasks-per-node=1\n"
-        f"srun --het-group=0,1 bash -c '{PRINT}' {PYTHON}\n"
-        f"srun --het-group=0,1 {PYTHON} -m slurmtf.resolver --explain --jobs=worker | head -1\n"
+        documented.replace("python -m", f"{PYTHON} -m")
+        + f"srun --het-group=0,1 bash -c '{PRINT}' {PYTHON}\n"
     )
     out = tmp_path / "het.out"
-    job = slurm_sandbox.submit(
-        script, sbatch_args=[f"--output={out}"], env={"SLURMTF_JOBS": HET_JOBS}
-    )
+    job = slurm_sandbox.submit(script, sbatch_args=[f"--output={out}"])
     assert slurm_sandbox.wait(job, 90) == "COMPLETED", slurm_sandbox.logs(job) + out.read_text()
     text = out.read_text()
     nodes = check_ranks(text, 4, HET_TYPES)
     assert nodes[0] == nodes[1]
     assert len({nodes[0], nodes[2], nodes[3]}) == 3
-    assert "4 workers on 3 nodes of 2 het components" in text
+    heads = [line for line in text.splitlines() if "2 workers on 3 nodes of 2 het comp" in line]
+    assert len(heads) == 4, text  # --explain of every rank
+    own = sorted(line.split()[1:3] for line in text.splitlines() if line.startswith("*  "))
+    assert own == [["0", "chief:0@0"], ["1", "ps:0@0"], ["2", "worker:0@1"], ["3", "worker:1@1"]]
 
 
 @pytest.mark.parametrize(
