@@ -29,7 +29,8 @@ _OLD_NAMES = {"SLURM_JOB_NODELIST": "SLURM_NODELIST", "SLURM_NTASKS": "SLURM_NPR
 HET_SIZE_VAR = "SLURM_HET_SIZE"
 HET_NODELIST_VAR = "SLURM_JOB_NODELIST_HET_GROUP_{}"
 HET_JOB_ID_VAR = "SLURM_JOB_ID_HET_GROUP_{}"
-_OLD_HET = {"HET_GROUP": "PACK_GROUP", "HET_SIZE": "PACK_SIZE"}  # Slurm < 20.02 spelling
+# The older spelling: Slurm 22.05 still sets only these in a het job made by `srun A : B`.
+_OLD_HET = {"HET_GROUP": "PACK_GROUP", "HET_SIZE": "PACK_SIZE"}
 # Far above any real job; a guard against a mistyped SLURM_HET_SIZE.
 MAX_HET_COMPONENTS = 1024
 
@@ -40,7 +41,10 @@ class SlurmEnv:
 
     ``scope`` is ``"step"`` when the ``SLURM_STEP_*`` variables were found, ``"job"``
     when the job's were used instead, ``"none"`` outside Slurm. The ``*_var`` fields
-    name the variable each value came from, for messages.
+    name the variable each value came from, for messages. In a heterogeneous job,
+    ``het_size`` is ``SLURM_HET_SIZE`` and ``het_nodelists[N]`` / ``het_job_ids[N]`` are
+    component ``N``'s ``SLURM_JOB_NODELIST_HET_GROUP_N`` / ``SLURM_JOB_ID_HET_GROUP_N``.
+    ``jobs`` is ``SLURMTF_JOBS`` (roles, :mod:`slurmtf.roles`).
     """
 
     scope: str = "none"

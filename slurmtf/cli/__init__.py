@@ -26,6 +26,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("slurmtf.cli.jobs", "print or follow a job's per-rank logs"),
     "cancel": ("slurmtf.cli.jobs", "cancel a job"),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
+    "serve": ("slurmtf.cli.serve", "run a ps/worker server until the chief's script ends"),
 }
 
 # Subcommands whose module takes the subcommand name as its first argument.
