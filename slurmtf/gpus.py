@@ -154,8 +154,8 @@ def _fixed_plan(layout: ClusterLayout) -> GpuPlan | None:
         return GpuPlan(
             (),
             True,
-            f"a {layout.task_type} of a ps job uses no GPU: CUDA_VISIBLE_DEVICES hides them "
-            "(SLURMTF_GPU_SPLIT=off keeps them)",
+            f"{layout.task_type} {layout.task_id} of a ps job uses no GPU: "
+            "CUDA_VISIBLE_DEVICES hides them (SLURMTF_GPU_SPLIT=off keeps them)",
         )
     return None
 

@@ -157,7 +157,7 @@ def _summary(layout: ClusterLayout) -> str:
         last = layout.port_base + layout.num_workers - 1
         tasks = ", ".join(_count_text(len(v), k) for k, v in layout.cluster().items())
         components = set(layout.components or ())
-        het = f" of {len(components)} het components" if components else ""
+        het = f" of {_count_text(len(components), 'het component')}" if components else ""
         head = (
             f"{tasks} on {len(set(layout.nodes))} nodes{het}, "
             f"{layout.distribution} distribution, ports {layout.port_base}..{last}"

@@ -203,3 +203,13 @@ def test_explain_shows_components() -> None:
 def test_layout_checks_components_length() -> None:
     with pytest.raises(InputError, match="components"):
         ClusterLayout(workers=("a:1", "b:2"), nodes=("a", "b"), components=(0,))
+
+
+def test_a_step_of_one_component_is_laid_out_over_its_nodes_only() -> None:
+    """``srun --het-group=1``: the step's variables are component 1's; roles may name it."""
+    env = het_env("node[2-3]", "2(x2)", ["node1", "node[2-3]"], 3, "block", SLURMD_NODENAME="node3")
+    layout = resolve({**env, "SLURMTF_JOBS": "chief:1@0,ps@0,worker@1"})
+    assert layout.cluster() == {"worker": [f"node{n}:{layout.port_base + i}"
+                                           for i, n in enumerate((2, 2, 3, 3))]}  # fmt: skip
+    assert (layout.task_type, layout.task_id, layout.component) == ("worker", 3, 1)
+    assert "4 workers on 2 nodes of 1 het component," in explain(layout)
