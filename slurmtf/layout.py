@@ -19,16 +19,13 @@ from slurmtf.env import SlurmEnv
 from slurmtf.errors import InputError
 from slurmtf.gpu_ids import node_gpus, parse_split_mode, parse_visible_devices
 from slurmtf.hostlists import expand_hostlist, parse_task_counts, short
-from slurmtf.placement import DISTRIBUTIONS, SRUN_HINT, Placement, _rounds, place
+from slurmtf.placement import SRUN_HINT, Placement, place
 from slurmtf.placement import count as _count
-
-__all__ = ["DISTRIBUTIONS", "ClusterLayout", "_rounds", "build_layout", "check_address_template"]
 
 LOCAL_HOST = "localhost"
 # Every rank needs its own port: a step can have at most this many tasks.
 MAX_TASKS = ports.PORT_MAX + 1 - ports.PORT_MIN
 _HOST = re.compile(r"[A-Za-z0-9_.-]+")
-_SRUN_HINT = SRUN_HINT
 
 
 @dataclass(frozen=True)
@@ -239,11 +236,11 @@ def _hosts(nodelist: str, name: str) -> tuple[list[str], dict[str, int]]:
     """The nodes of the step in Slurm's order, and each one's index; none twice."""
     hosts = expand_hostlist(nodelist, name=name)
     if not hosts:
-        raise InputError(name, nodelist, "lists no node", _SRUN_HINT)
+        raise InputError(name, nodelist, "lists no node", SRUN_HINT)
     index_of = {host: i for i, host in enumerate(hosts)}
     if len(index_of) != len(hosts):
         twice = next(h for i, h in enumerate(hosts) if index_of[h] != i)
-        raise InputError(name, short(nodelist), f"lists node {twice!r} twice", _SRUN_HINT)
+        raise InputError(name, short(nodelist), f"lists node {twice!r} twice", SRUN_HINT)
     return hosts, index_of
 
 
@@ -303,7 +300,7 @@ def _port_key(env: SlurmEnv) -> int | None:
 def _task_counts(env: SlurmEnv, nnodes: int) -> list[int]:
     if env.tasks_per_node is None:
         raise InputError(
-            env.tasks_per_node_var, None, f"is not set while {env.nodelist_var} is", _SRUN_HINT
+            env.tasks_per_node_var, None, f"is not set while {env.nodelist_var} is", SRUN_HINT
         )
     counts = parse_task_counts(env.tasks_per_node, name=env.tasks_per_node_var)
     if len(counts) != nnodes:
@@ -311,11 +308,11 @@ def _task_counts(env: SlurmEnv, nnodes: int) -> list[int]:
             env.tasks_per_node_var,
             short(env.tasks_per_node),
             f"gives counts for {len(counts)} nodes but {env.nodelist_var} lists {nnodes}",
-            _SRUN_HINT,
+            SRUN_HINT,
         )
     total = sum(counts)
     if total == 0:
-        raise InputError(env.tasks_per_node_var, env.tasks_per_node, "counts no task", _SRUN_HINT)
+        raise InputError(env.tasks_per_node_var, env.tasks_per_node, "counts no task", SRUN_HINT)
     if total > MAX_TASKS:
         raise InputError(
             env.tasks_per_node_var,
@@ -329,7 +326,7 @@ def _task_counts(env: SlurmEnv, nnodes: int) -> list[int]:
             env.num_tasks,
             f"does not match {env.tasks_per_node_var}={short(env.tasks_per_node)!r} "
             f"({total} tasks)",
-            _SRUN_HINT,
+            SRUN_HINT,
         )
     return counts
 
@@ -347,7 +344,7 @@ def _procid(env: SlurmEnv, ntasks: int) -> int:
             "SLURM_PROCID",
             env.procid,
             f"is not below the number of tasks ({ntasks})",
-            f"check {env.tasks_per_node_var} and {env.num_tasks_var}; {_SRUN_HINT}",
+            f"check {env.tasks_per_node_var} and {env.num_tasks_var}; {SRUN_HINT}",
         )
     return task
 
@@ -359,7 +356,7 @@ def _cross_check(env: SlurmEnv, node: str, local_id: int, task: int, placed: Pla
         dist = f"{dist} (within component {placed.components[task]} of the het job)"
     hint = (
         f"the step was not laid out as SLURM_DISTRIBUTION={env.distribution or 'block'!s} "
-        f"says; {_SRUN_HINT}"
+        f"says; {SRUN_HINT}"
     )
     if env.nodename is not None and env.nodename.strip() != node:
         raise InputError(

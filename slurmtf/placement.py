@@ -122,6 +122,8 @@ def _het_groups(
             raise InputError(name, None, f"is not set while {HET_SIZE_VAR} is", SRUN_HINT)
         group = [index_of[h] for h in expand_hostlist(nodelist, name=name) if h in index_of]
         for i in group:
+            if owner.get(i) == k:
+                raise InputError(name, short(nodelist), f"lists node {hosts[i]!r} twice", SRUN_HINT)
             if i in owner:
                 raise InputError(
                     name,

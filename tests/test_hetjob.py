@@ -149,6 +149,11 @@ BAD_HET = [
     ),
     ({"SLURM_JOB_NODELIST_HET_GROUP_1": "node2"}, "SLURM_STEP_NODELIST", "lists 'node3', which no"),
     (
+        {"SLURM_JOB_NODELIST_HET_GROUP_1": "node2,node2,node3"},
+        "SLURM_JOB_NODELIST_HET_GROUP_1",
+        "lists node 'node2' twice",
+    ),
+    (
         {"SLURMTF_JOBS": "chief:1@0,ps@0,worker@2"},
         "SLURMTF_JOBS",
         "names component 2 but the job has 2",
