@@ -2,7 +2,7 @@
 
 Run the same line on every task of the step, with roles from ``SLURMTF_JOBS``::
 
-    srun python -m slurmtf.serve -- python train.py
+    srun --kill-on-bad-exit=1 python -m slurmtf.serve -- python train.py
 
 The ps and worker tasks start a TensorFlow server and end when the chief's script ends
 (:mod:`slurmtf.serve`); the chief (or an evaluator) runs the command after ``--`` in
