@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slurmtf.errors import InputError
 
@@ -24,6 +25,14 @@ STEP_VARS = ("SLURM_STEP_NODELIST", "SLURM_STEP_TASKS_PER_NODE", "SLURM_STEP_NUM
 JOB_VARS = ("SLURM_JOB_NODELIST", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS")
 # Older names Slurm still sets; read only when the current name is missing.
 _OLD_NAMES = {"SLURM_JOB_NODELIST": "SLURM_NODELIST", "SLURM_NTASKS": "SLURM_NPROCS"}
+# A heterogeneous job's components: how many, and each one's nodes and job id.
+HET_SIZE_VAR = "SLURM_HET_SIZE"
+HET_NODELIST_VAR = "SLURM_JOB_NODELIST_HET_GROUP_{}"
+HET_JOB_ID_VAR = "SLURM_JOB_ID_HET_GROUP_{}"
+# The older spelling: Slurm 22.05 still sets only these in a het job made by `srun A : B`.
+_OLD_HET = {"HET_GROUP": "PACK_GROUP", "HET_SIZE": "PACK_SIZE"}
+# Far above any real job; a guard against a mistyped SLURM_HET_SIZE.
+MAX_HET_COMPONENTS = 1024
 
 
 @dataclass(frozen=True)
@@ -32,7 +41,10 @@ class SlurmEnv:
 
     ``scope`` is ``"step"`` when the ``SLURM_STEP_*`` variables were found, ``"job"``
     when the job's were used instead, ``"none"`` outside Slurm. The ``*_var`` fields
-    name the variable each value came from, for messages.
+    name the variable each value came from, for messages. In a heterogeneous job,
+    ``het_size`` is ``SLURM_HET_SIZE`` and ``het_nodelists[N]`` / ``het_job_ids[N]`` are
+    component ``N``'s ``SLURM_JOB_NODELIST_HET_GROUP_N`` / ``SLURM_JOB_ID_HET_GROUP_N``.
+    ``jobs`` is ``SLURMTF_JOBS`` (roles, :mod:`slurmtf.roles`).
     """
 
     scope: str = "none"
@@ -64,6 +76,10 @@ class SlurmEnv:
     gpus_on_node: str | None = None
     job_gpus: str | None = None
     gpu_split: str | None = None
+    jobs: str | None = None
+    het_size: str | None = None
+    het_nodelists: tuple[str | None, ...] = ()
+    het_job_ids: tuple[str | None, ...] = ()
 
     def __post_init__(self) -> None:
         if self.scope not in {"step", "job", "none"}:
@@ -151,12 +167,44 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
         gpus_on_node=get("SLURM_GPUS_ON_NODE"),
         job_gpus=get("SLURM_JOB_GPUS"),
         gpu_split=get("SLURMTF_GPU_SPLIT"),
+        jobs=get("SLURMTF_JOBS"),
+        **_het_groups(get),
     )
     if scope == "none":
         log.debug("no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: not in a Slurm step")
     else:
         log.debug("Slurm %s variables used: %s", scope, ", ".join(env.sources))
     return env
+
+
+def _het_groups(get: Callable[[str], str | None]) -> dict[str, Any]:
+    """``SLURM_HET_SIZE`` and, per component ``N``, its node list and job id (raw)."""
+
+    def het(name: str) -> str | None:
+        value = get(name)
+        if value is None:
+            for new, old in _OLD_HET.items():
+                name = name.replace(new, old)
+            value = get(name)
+        return value
+
+    size = het(HET_SIZE_VAR)
+    if size is None:
+        return {}
+    text = size.strip()
+    count = int(text) if text.isascii() and text.isdigit() and len(text) < 6 else 0
+    if not 1 <= count <= MAX_HET_COMPONENTS:
+        raise InputError(
+            HET_SIZE_VAR,
+            size,
+            f"is not a component count between 1 and {MAX_HET_COMPONENTS}",
+            "launch the task with srun inside the job, and do not edit Slurm's variables",
+        )
+    return {
+        "het_size": size,
+        "het_nodelists": tuple(het(HET_NODELIST_VAR.format(n)) for n in range(count)),
+        "het_job_ids": tuple(het(HET_JOB_ID_VAR.format(n)) for n in range(count)),
+    }
 
 
 def _scope(get: Callable[[str], str | None]) -> tuple[str, tuple[str, str, str]]:

@@ -12,6 +12,9 @@ One worker per task, and never two workers of a node on one GPU:
 * Fewer GPUs than tasks, or a ``CUDA_VISIBLE_DEVICES`` that Slurm's variables cannot
   explain, is a one-line :class:`~slurmtf.errors.InputError` naming the variables.
 
+A ps task, and the chief of a ps job (``SLURMTF_JOBS``), use no GPU
+(``CUDA_VISIBLE_DEVICES=""``); the other tasks of their node keep their own share.
+
 ``SLURMTF_GPU_SPLIT`` changes the policy: ``auto`` (default), ``off`` (keep
 ``CUDA_VISIBLE_DEVICES`` as found, no checks) or ``force`` (split what is visible by
 ``SLURM_LOCALID`` even when Slurm does not say which GPUs the node has).
@@ -25,6 +28,7 @@ import os
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 
+from slurmtf import roles
 from slurmtf.errors import InputError
 from slurmtf.layout import ClusterLayout
 
@@ -89,12 +93,9 @@ def plan_gpus(layout: ClusterLayout) -> GpuPlan:
     """
     current, node, tasks = layout.cuda_visible_devices, layout.node_gpus, layout.local_tasks
     who = f"local task {layout.local_id} of {tasks}"
-    if layout.gpu_split == "off":
-        return GpuPlan(current, False, "SLURMTF_GPU_SPLIT=off: CUDA_VISIBLE_DEVICES kept as found")
-    if current == ():
-        return GpuPlan((), False, "CUDA_VISIBLE_DEVICES hides every GPU: none used")
-    if current is None and not node:
-        return GpuPlan(None, False, "Slurm gave no GPUs to this step: none used")
+    fixed = _fixed_plan(layout)
+    if fixed is not None:
+        return fixed
     source: tuple[str, ...] = current if current is not None else node or ()
     if tasks <= 1:
         note = "the only task on this node keeps every GPU it sees"
@@ -140,6 +141,25 @@ def plan_gpus(layout: ClusterLayout) -> GpuPlan:
     )
 
 
+def _fixed_plan(layout: ClusterLayout) -> GpuPlan | None:
+    """The plans that need no split: policy off, no GPUs, or a role that uses none."""
+    current = layout.cuda_visible_devices
+    if layout.gpu_split == "off":
+        return GpuPlan(current, False, "SLURMTF_GPU_SPLIT=off: CUDA_VISIBLE_DEVICES kept as found")
+    if current == ():
+        return GpuPlan((), False, "CUDA_VISIBLE_DEVICES hides every GPU: none used")
+    if current is None and not layout.node_gpus:
+        return GpuPlan(None, False, "Slurm gave no GPUs to this step: none used")
+    if not layout.uses_gpus:
+        return GpuPlan(
+            (),
+            True,
+            f"{layout.task_type} {layout.task_id} of a ps job uses no GPU: "
+            "CUDA_VISIBLE_DEVICES hides them (SLURMTF_GPU_SPLIT=off keeps them)",
+        )
+    return None
+
+
 def node_shares(layout: ClusterLayout) -> tuple[tuple[str, ...] | None, ...]:
     """The GPUs of every local task of this node, by local id (``None``: unknown).
 
@@ -164,8 +184,20 @@ def node_shares(layout: ClusterLayout) -> tuple[tuple[str, ...] | None, ...]:
         in_order = 0 < per * tasks <= len(node) and own == _nth(node, layout.local_id, per)
         if not own or in_order:
             shares = [_nth(node, i, per) for i in range(tasks)]
+    for rank, local_id in _ranks_here(layout):
+        if layout.roles is not None and not roles.uses_gpus(layout.roles[rank], layout.roles):
+            shares[local_id] = ()
     shares[layout.local_id] = own
     return tuple(shares)
+
+
+def _ranks_here(layout: ClusterLayout) -> list[tuple[int, int]]:
+    """``(rank, local id)`` of every rank on this task's node."""
+    if layout.is_single_worker or layout.gpu_split == "off":
+        return []
+    local_ids = layout.local_ids()
+    here = [r for r, node in enumerate(layout.nodes) if node == layout.node]
+    return [(r, local_ids[r]) for r in here if local_ids[r] < max(layout.local_tasks, 1)]
 
 
 def _nth(ids: Sequence[str], index: int, per: int) -> tuple[str, ...]:

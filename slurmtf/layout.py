@@ -7,25 +7,25 @@ variable, its value and a hint. Host order is Slurm's; nothing is ever sorted.
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 import string
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurmtf import ports
+from slurmtf import ports, roles
 from slurmtf.env import SlurmEnv
 from slurmtf.errors import InputError
 from slurmtf.gpu_ids import node_gpus, parse_split_mode, parse_visible_devices
 from slurmtf.hostlists import expand_hostlist, parse_task_counts, short
+from slurmtf.placement import SRUN_HINT, Placement, place
+from slurmtf.placement import count as _count
 
-DISTRIBUTIONS = ("block", "cyclic", "plane", "arbitrary")
 LOCAL_HOST = "localhost"
 # Every rank needs its own port: a step can have at most this many tasks.
 MAX_TASKS = ports.PORT_MAX + 1 - ports.PORT_MIN
 _HOST = re.compile(r"[A-Za-z0-9_.-]+")
-_SRUN_HINT = "launch the task with srun inside the job, and do not edit Slurm's variables"
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,10 @@ class ClusterLayout:
     the GPUs this task sees (``None`` when nothing says); ``node_gpus`` those Slurm gave
     the step on this node; ``cuda_visible_devices`` the value found at start;
     ``gpu_split`` the policy of :func:`slurmtf.gpus.plan_gpus` (``SLURMTF_GPU_SPLIT``).
+    ``roles[r]`` is rank ``r``'s TensorFlow task type (``None``: every rank a worker, the
+    default without ``SLURMTF_JOBS``); ``components[r]`` its component of a
+    heterogeneous job (``None`` outside one). ``workers`` lists every rank whatever its
+    role; :meth:`cluster` groups them by role.
     """
 
     workers: tuple[str, ...]
@@ -55,6 +59,8 @@ class ClusterLayout:
     gpu_split: str = "auto"
     restart_count: int = 0
     sources: tuple[str, ...] = ()
+    roles: tuple[str, ...] | None = None
+    components: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         hint = "build layouts with slurmtf.resolver.resolve()"
@@ -64,6 +70,10 @@ class ClusterLayout:
             raise InputError("task_index", self.task_index, "is out of range", hint)
         if not 0 <= self.local_id < max(self.local_tasks, 1):
             raise InputError("local_id", self.local_id, "is out of range", hint)
+        for name in ("roles", "components"):
+            value = getattr(self, name)
+            if value is not None and len(value) != len(self.workers):
+                raise InputError(name, value, "does not match workers", hint)
 
     @property
     def num_workers(self) -> int:
@@ -71,7 +81,45 @@ class ClusterLayout:
 
     @property
     def is_chief(self) -> bool:
-        return self.task_index == 0
+        """The ``chief`` task; without one, worker 0 (TensorFlow's rule)."""
+        if self.roles is None:
+            return self.task_index == 0
+        if "chief" in self.roles:
+            return self.task_type == "chief"
+        return self.task_type == "worker" and self.task_id == 0
+
+    def role_of(self, rank: int) -> str:
+        """Rank ``rank``'s task type (``worker`` unless ``SLURMTF_JOBS`` says otherwise)."""
+        return roles.DEFAULT_ROLE if self.roles is None else self.roles[rank]
+
+    @property
+    def task_type(self) -> str:
+        """This task's TensorFlow task type: ``chief``, ``ps``, ``worker`` or ``evaluator``."""
+        return self.role_of(self.task_index)
+
+    @property
+    def task_id(self) -> int:
+        """This task's index among the tasks of its type."""
+        if self.roles is None:
+            return self.task_index
+        return roles.task_ids(self.roles)[self.task_index]
+
+    @property
+    def component(self) -> int | None:
+        """This task's component of a heterogeneous job (``None`` outside one)."""
+        return None if self.components is None else self.components[self.task_index]
+
+    @property
+    def uses_gpus(self) -> bool:
+        """False for a ps, and for the chief of a ps job: they get no GPU unless asked."""
+        return self.roles is None or roles.uses_gpus(self.task_type, self.roles)
+
+    def cluster(self) -> dict[str, list[str]]:
+        """TensorFlow's cluster spec: each role's ``host:port`` list, in rank order."""
+        spec: dict[str, list[str]] = {}
+        for rank, address in enumerate(self.workers):
+            spec.setdefault(self.role_of(rank), []).append(address)
+        return spec
 
     @property
     def is_single_worker(self) -> bool:
@@ -102,8 +150,8 @@ class ClusterLayout:
 
     def tf_config(self) -> dict[str, Any]:
         return {
-            "cluster": {"worker": list(self.workers)},
-            "task": {"type": "worker", "index": self.task_index},
+            "cluster": self.cluster(),
+            "task": {"type": self.task_type, "index": self.task_id},
         }
 
     def tf_config_json(self) -> str:
@@ -116,10 +164,18 @@ def build_layout(
     *,
     port_base: int | str | None = None,
     address_template: str | None = None,
+    jobs: str | Mapping[str, int | None] | None = None,
     port_base_name: str = "port_base",
     address_template_name: str = "address_template",
+    jobs_name: str = "jobs",
 ) -> ClusterLayout:
-    """The layout of the job step described by ``env``; arguments override the env vars."""
+    """The layout of the job step described by ``env``; arguments override the env vars.
+
+    ``jobs`` (else ``SLURMTF_JOBS``) gives ranks roles, see :mod:`slurmtf.roles`.
+    """
+    if jobs is None and env.jobs is not None:
+        jobs, jobs_name = env.jobs, "SLURMTF_JOBS"
+    spec = None if jobs is None else roles.parse_jobs(jobs, jobs_name)
     if port_base is None and env.port_base is not None:
         port_base, port_base_name = env.port_base, "SLURMTF_PORT_BASE"
     if address_template is None and env.address_template is not None:
@@ -143,17 +199,27 @@ def build_layout(
     key = _port_key(env)
     if env.nodelist is None:
         why = "SLURM_JOB_ID is set but no node list" if env.in_slurm else "not in a Slurm job"
+        common["roles"] = None if spec is None else roles.assign_roles(spec, 1)
         return _single(base, key, node=LOCAL_HOST, reason=f"{why}: one local worker", common=common)
 
     hosts, index_of = _hosts(env.nodelist, env.nodelist_var)
     counts = _task_counts(env, len(hosts))
     ntasks = sum(counts)
     task = _procid(env, ntasks)
-    dist, ranks = _place(env, hosts, index_of, counts, ntasks)
+    placed = place(env, hosts, index_of, counts)
+    ranks = placed.ranks
     me = ranks[task]
     local_id = ranks[:task].count(me)
-    _cross_check(env, hosts[me], local_id, task, dist)
-    common |= {"distribution": dist, "local_id": local_id, "local_tasks": counts[me]}
+    _cross_check(env, hosts[me], local_id, task, placed)
+    common |= {
+        "distribution": placed.distribution,
+        "local_id": local_id,
+        "local_tasks": counts[me],
+        "components": placed.components,
+        "roles": None
+        if spec is None
+        else roles.assign_roles(spec, ntasks, placed.components, placed.het_size),
+    }
     if ntasks == 1:
         return _single(base, key, node=hosts[me], reason="a one-task step", common=common)
 
@@ -170,16 +236,16 @@ def _hosts(nodelist: str, name: str) -> tuple[list[str], dict[str, int]]:
     """The nodes of the step in Slurm's order, and each one's index; none twice."""
     hosts = expand_hostlist(nodelist, name=name)
     if not hosts:
-        raise InputError(name, nodelist, "lists no node", _SRUN_HINT)
+        raise InputError(name, nodelist, "lists no node", SRUN_HINT)
     index_of = {host: i for i, host in enumerate(hosts)}
     if len(index_of) != len(hosts):
         twice = next(h for i, h in enumerate(hosts) if index_of[h] != i)
-        raise InputError(name, short(nodelist), f"lists node {twice!r} twice", _SRUN_HINT)
+        raise InputError(name, short(nodelist), f"lists node {twice!r} twice", SRUN_HINT)
     return hosts, index_of
 
 
 def _workers(
-    hosts: list[str], ranks: list[int], base: int, address_template: str | None
+    hosts: list[str], ranks: Sequence[int], base: int, address_template: str | None
 ) -> tuple[str, ...]:
     """``address:port`` of every rank (``ranks[r]``: the index of rank r's node)."""
     if address_template is None:
@@ -219,21 +285,13 @@ def _single(
     )
 
 
-def _count(text: str | None, name: str, hint: str = _SRUN_HINT) -> int:
-    """A non-negative integer variable (0 when unset)."""
-    if text is None:
-        return 0
-    value = text.strip()
-    if not value.isascii() or not value.isdigit() or len(value) > 12:
-        raise InputError(name, text, "is not a non-negative integer", hint)
-    return int(value)
-
-
 def _port_key(env: SlurmEnv) -> int | None:
     """The job's port key: the het job id for heterogeneous jobs, else the job id."""
     hint = "unset it, or set SLURMTF_PORT_BASE to choose ports yourself"
     if env.het_job_id is not None:
         return _count(env.het_job_id, "SLURM_HET_JOB_ID", hint)
+    if env.het_job_ids and env.het_job_ids[0] is not None:  # the same id in every component
+        return _count(env.het_job_ids[0], "SLURM_JOB_ID_HET_GROUP_0", hint)
     if env.job_id is not None:
         return _count(env.job_id, "SLURM_JOB_ID", hint)
     return None
@@ -242,7 +300,7 @@ def _port_key(env: SlurmEnv) -> int | None:
 def _task_counts(env: SlurmEnv, nnodes: int) -> list[int]:
     if env.tasks_per_node is None:
         raise InputError(
-            env.tasks_per_node_var, None, f"is not set while {env.nodelist_var} is", _SRUN_HINT
+            env.tasks_per_node_var, None, f"is not set while {env.nodelist_var} is", SRUN_HINT
         )
     counts = parse_task_counts(env.tasks_per_node, name=env.tasks_per_node_var)
     if len(counts) != nnodes:
@@ -250,11 +308,11 @@ def _task_counts(env: SlurmEnv, nnodes: int) -> list[int]:
             env.tasks_per_node_var,
             short(env.tasks_per_node),
             f"gives counts for {len(counts)} nodes but {env.nodelist_var} lists {nnodes}",
-            _SRUN_HINT,
+            SRUN_HINT,
         )
     total = sum(counts)
     if total == 0:
-        raise InputError(env.tasks_per_node_var, env.tasks_per_node, "counts no task", _SRUN_HINT)
+        raise InputError(env.tasks_per_node_var, env.tasks_per_node, "counts no task", SRUN_HINT)
     if total > MAX_TASKS:
         raise InputError(
             env.tasks_per_node_var,
@@ -268,7 +326,7 @@ def _task_counts(env: SlurmEnv, nnodes: int) -> list[int]:
             env.num_tasks,
             f"does not match {env.tasks_per_node_var}={short(env.tasks_per_node)!r} "
             f"({total} tasks)",
-            _SRUN_HINT,
+            SRUN_HINT,
         )
     return counts
 
@@ -286,124 +344,19 @@ def _procid(env: SlurmEnv, ntasks: int) -> int:
             "SLURM_PROCID",
             env.procid,
             f"is not below the number of tasks ({ntasks})",
-            f"check {env.tasks_per_node_var} and {env.num_tasks_var}; {_SRUN_HINT}",
+            f"check {env.tasks_per_node_var} and {env.num_tasks_var}; {SRUN_HINT}",
         )
     return task
 
 
-def _place(
-    env: SlurmEnv,
-    hosts: list[str],
-    index_of: dict[str, int],
-    counts: list[int],
-    ntasks: int,
-) -> tuple[str, list[int]]:
-    """The distribution's name and each rank's node index, as Slurm places them."""
-    text = env.distribution or ""
-    head = text.split(",", 1)[0].split(":", 1)[0].strip().lower()
-    plane_text = env.plane_size
-    if head.startswith("plane="):
-        head, plane_text = "plane", head.partition("=")[2]
-    if head in {"", "*", "block"}:
-        return "block", list(
-            itertools.chain.from_iterable(map(itertools.repeat, range(len(counts)), counts))
-        )
-    if head == "cyclic":
-        return "cyclic", _rounds(counts, 1)
-    if head == "plane":
-        if plane_text is None:
-            raise InputError(
-                "SLURM_DIST_PLANESIZE", None, "is not set with plane", "run srun -m plane=N"
-            )
-        size = _count(plane_text, "SLURM_DIST_PLANESIZE", "expect a positive plane size")
-        if size < 1:
-            raise InputError("SLURM_DIST_PLANESIZE", plane_text, "is zero", "use plane=1 or more")
-        return "plane", _rounds(counts, size)
-    if head == "arbitrary":
-        return "arbitrary", _arbitrary(env, hosts, index_of, counts, ntasks)
-    raise InputError(
-        "SLURM_DISTRIBUTION",
-        text,
-        f"has the node distribution {head!r}, which slurmtf cannot place",
-        f"use one of {', '.join(DISTRIBUTIONS)} (srun -m block, ...)",
-    )
-
-
-def _rounds(counts: list[int], size: int) -> list[int]:
-    """Cyclic (size 1) and plane placement: nodes take ``size`` ranks in turn, in order,
-    skipping nodes whose count is used up (Slurm's step layout)."""
-    ranks: list[int] = []
-    left = list(counts)
-    active = [i for i, count in enumerate(counts) if count]
-    while active:
-        # Whole rounds in which every active node takes `size` ranks, in one go.
-        rounds = min(left[i] for i in active) // size
-        if rounds:
-            ranks.extend(
-                itertools.chain.from_iterable(
-                    [[i] * size for i in active] * rounds if size > 1 else [active] * rounds
-                )
-            )
-            for i in active:
-                left[i] -= rounds * size
-        else:  # the last, partial round of the smallest nodes
-            for i in active:
-                take = min(size, left[i])
-                ranks.extend([i] * take)
-                left[i] -= take
-        active = [i for i in active if left[i]]
-    return ranks
-
-
-def _arbitrary(
-    env: SlurmEnv,
-    hosts: list[str],
-    index_of: dict[str, int],
-    counts: list[int],
-    ntasks: int,
-) -> list[int]:
-    """``-m arbitrary``: rank ``r`` runs on line ``r`` of ``SLURM_HOSTFILE``."""
-    name, path = "SLURM_HOSTFILE", env.hostfile
-    if env.hostfile_text is None:
-        raise InputError(name, path, "is needed by SLURM_DISTRIBUTION=arbitrary", _SRUN_HINT)
-    listed: list[str] = []
-    for line in env.hostfile_text.splitlines():
-        item = line.split("#", 1)[0].strip()
-        if item:
-            listed.extend(expand_hostlist(item, name=name))
-        if len(listed) >= ntasks:
-            break
-    if len(listed) < ntasks:
-        raise InputError(
-            name, path, f"lists {len(listed)} hosts for {ntasks} tasks", "list one host per task"
-        )
-    ranks = []
-    for host in listed[:ntasks]:
-        if host not in index_of:
-            raise InputError(
-                name, path, f"lists {host!r}, not in {env.nodelist_var}", "list step nodes only"
-            )
-        ranks.append(index_of[host])
-    placed = [0] * len(hosts)
-    for i in ranks:
-        placed[i] += 1
-    if placed != counts:
-        bad = next(i for i, count in enumerate(counts) if placed[i] != count)
-        raise InputError(
-            name,
-            path,
-            f"puts {placed[bad]} tasks on {hosts[bad]} but {env.tasks_per_node_var} says "
-            f"{counts[bad]}",
-            "use the hostfile the step was started with",
-        )
-    return ranks
-
-
-def _cross_check(env: SlurmEnv, node: str, local_id: int, task: int, dist: str) -> None:
+def _cross_check(env: SlurmEnv, node: str, local_id: int, task: int, placed: Placement) -> None:
     """Compare the placement with what Slurm told this very task, when it did."""
+    dist = placed.distribution
+    if placed.components is not None:
+        dist = f"{dist} (within component {placed.components[task]} of the het job)"
     hint = (
         f"the step was not laid out as SLURM_DISTRIBUTION={env.distribution or 'block'!s} "
-        f"says; {_SRUN_HINT}"
+        f"says; {SRUN_HINT}"
     )
     if env.nodename is not None and env.nodename.strip() != node:
         raise InputError(

@@ -38,15 +38,18 @@ def resolve(
     *,
     port_base: int | str | None = None,
     address_template: str | None = None,
+    jobs: str | Mapping[str, int | None] | None = None,
 ) -> ClusterLayout:
     """The layout of the current Slurm step (``os.environ`` unless ``environ`` is given).
 
     Outside Slurm, or in a one-task step, a single local worker
-    (``layout.is_single_worker``). ``port_base`` and ``address_template`` override
-    ``SLURMTF_PORT_BASE`` and ``SLURMTF_ADDRESS_TEMPLATE``.
+    (``layout.is_single_worker``). ``port_base``, ``address_template`` and ``jobs``
+    override ``SLURMTF_PORT_BASE``, ``SLURMTF_ADDRESS_TEMPLATE`` and ``SLURMTF_JOBS``.
+    ``jobs`` gives ranks roles in order, as TensorFlow's ``SlurmClusterResolver`` does:
+    ``{"chief": 1, "ps": 2, "worker": 2}`` or ``"chief:1,ps:2,worker"`` (docs/RESOLVER.md).
     """
     env = read_slurm_env(os.environ if environ is None else environ)
-    layout = build_layout(env, port_base=port_base, address_template=address_template)
+    layout = build_layout(env, port_base=port_base, address_template=address_template, jobs=jobs)
     if layout.single_worker_reason:
         log.info("single worker: %s", layout.single_worker_reason)
     return layout
@@ -93,6 +96,8 @@ def export_lines(layout: ClusterLayout) -> str:
         "SLURMTF_TASK_INDEX": str(layout.task_index),
         "SLURMTF_NUM_WORKERS": str(layout.num_workers),
         "SLURMTF_IS_CHIEF": "1" if layout.is_chief else "0",
+        "SLURMTF_TASK_TYPE": layout.task_type,
+        "SLURMTF_TASK_ID": str(layout.task_id),
         "SLURMTF_WORKER_ADDRESS": layout.workers[layout.task_index],
         "SLURMTF_WORKER_PORT": str(layout.port),
     }
@@ -100,13 +105,13 @@ def export_lines(layout: ClusterLayout) -> str:
 
 
 def explain(layout: ClusterLayout) -> str:
-    """A human view: one row per rank (rank, node, address, port, local id, GPUs).
+    """A human view: one row per rank (rank, role, node, address, port, local id, GPUs).
 
     The GPUs are those each rank of this task's node runs with after
     :func:`slurmtf.gpus.plan_gpus` (``?``: unknown; ``-``: another node).
     """
     lines = [_summary(layout)]
-    header = ("", "rank", "node", "address", "port", "local", "gpus")
+    header = ("", "rank", "role", "node", "address", "port", "local", "gpus")
     rows = [header]
     local_ids = layout.local_ids() if not layout.is_single_worker else (layout.local_id,)
     shares = node_shares(layout)
@@ -115,8 +120,9 @@ def explain(layout: ClusterLayout) -> str:
         mine = rank == layout.task_index
         here = node == layout.node and local_ids[rank] < len(shares)
         gpus = _gpu_text(shares[local_ids[rank]]) if here else "-"
+        role = _role_text(layout, rank)
         rows.append(
-            ("*" if mine else "", str(rank), node, address, port, str(local_ids[rank]), gpus)
+            ("*" if mine else "", str(rank), role, node, address, port, str(local_ids[rank]), gpus)
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     for row in rows:
@@ -126,6 +132,14 @@ def explain(layout: ClusterLayout) -> str:
     lines.append("* = this task; gpus: CUDA_VISIBLE_DEVICES of each rank on this node")
     lines.append(f"gpus: {_gpu_plan_text(layout)}")
     return "\n".join(lines)
+
+
+def _role_text(layout: ClusterLayout, rank: int) -> str:
+    """``worker:1``, plus ``@N`` for the component of a heterogeneous job."""
+    role = layout.role_of(rank)
+    index = rank if layout.roles is None else layout.roles[:rank].count(role)
+    where = "" if layout.components is None else f"@{layout.components[rank]}"
+    return f"{role}:{index}{where}"
 
 
 def _gpu_plan_text(layout: ClusterLayout) -> str:
@@ -141,13 +155,21 @@ def _summary(layout: ClusterLayout) -> str:
         head = f"single local worker ({layout.single_worker_reason or 'one task'})"
     else:
         last = layout.port_base + layout.num_workers - 1
+        tasks = ", ".join(_count_text(len(v), k) for k, v in layout.cluster().items())
+        components = set(layout.components or ())
+        het = f" of {_count_text(len(components), 'het component')}" if components else ""
         head = (
-            f"{layout.num_workers} workers on {len(set(layout.nodes))} nodes, "
+            f"{tasks} on {len(set(layout.nodes))} nodes{het}, "
             f"{layout.distribution} distribution, ports {layout.port_base}..{last}"
         )
     job = f"job {layout.job_id}" if layout.job_id else "no job id"
     used = ", ".join(layout.sources) or "no Slurm variables"
-    return f"{head}; {job}; this task: rank {layout.task_index} (from {used})"
+    me = f"rank {layout.task_index}, {layout.task_type} {layout.task_id}"
+    return f"{head}; {job}; this task: {me} (from {used})"
+
+
+def _count_text(count: int, role: str) -> str:
+    return f"{count} {role}" + ("s" if count != 1 and role != "ps" else "")
 
 
 def _gpu_text(gpus: tuple[str, ...] | None) -> str:

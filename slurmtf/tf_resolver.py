@@ -2,8 +2,9 @@
 
 Imports TensorFlow; reach it through :func:`slurmtf.resolver.cluster_resolver` so that
 ``import slurmtf`` stays TensorFlow-free. Unlike TensorFlow's ``SlurmClusterResolver`` it
-sets ``task_type``/``task_id`` at construction, keeps Slurm's host order, honours the
-task distribution and never runs ``nvidia-smi``.
+sets ``task_type``/``task_id`` at construction (from ``SLURMTF_JOBS`` roles: chief, ps,
+worker, evaluator), keeps Slurm's host order, honours the task distribution and
+heterogeneous jobs, and never runs ``nvidia-smi``.
 """
 
 from __future__ import annotations
@@ -14,20 +15,20 @@ import tensorflow as tf
 
 from slurmtf.layout import ClusterLayout
 
-TASK_TYPE = "worker"
-
 
 class SlurmtfClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):  # type: ignore[misc]
-    """Cluster of ``layout.workers``; this task is ``worker`` number ``layout.task_index``.
+    """Cluster of ``layout.cluster()``; this task is ``layout.task_type`` number
+    ``layout.task_id`` (``worker`` number ``SLURM_PROCID`` without roles).
 
-    A single-worker layout gives an empty cluster spec, so that
-    ``MultiWorkerMirroredStrategy`` runs locally without opening a port.
+    A single-worker layout without roles gives an empty cluster spec, so that
+    ``MultiWorkerMirroredStrategy`` runs locally without opening a port. Every task type
+    speaks ``rpc_layer`` (gRPC).
     """
 
     def __init__(self, layout: ClusterLayout, *, rpc_layer: str = "grpc") -> None:
         self._layout = layout
-        self.task_type = TASK_TYPE
-        self.task_id = layout.task_index
+        self.task_type = layout.task_type
+        self.task_id = layout.task_id
         self.rpc_layer = rpc_layer
 
     @property
@@ -43,21 +44,26 @@ class SlurmtfClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):  #
         self._rpc_layer = rpc_layer
 
     def cluster_spec(self) -> Any:
-        if self._layout.is_single_worker:
+        if self._local:
             return tf.train.ClusterSpec({})
-        return tf.train.ClusterSpec({TASK_TYPE: list(self._layout.workers)})
+        return tf.train.ClusterSpec(self._layout.cluster())
+
+    @property
+    def _local(self) -> bool:
+        return self._layout.is_single_worker and self._layout.roles is None
 
     def master(
         self, task_type: str | None = None, task_id: int | None = None, rpc_layer: str | None = None
     ) -> str:
         """The ``grpc://host:port`` of a task (this one by default); ``""`` when local."""
-        if self._layout.is_single_worker:
+        if self._local:
             return ""
         task_type = self.task_type if task_type is None else task_type
         task_id = self.task_id if task_id is None else task_id
-        if task_type != TASK_TYPE or not 0 <= int(task_id) < self._layout.num_workers:
+        tasks = self._layout.cluster().get(task_type, [])
+        if not 0 <= int(task_id) < len(tasks):
             raise ValueError(f"no task {task_type}:{task_id} in this cluster")
-        address = self._layout.workers[int(task_id)]
+        address = tasks[int(task_id)]
         layer = self.rpc_layer if rpc_layer is None else rpc_layer
         return f"{layer}://{address}" if layer else address
 
@@ -67,8 +73,14 @@ class SlurmtfClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):  #
         task_id: int | None = None,
         config_proto: Any = None,
     ) -> dict[str, int]:
-        """GPUs of this task: what TensorFlow sees, capped by Slurm's binding; no nvidia-smi."""
+        """GPUs of this task: what TensorFlow sees, capped by Slurm's binding; no nvidia-smi.
+
+        A ps, or the chief of a ps job, reports none unless ``SLURMTF_GPU_SPLIT=off``
+        (:mod:`slurmtf.gpus`).
+        """
         del task_type, task_id, config_proto
+        if not self._layout.uses_gpus and self._layout.gpu_split != "off":
+            return {}
         count = len(tf.config.list_physical_devices("GPU"))
         if self._layout.gpus is not None:
             count = min(count, len(self._layout.gpus))

@@ -70,9 +70,13 @@ OTHER_VARS = (
     "SLURM_RESTART_COUNT",
     "SLURMTF_PORT_BASE",
     "SLURMTF_ADDRESS_TEMPLATE",
+    "SLURMTF_JOBS",
+    "SLURM_HET_SIZE",
+    "SLURM_JOB_NODELIST_HET_GROUP_0",
+    "SLURM_JOB_NODELIST_HET_GROUP_1",
 )
 ALL_VARS = STEP_VARS + JOB_VARS + RANK_VARS + OTHER_VARS
-_VAR_NAME = re.compile(r"\b(SLURM[A-Z_]*|CUDA_VISIBLE_DEVICES|port_base|address_template)\b")
+_VAR_NAME = re.compile(r"\b(SLURM[A-Z0-9_]*|CUDA_VISIBLE_DEVICES|port_base|address_template)\b")
 
 _HOSTFILES = Path(tempfile.mkdtemp(prefix="slurmtf-fuzz-"))
 
@@ -300,7 +304,13 @@ def check_consistent(layout: Any) -> None:
     workers = list(layout.workers)
     assert layout.num_workers == len(workers) >= 1
     assert 0 <= layout.task_index < layout.num_workers
-    assert layout.is_chief == (layout.task_index == 0)
+    if layout.roles is None:
+        assert layout.is_chief == (layout.task_index == 0)
+    else:  # every rank in the cluster once, under its role; this task where it says
+        assert len(layout.roles) == len(workers)
+        cluster = layout.cluster()
+        assert sorted(a for addresses in cluster.values() for a in addresses) == sorted(workers)
+        assert cluster[layout.task_type][layout.task_id] == workers[layout.task_index]
     assert layout.is_single_worker == (layout.num_workers == 1)
     assert len(set(workers)) == len(workers), workers
     ports = [_port(w) for w in workers]
@@ -309,7 +319,9 @@ def check_consistent(layout: Any) -> None:
     assert len(layout.nodes) == len(workers)
     assert layout.port == ports[layout.task_index]
     config = layout.tf_config()
-    if not layout.is_single_worker:
+    if layout.roles is not None:
+        assert config["task"] == {"type": layout.task_type, "index": layout.task_id}
+    elif not layout.is_single_worker:
         assert config == {
             "cluster": {"worker": workers},
             "task": {"type": "worker", "index": layout.task_index},
@@ -408,9 +420,27 @@ def _binary_hostfile() -> str:
     return str(path)
 
 
+_JOBS = ["chief:1,ps:1,worker", "worker", "chief:1,worker", "worker:1,evaluator",
+         "chief:1@0,ps@0,worker@1", "worker@0,worker@1", "ps:0", "chief:1,ps"]  # fmt: skip
+
+
+def _roles_and_components(draw: st.DrawFn, hosts: tuple[str, ...]) -> dict[str, str]:
+    """Sometimes roles (valid or not), sometimes two het components over the hosts."""
+    env = {}
+    if draw(st.integers(0, 3)) == 0:
+        env["SLURMTF_JOBS"] = draw(st.sampled_from(_JOBS) | _GARBAGE)
+    if draw(st.integers(0, 3)) == 0:
+        cut = draw(st.integers(0, len(hosts)))
+        env["SLURM_HET_SIZE"] = "2"
+        env["SLURM_JOB_NODELIST_HET_GROUP_0"] = ",".join(hosts[:cut])
+        env["SLURM_JOB_NODELIST_HET_GROUP_1"] = ",".join(hosts[cut:])
+    return env
+
+
 @st.composite
 def hostile_envs(draw: st.DrawFn) -> dict[str, str]:
-    env = dict(draw(allocations()).env)
+    allocation = draw(allocations())
+    env = dict(allocation.env) | _roles_and_components(draw, allocation.hosts)
     if draw(st.integers(0, 3)) == 0:
         env["SLURMTF_PORT_BASE"] = draw(_GARBAGE | st.integers(-10, 70_000).map(str))
     if draw(st.integers(0, 3)) == 0:

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from slurmtf import ports
 from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.layout import ClusterLayout, _rounds, check_address_template
+from slurmtf.layout import ClusterLayout, check_address_template
+from slurmtf.placement import _rounds
 from slurmtf.ports import PortInUseError, derive_port_base, ensure_port_free
 from slurmtf.resolver import resolve
 from tests.conftest import FakeSlurmEnv

@@ -59,10 +59,10 @@ def test_explain_marks_this_task(
     assert code == 0
     lines = out.splitlines()
     assert "4 workers on 2 nodes, cyclic distribution" in lines[0]
-    assert lines[1].split() == ["rank", "node", "address", "port", "local", "gpus"]
+    assert lines[1].split() == ["rank", "role", "node", "address", "port", "local", "gpus"]
     mine = [line for line in lines if line.startswith("*  ")]
     assert len(mine) == 1
-    assert mine[0].split()[1:4] == ["2", "n1", "n1"]
+    assert mine[0].split()[1:5] == ["2", "worker:2", "n1", "n1"]
     assert mine[0].split()[-2:] == ["1", "1"]  # local id 1, GPU 1
 
 

@@ -63,7 +63,7 @@ def test_settings_that_matter() -> None:
     for setting in [
         "cred_expire=10", "EnforcePartLimits=ALL", "ReturnToService=2", "KillWait=5",
         "SlurmdParameters=config_overrides", "JobRequeue=1", f"MinJobAge={c.MIN_JOB_AGE_S}",
-        "SchedulerParameters=batch_sched_delay=0,sched_interval=5",
+        "SchedulerParameters=batch_sched_delay=0,sched_interval=5,bf_interval=1",
         "SlurmdSpoolDir=/srv/sbx/spool/%n",
         "SlurmdPidFile=/srv/sbx/run/slurmd-%n.pid", "SlurmdLogFile=/srv/sbx/log/slurmd-%n.log",
     ]:  # fmt: skip

@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "firewall": ("slurmtf.cli.firewall", "print how to install the per-job firewall (prolog)"),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
     "job-scripts": ("slurmtf.cli.job_scripts", "write the sbatch job scripts into a folder"),
+    "serve": ("slurmtf.cli.serve", "run a ps/worker server until the chief's script ends"),
 }
 
 # Subcommands whose module takes the subcommand name as its first argument.

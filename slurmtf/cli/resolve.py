@@ -52,6 +52,13 @@ def _parser() -> argparse.ArgumentParser:
         help="address of each node, e.g. '{host}-ib' (default: the node name, or "
         "SLURMTF_ADDRESS_TEMPLATE)",
     )
+    add_flag(
+        parser,
+        "jobs",
+        metavar="ROLES",
+        help="roles of the ranks in order, e.g. 'chief:1,ps:2,worker' (the last takes the "
+        "rest) or 'ps@0,worker@1' by het component (default: SLURMTF_JOBS, else all workers)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log which variables are used")
     return parser
 
@@ -83,8 +90,10 @@ def _run(args: argparse.Namespace) -> int:
         read_slurm_env(os.environ),
         port_base=args.port_base,
         address_template=args.address_template,
+        jobs=args.jobs,
         port_base_name="--port_base",
         address_template_name="--address_template",
+        jobs_name="--jobs",
     )
     if args.explain:
         print(explain(layout))

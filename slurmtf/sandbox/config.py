@@ -206,7 +206,7 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core",
         "EnforcePartLimits=ALL",
-        "SchedulerParameters=batch_sched_delay=0,sched_interval=5",
+        "SchedulerParameters=batch_sched_delay=0,sched_interval=5,bf_interval=1",
         "SlurmdParameters=config_overrides",
         "ReturnToService=2",
         "KillWait=5",

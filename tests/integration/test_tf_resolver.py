@@ -147,3 +147,38 @@ def test_two_workers_on_localhost_all_reduce(fake_nvidia_smi: Path) -> None:
     assert [r["replicas"] for r in results] == [2, 2]
     assert results[0]["workers"] == results[1]["workers"]
     assert not fake_nvidia_smi.exists()
+
+
+@pytest.mark.parametrize("rank", range(6))
+def test_roles_match_tensorflows_slurm_cluster_resolver(
+    fake_slurm_env: FakeSlurmEnv, fake_nvidia_smi: Path, rank: int
+) -> None:
+    """TensorFlow's own resolver, on a block step it can parse, hands out the same roles;
+    TF_CONFIG read back by TensorFlow gives the same cluster and task."""
+    import tensorflow as tf
+    from tensorflow.python.distribute import multi_worker_util
+
+    jobs = {"chief": 1, "ps": 2, "worker": 3}
+    fake_slurm_env.step("n[1-3]", "2(x3)", rank, distribution="block")
+    layout = resolve(jobs=jobs)
+    resolver = cluster_resolver(layout)
+    theirs = tf.distribute.cluster_resolver.SlurmClusterResolver(
+        jobs=jobs, port_base=layout.port_base, gpus_per_node=2, gpus_per_task=1, auto_set_gpu=False
+    )
+    their_spec = theirs.cluster_spec().as_dict()  # sets their task_type/task_id
+    assert (resolver.task_type, resolver.task_id) == (theirs.task_type, theirs.task_id)
+    ours = resolver.cluster_spec().as_dict()
+    assert ours == layout.cluster()
+    assert {role: [a.split(":")[0] for a in addresses] for role, addresses in ours.items()} == {
+        role: [a.split(":")[0] for a in addresses] for role, addresses in their_spec.items()
+    }
+    multi_worker_util._validate_cluster_spec(  # TensorFlow's own check
+        resolver.cluster_spec(), resolver.task_type, resolver.task_id
+    )
+    fake_slurm_env.set(TF_CONFIG=layout.tf_config_json())
+    from_tf_config = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+    assert from_tf_config.cluster_spec().as_dict() == ours
+    assert (from_tf_config.task_type, from_tf_config.task_id) == (layout.task_type, layout.task_id)
+    assert resolver.master("ps", 1) == f"grpc://{ours['ps'][1]}"
+    assert resolver.num_accelerators() == {}
+    assert not fake_nvidia_smi.exists()
