@@ -25,6 +25,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "status": ("slurmtf.cli.jobs", "show the state of a job"),
     "logs": ("slurmtf.cli.jobs", "print or follow a job's per-rank logs"),
     "cancel": ("slurmtf.cli.jobs", "cancel a job"),
+    "plot": ("slurmtf.cli.plot", "draw a job's or a sweep's loss, accuracy and examples/s"),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
 }
 
