@@ -119,8 +119,8 @@ def render(runs: list[Series], out: Path, title: str) -> Path:
         _curves(axes[1], run.train_accuracy, run.eval_accuracy, color, name)
         for rank, rates in sorted(run.rate.items()):
             label = f"{name} rank {rank}".strip()
-            axes[2].plot(*zip(*rates, strict=True), color=color, alpha=1.0 if rank == 0 else 0.5,
-                         label=label)  # fmt: skip
+            axes[2].plot(*zip(*rates, strict=True), color=color, marker=".",
+                         alpha=1.0 if rank == 0 else 0.5, label=label)  # fmt: skip
         for ax in axes:
             for step in run.restarts:
                 ax.axvline(step, color=color, linestyle=":", linewidth=1)
@@ -142,7 +142,7 @@ def render(runs: list[Series], out: Path, title: str) -> Path:
 
 def _curves(ax: Any, train: list[Any], evals: list[Any], color: str, name: str) -> None:
     if train:
-        ax.plot(*zip(*train, strict=True), color=color, label=f"{name} train".strip())
+        ax.plot(*zip(*train, strict=True), color=color, marker=".", label=f"{name} train".strip())
     if evals:
         ax.plot(*zip(*evals, strict=True), color=color, marker="o", linestyle="--",
                 label=f"{name} eval".strip())  # fmt: skip
