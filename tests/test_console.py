@@ -121,3 +121,18 @@ def test_follow_renders_events_and_hides_tensorflow_chatter_unless_verbose(
         assert "step 50/250  loss 0.2500" in text
         assert "W Training on SYNTHETIC data" in text
         assert ("Sharding callback duration" in text) is verbose
+
+
+def test_status_lists_each_ranks_real_log_files_not_a_template(tmp_path: Path) -> None:
+    from slurmtf.contracts import SUBMITIT_LOG_NAME
+    from slurmtf.jobrecord import JobPlace
+
+    place = JobPlace("12", tmp_path, SUBMITIT_LOG_NAME, "record")
+    assert "(not written yet)" in watch.log_lines(place)[1]
+    for rank in range(10):
+        (tmp_path / f"12_{rank}_log.out").write_text("")
+    lines = watch.log_lines(place)
+    assert lines[0] == f"  logs (10 rank(s) in {tmp_path}, found via record):"
+    assert lines[1] == f"    rank 0: {tmp_path}/12_0_log.out  {tmp_path}/12_0_log.err"
+    assert lines[-1] == f"    ... and 2 more rank(s) in {tmp_path}"
+    assert not any("{" in line for line in lines)
