@@ -8,6 +8,10 @@ the end. In the same run, on the same two nodes, alternating, ``repeats`` times:
 * **mnist**: ``sbatch jobs/mnist.sbatch --log_every=1 ...`` (the job script users run):
   the time until rank 0 has printed its ``cluster`` event (resolver + strategy + peers
   connected) and then its first ``step 1/`` progress line.
+* **end**: the same MNIST job left to finish (checkpoint and SavedModel export on the
+  chief): the time from rank 0's last training step and from rank 0's last log line (its
+  files' last write) to the job leaving the queue, and the export's own duration (the
+  chief's ``Exported SavedModel ... in S s`` line), measured apart since it falls inside.
 
 Both are timed the same way: this process polls the tasks' output files every 20 ms
 (accurate to about that). The difference mnist - bare is what slurmtf (resolver,
@@ -20,6 +24,7 @@ A job is cancelled once its milestone is seen. Both nodes share this machine's c
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 import sys
@@ -171,6 +176,46 @@ def mnist_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
     return {"job": job, **seen}
 
 
+def end_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
+    """A finishing MNIST job: last step, rank 0's last line and export vs. the job's end."""
+    out = work / f"end-{tag}"
+    logs = out / "logs"
+    out.mkdir()
+    job_env = {**env, "LOG_DIR": str(logs), "MODEL_DIR": str(out / "model")}
+    job = _sbatch(
+        job_env, ["-N2", f"--output={out}/job.out", str(harness.REPO / "jobs" / "mnist.sbatch"),
+                  *MNIST_FLAGS],
+        work,
+    )  # fmt: skip
+    last_step = None
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        steps = progress_events(_read(logs / "rank0.out"))
+        if last_step is None and steps and steps[-1]["step"] == steps[-1]["total"]:
+            last_step = time.time()
+        if not _queued(env, job):
+            break
+        time.sleep(POLL_S)
+    else:
+        _scancel(env, job)
+        raise TimeoutError(f"job {job} still queued after 600 s")
+    ended = time.time()
+    if last_step is None:
+        why = _read(out / "job.out")[-2000:]
+        raise RuntimeError(f"job {job} ended before its last step: {why}")
+    rank0 = [logs / "rank0.out", logs / "rank0.err"]
+    last_line = max(p.stat().st_mtime for p in rank0 if p.exists())
+    text = "".join(_read(p) for p in logs.glob("rank*.err"))
+    export = re.search(r"Exported SavedModel to \S+ in ([0-9.]+) s", text)
+    return {
+        "job": job,
+        "last_step_to_end_s": ended - last_step,
+        "teardown_s": ended - last_line,
+        "export_s": float(export.group(1)) if export else None,
+        "error_lines": len(re.findall(r"^E\d{4} ", text, re.MULTILINE)),
+    }
+
+
 def run(options: Options) -> JSONDict:
     from slurmtf.sandbox.core import Sandbox
 
@@ -191,6 +236,7 @@ def run(options: Options) -> JSONDict:
         warm = bare_job(env, work, "warmup")
         bare: list[JSONDict] = []
         mnist: list[JSONDict] = []
+        end: list[JSONDict] = []
         for i in range(repeats):
             order = ("bare", "mnist") if i % 2 == 0 else ("mnist", "bare")
             for kind in order:
@@ -198,6 +244,7 @@ def run(options: Options) -> JSONDict:
                     bare.append(bare_job(env, work, str(i)))
                 else:
                     mnist.append(mnist_job(env, work, str(i)))
+            end.append(end_job(env, work, str(i)))
     finally:
         t1 = time.monotonic()
         sandbox.down()
@@ -213,7 +260,10 @@ def run(options: Options) -> JSONDict:
         "warmup_job_s": warm["import_s"],
         "bare": bare,
         "mnist": mnist,
+        "end": end,
         "median": {
+            "teardown_s": harness.median([e["teardown_s"] for e in end]),
+            "last_step_to_end_s": harness.median([e["last_step_to_end_s"] for e in end]),
             "bare_import_s": bare_s,
             "mnist_cluster_s": cluster_s,
             "mnist_first_step_s": first_s,
@@ -231,6 +281,9 @@ def markdown(result: JSONDict) -> str:
          med["mnist_cluster_s"]],
         ["sbatch -> MNIST first training step", med["mnist_first_step_s"]],
         ["**overhead: first step - bare import**", med["overhead_s"]],
+        ["MNIST last step -> job ended (checkpoint, export, teardown)",
+         med.get("last_step_to_end_s", "-")],
+        ["**teardown: rank 0's last line -> job ended**", med.get("teardown_s", "-")],
         ["sandbox up (2 nodes) / down", f"{result['sandbox_up_s']:.1f} / "
          f"{result['sandbox_down_s']:.1f}"],
     ]  # fmt: skip
@@ -242,6 +295,15 @@ def markdown(result: JSONDict) -> str:
     text += "\n" + harness.markdown_table(
         ["repeat", "bare import (s)", "MNIST cluster (s)", "MNIST first step (s)"], each
     )
+    ends = [
+        [i + 1, e["last_step_to_end_s"], e["teardown_s"],
+         "-" if e["export_s"] is None else e["export_s"], e["error_lines"]]
+        for i, e in enumerate(result.get("end", []))
+    ]  # fmt: skip
+    if ends:
+        text += "\n" + harness.markdown_table(
+            ["repeat", "last step -> end (s)", "teardown (s)", "export (s)", "E lines"], ends
+        )
     return text
 
 

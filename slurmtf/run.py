@@ -22,7 +22,10 @@ Then the script runs in this process as ``__main__`` with ``sys.argv`` = ``[SCRI
 *ARGS]`` and its folder first on ``sys.path``: its signals, exit status and exceptions
 are its own (a traceback ends it with status 1, printed without the launcher's frames).
 Applying the fixes is idempotent, so a script that calls
-:func:`slurmtf.resolver.cluster_resolver` itself gets them once.
+:func:`slurmtf.resolver.cluster_resolver` itself gets them once. A multi-worker script
+that ends with 0 (or 75, preempted) leaves with its peers
+(:func:`slurmtf.teardown.leave_together`): no rank is reported as crashed, and the job
+ends within a second or two of the last rank's last line.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
+from slurmtf import teardown
+from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
 from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
 from slurmtf.gpus import apply_gpu_split
@@ -216,7 +221,13 @@ def launch_script(target: Target, environ: MutableMapping[str, str] = os.environ
         tf_config=layout.tf_config(),
     )
     install_fixes()
-    return run_target(target)
+    teardown.prepare()
+    status = run_target(target)
+    if status in (EXIT_OK, EXIT_PREEMPTED):
+        # A multi-worker script that ended well leaves with its peers, the leader last,
+        # instead of having the leader report the others as crashed (no-op otherwise).
+        teardown.leave_together(exit_code=status)
+    return status
 
 
 if __name__ == "__main__":  # `python -m slurmtf.run`: the front end is slurmtf.cli.run

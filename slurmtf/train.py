@@ -63,6 +63,8 @@ def main(
     ``batch_size`` and ``learning_rate`` are the defaults of ``--batch_size`` (global)
     and ``--learning_rate`` (for ``reference_batch``; scaled linearly with the batch).
     Define your own absl flags before calling it; ``program`` names the script in errors.
+    In a multi-worker job a finished or preempted process ends inside this call, once
+    every rank is done (:func:`slurmtf.teardown.leave_together`), with that exit code.
     """
     return main_for(
         program,

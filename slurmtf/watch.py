@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TextIO
 
 from slurmtf import jobrecord
+from slurmtf.console import Console, Renderer, render_lines, shown_stderr
 from slurmtf.contracts import (
     DEFAULT_LOG_DIR,
     FINAL_STATES,
@@ -26,7 +27,7 @@ from slurmtf.contracts import (
     rank_log_paths,
 )
 from slurmtf.errors import SlurmCommandError
-from slurmtf.events import last, named, read_events
+from slurmtf.events import last, named, parse_events, read_events
 from slurmtf.jobrecord import JobPlace
 from slurmtf.runner import Runner, default_runner
 from slurmtf.training.reporting import format_seconds
@@ -139,15 +140,21 @@ def follow(
     poll_s: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
     log_job: str | None = None,
+    verbose: bool = False,
+    live: bool | None = None,
 ) -> int:
-    """Print rank 0's log as it grows until the job ends; summarize; return its status.
+    """Show rank 0's log as a person reads it until the job ends; summarize; return its
+    status.
 
-    ``log_job`` names the log files when they differ from ``job_id`` (``123_0`` for the
-    first task of array ``123``).
+    Events become human lines (:mod:`slurmtf.console`), progress one live line on a
+    terminal (``live``: default, whether ``out`` is one); of rank 0's stderr only
+    warnings and errors, everything with ``verbose``. ``log_job`` names the log files
+    when they differ from ``job_id`` (``123_0`` for the first task of array ``123``).
     """
     log_job = log_job or job_id
     rank0 = rank_log_paths(folder, log_job, 1)[0]
     rank0_err = rank_log_paths(folder, log_job, 1, "err")[0]
+    console, renderer = Console(out, live), Renderer()
     offsets = [0, 0]
     last_line = ""
     status: int | None = None
@@ -155,16 +162,21 @@ def follow(
     while True:
         line, status = state_line(job_id, runner, folder)
         if line != last_line:
-            print(f"slurmtf: {line}", file=out, flush=True)
+            console.line(f"slurmtf: {line}")
             last_line = line
-        offsets[0] = _print_new(rank0, offsets[0], out)
-        offsets[1] = _print_new(rank0_err, offsets[1], out, keep=_interesting)
+        new, offsets[0] = read_new(rank0, offsets[0])
+        _show_stdout(new, console, renderer)
+        new, offsets[1] = read_new(rank0_err, offsets[1])
+        for text in new:
+            if shown_stderr(text, verbose):
+                console.line(text)
         # A final state must hold for two polls: a preempted or requeued job passes
         # through PREEMPTED on its way back to PENDING.
         seen_final = seen_final + 1 if status is not None else 0
         if status is not None and seen_final >= 2:
             break
         sleep(poll_s)
+    console.close()
     cause = failed_rank(folder, log_job, num_tasks)
     if status >= 128 and cause is not None:
         # srun reports the highest task status: a rank stopped by --kill-on-bad-exit
@@ -173,6 +185,18 @@ def follow(
         status = cause[1]
     print(summary(log_job, folder, num_tasks, status), file=out, flush=True)
     return status
+
+
+def _show_stdout(lines: list[str], console: Console, renderer: Renderer) -> None:
+    """A rank's new stdout lines: events rendered (progress live), other lines as they are."""
+    for text in lines:
+        found = parse_events(text)
+        if not found:
+            console.line(text)
+        elif found[0].get("event") == "progress":
+            console.progress(renderer.line(found[0]))
+        else:
+            console.line(renderer.line(found[0]))
 
 
 def failed_rank(folder: Path, log_job: str, num_tasks: int) -> tuple[int, int] | None:
@@ -184,32 +208,16 @@ def failed_rank(folder: Path, log_job: str, num_tasks: int) -> tuple[int, int] |
     return None
 
 
-_PROGRESS = re.compile(r"^\d\d:\d\d:\d\d rank\d+ [IWE] |^srun: error|^slurmstepd|Error\b")
-
-
-def _interesting(line: str) -> bool:
-    """stderr lines worth showing while following: progress, errors (not TF's chatter)."""
-    return bool(_PROGRESS.search(line))
-
-
-def _print_new(
-    path: Path, offset: int, out: TextIO, keep: Callable[[str], bool] | None = None
-) -> int:
-    """Print what ``path`` gained since ``offset`` (whole lines only); the new offset."""
+def read_new(path: Path, offset: int) -> tuple[list[str], int]:
+    """The whole lines ``path`` gained since ``offset``, and the new offset."""
     try:
         with path.open("rb") as handle:
             handle.seek(offset)
             data = handle.read()
     except OSError:
-        return offset
+        return [], offset
     end = data.rfind(b"\n") + 1
-    text = data[:end].decode(errors="replace")
-    if keep is not None:
-        text = "".join(line for line in text.splitlines(keepends=True) if keep(line))
-    if text:
-        out.write(text)
-        out.flush()
-    return offset + end
+    return data[:end].decode(errors="replace").splitlines(), offset + end
 
 
 def summary(job_id: str, folder: Path, num_tasks: int, status: int) -> str:
@@ -304,11 +312,28 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
         lines.append(f"  step {step}/{total}, {rate_text} examples/s, ETA {eta} (rank 0's events)")
     elif chief_events:
         lines.append("  no training step logged yet")
-    lines.append(f"  logs: {place.rank_log(0).parent} ({place.pattern}, found via {place.source})")
+    lines.extend(log_lines(place))
     for rank in place.ranks():
         error = last_error(place.rank_log(rank, "err"))
         if error:
             lines.append(f"  last error, rank {rank}: {error[:300]}")
+    return lines
+
+
+SHOWN_RANKS = 8  # status lists this many ranks' files, then a count
+
+
+def log_lines(place: JobPlace) -> list[str]:
+    """Each rank's real log files (the first ``SHOWN_RANKS``), and how they were found."""
+    ranks = place.ranks()
+    lines = [f"  logs ({len(ranks)} rank(s) in {place.log_dir}, found via {place.source}):"]
+    for rank in ranks[:SHOWN_RANKS] or [0]:
+        missing = "" if ranks else " (not written yet)"
+        lines.append(
+            f"    rank {rank}: {place.rank_log(rank)}  {place.rank_log(rank, 'err')}{missing}"
+        )
+    if len(ranks) > SHOWN_RANKS:
+        lines.append(f"    ... and {len(ranks) - SHOWN_RANKS} more rank(s) in {place.log_dir}")
     return lines
 
 
@@ -320,15 +345,26 @@ def follow_rank(
     out: TextIO = sys.stdout,
     poll_s: float = 2.0,
     sleep: Callable[[float], None] = time.sleep,
+    raw: bool = False,
 ) -> int:
-    """Print ``path`` as it grows until the job ends (a final state seen twice)."""
+    """Print ``path`` as it grows until the job ends (a final state seen twice); events
+    as human lines unless ``raw``."""
     offset, seen = 0, 0
+    renderer = Renderer()
+
+    def show() -> None:
+        nonlocal offset
+        lines, offset = read_new(path, offset)
+        for text in lines if raw else render_lines(lines, renderer):
+            out.write(text + "\n")
+        out.flush()
+
     while True:
-        offset = _print_new(path, offset, out)
+        show()
         fields = slurm_record(job_id, runner)
         state = fields.get("JobState", "") if fields else "gone"
         seen = seen + 1 if state == "gone" or is_final(state) else 0
         if seen >= 2:
-            _print_new(path, offset, out)
+            show()
             return 0
         sleep(poll_s)

@@ -96,7 +96,8 @@ def test_follow_prints_rank0_until_the_end_and_summarizes(tmp_path: Path) -> Non
     status = watch.follow("7", tmp_path, 2, runner=fake, out=out, poll_s=0, sleep=sleep)
     text = out.getvalue()
     assert status == 0
-    assert '"accuracy": 0.5' in text
+    assert "eval at step 10: loss ?, accuracy 0.5000" in text
+    assert '"event"' not in text  # events as human lines, never raw JSON
     assert "final accuracy 0.8750 (step 20)" in text
     assert f"rank 1: {tmp_path}/7_1_log.out" in text
     assert "PENDING" in text

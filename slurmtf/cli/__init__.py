@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "cancel": ("slurmtf.cli.jobs", "cancel a job"),
     "run": ("slurmtf.cli.run", "run an unmodified training script on this task (TF_CONFIG, fixes)"),
     "firewall": ("slurmtf.cli.firewall", "print how to install the per-job firewall (prolog)"),
+    "plot": ("slurmtf.cli.plot", "draw a job's or a sweep's loss, accuracy and examples/s"),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
     "job-scripts": ("slurmtf.cli.job_scripts", "write the sbatch job scripts into a folder"),
     "serve": ("slurmtf.cli.serve", "run a ps/worker server until the chief's script ends"),

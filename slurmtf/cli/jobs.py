@@ -1,5 +1,8 @@
 """``slurmtf status|logs|cancel JOB``: a job's state, its per-rank logs, cancelling it.
 
+``logs`` shows a rank's stdout as a person reads it (event lines as text); ``--json``
+prints the raw event lines, ``--err`` the rank's stderr as written.
+
 The logs are found through Slurm while it knows the job, then through the record of
 submitted jobs (``$XDG_STATE_HOME/slurmtf/jobs.jsonl``); ``--log_dir`` overrides both.
 """
@@ -12,6 +15,7 @@ from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, report_error
 from slurmtf.cli.sweep import print_sweep
+from slurmtf.console import render_lines
 from slurmtf.errors import InputError, SlurmtfError, UsageError
 from slurmtf.runner import Runner, default_runner
 from slurmtf.watch import follow_rank, locate, status_lines
@@ -30,6 +34,9 @@ def _parser(command: str) -> ArgumentParser:
     if command == "logs":
         parser.add_argument("--rank", type=int, default=0, help="which rank (default 0)")
         parser.add_argument("--err", action="store_true", help="its stderr, not its stdout")
+        parser.add_argument(
+            "--json", action="store_true", help="the raw event lines, not the human text"
+        )
         parser.add_argument("--follow", action="store_true", help="until the job ends")
     return parser
 
@@ -72,12 +79,17 @@ def _run(command: str, options: argparse.Namespace, runner: Runner) -> int:
     if options.rank < 0:
         raise InputError("--rank", options.rank, "is not a rank", "e.g. --rank=0")
     path = place.rank_log(options.rank, "err" if options.err else "out")
+    raw = options.err or options.json
     if options.follow:
-        return follow_rank(job_id, path, runner)
+        return follow_rank(job_id, path, runner, raw=raw)
     if not path.exists():
         raise InputError(
             "JOB", job_id, f"has no log at {path} (found via {place.source})",
             "pass --log_dir= as given to submit or as LOG_DIR to the job script",
         )  # fmt: skip
-    sys.stdout.write(path.read_text(errors="replace"))
+    text = path.read_text(errors="replace")
+    if raw:
+        sys.stdout.write(text)
+    else:
+        sys.stdout.writelines(line + "\n" for line in render_lines(text.splitlines()))
     return 0

@@ -53,6 +53,12 @@ def _parser() -> ArgumentParser:
         action="store_true",
         help="follow rank 0's log until the job ends; exit with its status",
     )
+    add_flag(
+        mode,
+        "verbose",
+        action="store_true",
+        help="with --wait: all of rank 0's stderr (TensorFlow's info lines too)",
+    )
     return parser
 
 
@@ -217,7 +223,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         main_id, ids = submit_slurm(spec, out)
         if not options.wait:
             return 0
-        status: int = follow(main_id, spec.folder, spec.num_tasks, out=out, log_job=ids[0])
+        status: int = follow(
+            main_id, spec.folder, spec.num_tasks, out=out, log_job=ids[0], verbose=options.verbose
+        )
         return status
     except (SlurmtfError, UsageError) as exc:
         return report_error(PROGRAM, exc)

@@ -16,7 +16,7 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf import events
+from slurmtf import events, teardown
 from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.layout import ClusterLayout
 from slurmtf.training import grad_reduce, progress_watch, reporting
@@ -100,11 +100,15 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
         config, info.rank, info.workers, _log_dir(config), info.program
     )
     try:
-        return _run(spec, config, info, watcher, watch or _NO_WATCH)
+        code = _run(spec, config, info, watcher, watch or _NO_WATCH)
     finally:
         watcher.uninstall()
         if watch is not None:
             watch.stop()
+    # Done or preempted after saving: every rank ends here, workers first, the leader
+    # last (a multi-worker process exits inside this call; see slurmtf.teardown).
+    teardown.leave_together(exit_code=code)
+    return code
 
 
 def _log_dir(config: TrainConfig) -> str | None:
@@ -140,6 +144,7 @@ def _run(
 ) -> int:
     """The phases of :func:`run`; the preemption handler is installed from the start."""
     num_gpus, log_path = _set_up_process(config, info)
+    teardown.prepare()
     choice, strategy = _start_strategy(config, info, num_gpus)
     watcher.install()  # again: the runtime may have taken the signal (TF does for SIGTERM)
     watch.start()  # peers have joined; model building and the first step get a grace

@@ -25,6 +25,7 @@ unshare, Slurm that cannot be installed) skips locally and fails in CI
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import os
 import shutil
@@ -119,6 +120,12 @@ class SlurmSandbox:
         logs = self.logs(job_id)
         self.run(["scancel", job_id], check=False)
         raise TimeoutError(f"job {job_id} still {self.state(job_id)!r} after {timeout}s\n{logs}")
+
+    def end_time(self, job_id: str) -> float:
+        """When the job ended (epoch seconds; Slurm keeps whole seconds, rounded down)."""
+        show = self.run(["scontrol", "-o", "show", "job", job_id])
+        stamp = show.stdout.split("EndTime=", 1)[1].split()[0]
+        return datetime.datetime.fromisoformat(stamp).timestamp()
 
     def logs(self, job_id: str) -> str:
         show = self.run(["scontrol", "show", "job", job_id], check=False)

@@ -13,9 +13,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import signal
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,10 @@ ARGS = [
     f"--checkpoint_every={INTERVAL}",
     "--heartbeat_timeout=10",
 ]
+# A successful job ends cleanly: no error-level line (TensorFlow's `E0000 ...`) in any
+# rank's log, and the job ends within this many seconds of rank 0's last line.
+CLEAN_END_S = 3.0
+ERROR_LINE = re.compile(r"^E\d{4} .*$", re.MULTILINE)
 FAST = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=5"]
 LONG = [*FAST, "--train_steps=100000", "--log_every=5", "--checkpoint_every=10"]
 
@@ -260,6 +265,28 @@ def check_training(run: SandboxJob, *, loss_falls: bool = True) -> None:
     assert unexpected == [], f"files no chief writes: {unexpected}"
     job_log = next(run.run_dir.glob("*.out")).read_text()
     assert "srun exited 0" in job_log, job_log
+    check_clean_end(run.sandbox, run.job_id, {r: run.log_dir.glob(f"rank{r}.*") for r in ranks})
+
+
+def check_clean_end(
+    sandbox: SlurmSandbox, job_id: str, rank_logs: Mapping[int, Iterable[Path]]
+) -> None:
+    """No error-level line in any rank's log; a multi-worker job ended within
+    ``CLEAN_END_S`` of rank 0's last line (the ranks left together, slurmtf.teardown)."""
+    files = {rank: list(paths) for rank, paths in rank_logs.items()}
+    for rank, paths in files.items():
+        for path in paths:
+            errors = ERROR_LINE.findall(path.read_text(errors="replace"))
+            assert not errors, f"rank {rank} logged errors in a successful job ({path}): {errors}"
+    if len(files) == 1:
+        return  # one worker: no peers to leave with, the interpreter's own exit (1-3 s)
+    last_line = max(p.stat().st_mtime for p in files[0])
+    # Slurm's EndTime is in whole seconds, rounded down: + 1 s bounds the true end above.
+    teardown = sandbox.end_time(job_id) + 1.0 - last_line
+    print(f"MEASURED teardown_{job_id} {teardown:.1f}")
+    assert teardown <= CLEAN_END_S, (
+        f"job {job_id} ended {teardown:.1f} s after rank 0's last line (> {CLEAN_END_S} s)"
+    )
 
 
 def rank_pids(job_id: str, rank: int, module: str = "models.mnist") -> list[int]:

@@ -28,7 +28,7 @@ import pytest
 from slurmtf.events import read_events
 from slurmtf.localstep import free_port_base
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
-from tests.e2e.jobruns import SandboxJob, submit_job
+from tests.e2e.jobruns import SandboxJob, check_clean_end, submit_job
 from tests.prereqs import require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf]
@@ -194,8 +194,12 @@ def test_example_on_two_nodes_matches_one_worker(pairs: dict[str, Pair], name: s
     if name.endswith("tf_keras"):
         assert dones[0]["keras"] == "tf_keras"
     if name.startswith("tutorial"):  # through the launcher for unmodified scripts
-        launches = [final(pairs[name].job.rank_events[r], "launch") for r in (0, 1)]
+        job = pairs[name].job
+        launches = [final(job.rank_events[r], "launch") for r in (0, 1)]
         assert [x["launcher"] for x in launches] == ["slurmtf.run", "slurmtf.run"]
+        # ...which lets the ranks leave together: no "tasks have crashed", a quick end.
+        logs = {r: list(job.log_dir.glob(f"rank{r}.*")) for r in (0, 1)}
+        check_clean_end(job.sandbox, job.job_id, logs)
 
 
 @pytest.mark.parametrize("name", ["tutorial", "tutorial_tf_keras"])
@@ -218,6 +222,9 @@ def test_tutorial_script_through_submit_command_matches_one_worker(
     assert dones[0]["weights_checksum"] == dones[1]["weights_checksum"], dones
     assert math.isclose(dones[0]["weights_checksum"], reference["weights_checksum"], rel_tol=1e-6)
     assert dones[0]["keras"] == ("tf_keras" if name.endswith("tf_keras") else "keras3")
+    check_clean_end(
+        slurm_sandbox, job_id, {r: list(logs.glob(f"{job_id}_{r}_log.*")) for r in (0, 1)}
+    )
     if name == "custom":
         clusters = [final(pairs[name].job.rank_events[r], "cluster") for r in (0, 1)]
         assert [c["num_workers"] for c in clusters] == [2, 2]

@@ -65,4 +65,9 @@ def test_the_demo_trains_on_real_digits_and_ends_with_held_out_accuracy(tmp_path
     assert last[1].startswith(f"demo: data from {tmp_path / 'digits'}"), last
     assert "SHA-256 verified" in last[1], last
     assert "SYNTHETIC" not in output
+    # A person's console: human lines, no raw event lines, no TensorFlow info chatter.
+    assert '{"event"' not in done.stdout, done.stdout[-4000:]
+    assert "Sharding callback duration" not in output
+    assert not re.search(r"^I\d{4} ", output, re.MULTILINE), output[-4000:]
+    assert re.search(r"^eval at step \d+ .*accuracy", done.stdout, re.MULTILINE), done.stdout
     assert _slurmd_pids_of(sandbox_dir) == [], "the demo left its sandbox running"

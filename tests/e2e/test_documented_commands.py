@@ -105,6 +105,7 @@ COMMANDS: dict[str, Doc] = {
     "python -m slurmtf.submit --dry_run --model=mnist --nodes=2 --gpus_per_node=4 --time=30": Doc(),
     "slurmtf status JOB": Doc(),
     "slurmtf logs JOB --follow": Doc(),
+    "slurmtf plot JOB": Doc(),
     "slurmtf cancel JOB": Doc(),
     "slurmtf sweep ARRAY --sort=accuracy": Doc(),
     "STAGE_DATA=1 DATA_DIR=/data/mnist sbatch jobs/mnist.sbatch": Doc(nodes=2),
@@ -273,11 +274,13 @@ def test_documented_submit_commands_and_job_commands(wide: SlurmSandbox, tmp_pat
         ["slurmtf", "sweep", array.group(1), "--sort=accuracy"], cwd=tmp_path, check=False
     )
     assert table.stdout.startswith(f"sweep {array.group(1)}: 4 points"), table
-    for command in ("slurmtf status JOB", "slurmtf logs JOB --follow", "slurmtf cancel JOB"):
+    jobs = ("slurmtf status JOB", "slurmtf logs JOB --follow", "slurmtf plot JOB")
+    for command in (*jobs, "slurmtf cancel JOB"):
         argv = shlex.split(command)
         argv[argv.index("JOB")] = job.group(1)
         done = wide.run(argv, cwd=tmp_path, timeout=120, check=False)
         assert done.returncode == 0, f"{command}: {done.stdout}\n{done.stderr}"
+    assert (tmp_path / f"{job.group(1)}.png").read_bytes().startswith(b"\x89PNG"), out
 
 
 def test_documented_resolver_commands_in_a_job_step(wide: SlurmSandbox, tmp_path: Path) -> None:

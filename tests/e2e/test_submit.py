@@ -19,7 +19,7 @@ import pytest
 
 from slurmtf.localstep import free_port_base
 from tests.e2e.conftest import SlurmSandbox
-from tests.e2e.jobruns import rank_pids
+from tests.e2e.jobruns import check_clean_end, rank_pids
 
 PY = sys.executable
 
@@ -78,6 +78,7 @@ def test_two_node_mnist_trains_and_wait_reports(
         assert cluster["num_workers"] == 2
         assert cluster["workers"][0].split(":")[0] != cluster["workers"][1].split(":")[0]
         assert events(logs / f"{jid}_{rank}_log.out", "done")[-1]["step"] == 20
+    check_clean_end(slurm_sandbox, jid, {r: logs.glob(f"{jid}_{r}_log.*") for r in (0, 1)})
 
 
 # Each point prints its flags and reports an eval accuracy of seed/10 + lr as event
