@@ -1,0 +1,165 @@
+"""One rank of the check step (``python -m slurmtf.check.probe``; ``slurmtf check`` starts
+one per node with ``srun``): link rates over plain TCP, then TensorFlow: the all-reduce
+bus bandwidth of MultiWorkerMirroredStrategy (RING on CPU, NCCL on GPUs, as the models
+use it) and a fixed matmul on each of this rank's devices. Rank 0 prints one ``check``
+event with every rank's figures and the verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from slurmtf.check import verdict
+from slurmtf.check.mesh import Mesh, link_rates
+from slurmtf.events import emit
+
+MATMUL_N = 512
+MB = 1 << 20
+
+
+def plan_devices(gpus: Sequence[str]) -> tuple[list[str], str]:
+    """The devices whose compute is measured, and the collective implementation."""
+    if gpus:
+        return [f"/GPU:{i}" for i in range(len(gpus))], "NCCL"
+    return ["/CPU:0"], "RING"
+
+
+def device_label(gpu_names: Sequence[str]) -> str:
+    """``CPU`` or ``2x NVIDIA H100`` (the first GPU's name)."""
+    return f"{len(gpu_names)}x {gpu_names[0]}" if gpu_names else "CPU"
+
+
+def _gpu_names(tf: Any) -> list[str]:
+    names = []
+    for gpu in tf.config.list_physical_devices("GPU"):
+        details = tf.config.experimental.get_device_details(gpu)
+        names.append(str(details.get("device_name", gpu.name)))
+    return names
+
+
+def _strategy(tf: Any, implementation: str) -> Any:
+    from slurmtf.resolver import cluster_resolver
+
+    comm = tf.distribute.experimental.CommunicationImplementation[implementation]
+    options = tf.distribute.experimental.CommunicationOptions(implementation=comm)
+    return tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=cluster_resolver(), communication_options=options
+    )
+
+
+def allreduce_gbps(tf: Any, strategy: Any, nbytes: int, iters: int) -> float:
+    """Bus bandwidth (Gbit/s) of ``all_reduce(SUM)`` of ``nbytes`` of float32."""
+
+    def replica_fn(v: Any) -> Any:
+        v = tf.identity(v)
+        return tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, v)[0]
+
+    step = tf.function(lambda x: strategy.run(replica_fn, args=(x,)))
+    x = tf.ones([nbytes // 4], tf.float32)
+    float(strategy.experimental_local_results(step(x))[0].numpy())  # warm up, and sync
+    start = time.perf_counter()
+    for _ in range(iters):
+        out = step(x)
+    float(strategy.experimental_local_results(out)[0].numpy())
+    seconds = (time.perf_counter() - start) / iters
+    n = strategy.num_replicas_in_sync
+    return nbytes / seconds * (2 * (n - 1) / n if n > 1 else 1.0) * 8 / 1e9
+
+
+def compute_gflops(tf: Any, device: str, seconds: float) -> float:
+    """GFLOP/s of a fixed float32 matmul chain on ``device`` for about ``seconds``."""
+    with tf.device(device):
+        a = tf.random.stateless_uniform([MATMUL_N, MATMUL_N], seed=[1, 2])
+        step = tf.function(lambda m: tf.linalg.matmul(m, a) * 0.5)
+        m = step(a)
+        float(tf.reduce_sum(m).numpy())
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for _ in range(4):
+                m = step(m)
+            float(tf.reduce_sum(m).numpy())
+            count += 4
+        took = time.perf_counter() - start
+    return 2 * MATMUL_N**3 * count / took / 1e9
+
+
+def run(args: argparse.Namespace) -> int:
+    from slurmtf.resolver import resolve
+
+    t0 = time.monotonic()
+    layout = resolve()
+    n, rank = layout.num_workers, layout.task_index
+    mesh = Mesh(rank, layout.workers, timeout=args.timeout)
+    try:
+        import tensorflow as tf
+
+        gpus = _gpu_names(tf)
+        rates = link_rates(mesh, args.link_rounds, args.link_seconds) if n > 1 else {}
+        names = mesh.allgather(gpus)
+    finally:
+        mesh.close()
+    devices, implementation = plan_devices(gpus)
+    strategy = _strategy(tf, implementation)
+    busbw = allreduce_gbps(tf, strategy, int(args.allreduce_mb * MB), args.iters)
+    per_device = [compute_gflops(tf, d, args.compute_seconds) for d in devices]
+    every = _gather(tf, strategy, min(per_device), rank, n)
+    if rank != 0:
+        return 0
+    figures = [
+        verdict.NodeFigures(
+            rank=r,
+            node=layout.nodes[r],
+            device=device_label(names[r]),
+            gpus=tuple(names[r]),
+            compute_gflops=every[r],
+            allreduce_gbps=busbw,
+        )
+        for r in range(n)
+    ]
+    matrix = {str(s): {str(d): v for d, v in row.items()} for s, row in rates.items()}
+    extra = {"seconds": time.monotonic() - t0, "implementation": implementation,
+             "allreduce_mb": args.allreduce_mb, "rates_bps": matrix}  # fmt: skip
+    result = verdict.judge(figures, rates, args.threshold, extra)
+    emit("check", **result.to_json())
+    return 0
+
+
+def _gather(tf: Any, strategy: Any, mine: float, rank: int, n: int) -> list[float]:
+    """Every rank's ``mine`` through one all-reduce (a one-hot vector, summed)."""
+    flat = [0.0] * n
+    flat[rank] = mine
+    x = tf.constant(flat, tf.float64)
+
+    def replica_fn(v: Any) -> Any:
+        ctx = tf.distribute.get_replica_context()
+        return ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.identity(v))
+
+    out = strategy.experimental_local_results(strategy.run(tf.function(replica_fn), args=(x,)))
+    replicas = strategy.num_replicas_in_sync // n or 1  # several GPUs per rank add up
+    return [float(v) / replicas for v in out[0].numpy()]
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m slurmtf.check.probe", description=__doc__)
+    p.add_argument("--threshold", type=float, default=verdict.DEFAULT_THRESHOLD)
+    p.add_argument("--link_seconds", type=float, default=0.5)
+    p.add_argument("--link_rounds", type=int, default=15)
+    p.add_argument("--allreduce_mb", type=float, default=8.0)
+    p.add_argument("--iters", type=int, default=3)
+    p.add_argument("--compute_seconds", type=float, default=1.0)
+    p.add_argument("--timeout", type=float, default=120.0)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return run(parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
