@@ -2,7 +2,7 @@
 
 Inside an allocation (``salloc``, a job script) it runs one ``srun`` step, one task per
 node, of :mod:`slurmtf.check.probe` and prints the verdict; from a login node
-``--nodes=N`` submits a short job that does the same and waits for it (``sbatch --wait``).
+``--nodes=N`` submits a short job that does the same and waits for its verdict.
 Exit status: 0 healthy, 1 an outlier (or the check itself failed), 2 bad input.
 """
 
@@ -19,11 +19,13 @@ from typing import Any
 
 from slurmtf.check import verdict
 from slurmtf.cli import ArgumentParser, add_flag, run_command
+from slurmtf.contracts import is_final
 from slurmtf.env import read_slurm_env
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.events import last, parse_events
 from slurmtf.hostlists import expand_hostlist
 from slurmtf.runner import Runner, default_runner
+from slurmtf.watch import job_states
 
 PROBE_FLAGS = ("threshold", "link_seconds", "link_rounds", "allreduce_mb")
 STEP_TIMEOUT_S = 300.0
@@ -53,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
         default=15,
         help="rounds of node-to-node streams, each to the next node but k (default 15)",
     )
-    add_flag(p, "allreduce_mb", type=float, default=8.0, help="all-reduce size (MiB)")
+    add_flag(p, "allreduce_mb", type=float, default=4.0, help="all-reduce size (MiB)")
     p.add_argument("--partition", default=None, help="with --nodes: the partition")
     add_flag(
         p,
@@ -146,17 +148,18 @@ def report(result: dict[str, Any], json_path: Path | None) -> int:
     print(verdict.closing_line(shown))
     if json_path is not None:
         json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        tmp = json_path.with_name(json_path.name + ".tmp")  # appears whole: --nodes polls it
+        tmp.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+        tmp.replace(json_path)
     return shown.exit_status
 
 
 def job_command(args: argparse.Namespace, python: str, out_dir: Path) -> list[str]:
-    """The ``sbatch --wait`` line of ``--nodes=N``: the job runs ``slurmtf check`` itself."""
+    """The ``sbatch`` line of ``--nodes=N``: the job runs ``slurmtf check`` itself."""
     inner = [python, "-m", "slurmtf.cli", "check", *probe_args(args)]
     wrap = f"{shlex.join(inner)} --json={shlex.quote(str(out_dir))}/check-$SLURM_JOB_ID.json"
     cmd = [
         "sbatch",
-        "--wait",
         "--parsable",
         f"--nodes={args.nodes}",
         "--ntasks-per-node=1",
@@ -173,18 +176,20 @@ def _submit(args: argparse.Namespace, runner: Runner) -> int:
     out_dir = args.out_dir.absolute()
     out_dir.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    cmd = job_command(args, sys.executable, out_dir)
-    try:
-        out = runner(cmd, timeout=STEP_TIMEOUT_S + 600, check=False)
-    except SlurmCommandError as exc:
-        raise SlurmtfError(f"the check job failed: {exc}") from exc
-    job_id = out.strip().split(";")[0].split("\n")[0] if out.strip() else ""
-    result_path = out_dir / f"check-{job_id}.json"
-    if not job_id or not result_path.exists():
-        log = out_dir / f"check-{job_id}.out"
-        tail = log.read_text()[-2000:] if job_id and log.exists() else out
-        raise SlurmtfError(f"check job {job_id or '(not submitted)'} gave no verdict:\n{tail}")
+    job_id = runner(job_command(args, sys.executable, out_dir)).strip().split(";")[0]
+    result_path, log = out_dir / f"check-{job_id}.json", out_dir / f"check-{job_id}.out"
+    print(f"check job {job_id} on {args.nodes} nodes ({log})", flush=True)
+    deadline = time.monotonic() + STEP_TIMEOUT_S + 600
+    while not result_path.exists() and time.monotonic() < deadline:
+        states = job_states(job_id, runner)
+        if states is None or all(is_final(state) for state, _ in states):
+            break
+        time.sleep(0.5)
+    if not result_path.exists():
+        if time.monotonic() >= deadline:
+            runner(["scancel", job_id], check=False)
+        tail = log.read_text()[-2000:] if log.exists() else ""
+        raise SlurmtfError(f"check job {job_id} gave no verdict:\n{tail}")
     result = json.loads(result_path.read_text())
     result["wall_seconds"] = time.monotonic() - t0
-    print(f"check job {job_id} on {args.nodes} nodes ({out_dir}/check-{job_id}.out)")
-    return report(result, args.json or result_path)
+    return report(result, args.json)
