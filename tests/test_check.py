@@ -13,7 +13,7 @@ import pytest
 
 from slurmtf.check import verdict
 from slurmtf.check.mesh import Mesh, link_rates
-from slurmtf.check.probe import device_label, plan_devices
+from slurmtf.check.probe import device_label, host_turns, plan_devices
 from slurmtf.cli import check as cli
 from slurmtf.errors import SlurmCommandError
 from slurmtf.localstep import free_port_base
@@ -96,6 +96,12 @@ def test_gpu_plan() -> None:
     assert plan_devices([]) == (["/CPU:0"], "RING")
     assert plan_devices(["H100", "H100"]) == (["/GPU:0", "/GPU:1"], "NCCL")
     assert device_label([]) == "CPU"
+
+
+def test_ranks_sharing_a_host_take_turns() -> None:
+    assert [host_turns(["a", "b", "c"], r) for r in range(3)] == [(0, 1)] * 3
+    hosts = ["h", "h", "g", "h"]
+    assert [host_turns(hosts, r) for r in range(4)] == [(0, 3), (1, 3), (0, 3), (2, 3)]
 
 
 def test_mesh_gathers_and_measures_on_loopback() -> None:
@@ -187,3 +193,21 @@ def test_in_allocation_reads_rank0_verdict(
 
     assert cli.main([], runner=failing) == 1
     assert "connection refused" in capsys.readouterr().err
+
+
+def test_submit_check_first_renders_the_check_before_training() -> None:
+    import io
+
+    from slurmtf.cli import submit as submit_cli
+
+    out = io.StringIO()
+    assert (
+        submit_cli.main(["--dry_run", "--model=mnist", "--nodes=4", "--check_first"], out=out) == 0
+    )
+    script = out.getvalue()
+    assert "CHECK_FIRST=1" in script
+    assert script.index("slurmtf_submitit_setup") < script.index("slurmtf_check_first")
+    assert script.index("slurmtf_check_first") < script.index("srun")
+    out = io.StringIO()
+    assert submit_cli.main(["--dry_run", "--model=mnist", "--nodes=4"], out=out) == 0
+    assert "slurmtf_check_first" not in out.getvalue()
