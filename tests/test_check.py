@@ -211,3 +211,14 @@ def test_submit_check_first_renders_the_check_before_training() -> None:
     out = io.StringIO()
     assert submit_cli.main(["--dry_run", "--model=mnist", "--nodes=4"], out=out) == 0
     assert "slurmtf_check_first" not in out.getvalue()
+
+
+def test_bench_check_table() -> None:
+    from benchmarks import bench_check
+
+    row = {"nodes": 4, "exit": 0, "wall_s": 38.0, "step_s": 30.0, "allreduce_gbps": 0.4,
+           "phases_s": {"links": 2.0, "import": 20.0, "allreduce": 27.0, "compute": 29.0},
+           "link_out_gbps_median": 0.9}  # fmt: skip
+    table = bench_check.markdown({"results": [row]})
+    assert table.splitlines()[0].startswith("| nodes | exit | wall s |")
+    assert "| 4 | 0 | 38 | 30 | 2 | 20 | 27 | 29 | 0.9 | 0.4 |" in table
