@@ -83,6 +83,11 @@ def test_gpu_count_and_json() -> None:
     assert data["outliers"][0]["figure"] == "gpus"
 
 
+def test_suspects_are_measured_again() -> None:
+    assert verdict.suspects([90.0, 20.0, 89.0, 91.0], 3.0) == {1}
+    assert verdict.suspects([90.0, 40.0, 89.0, 91.0], 3.0) == set()
+
+
 def test_two_nodes_cannot_blame_one() -> None:
     assert verdict.judge(_figures(2), _rates(2, {1: 0.1 * G})).healthy
 

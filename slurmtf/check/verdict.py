@@ -90,6 +90,12 @@ def median(values: Sequence[float]) -> float:
     return sorted(values)[len(values) // 2]
 
 
+def suspects(values: Sequence[float], threshold: float) -> set[int]:
+    """Indexes of the values more than ``threshold`` times below their median."""
+    mid = median(values) if values else 0.0
+    return {i for i, v in enumerate(values) if v * threshold < mid}
+
+
 def link_figures(rates: Mapping[int, Mapping[int, float]], n: int) -> list[tuple[float, float]]:
     """(out, in) bits/s per rank from ``rates[src][dst]`` (missing pairs are ignored)."""
     out = []
