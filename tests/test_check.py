@@ -49,7 +49,10 @@ def test_one_slow_link_names_only_that_node() -> None:
         ("node3", "link out"), ("node3", "link in"),
     }  # fmt: skip
     line = verdict.closing_line(result)
-    assert line.startswith("OUTLIER node3: link out 0.1 Gb/s, 10x below the median (1 Gb/s)")
+    assert line == (
+        "OUTLIER node3: link out 0.1 Gb/s, 10x below the median (1 Gb/s); "
+        "link in 0.1 Gb/s, 10x below the median (1 Gb/s)"
+    )
     assert "node2" not in line
     assert "node4" not in line
     rows = verdict.table(result).splitlines()

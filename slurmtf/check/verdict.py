@@ -194,7 +194,14 @@ def closing_line(verdict: Verdict) -> str:
     if verdict.healthy:
         return (f"healthy: {len(verdict.rows)} nodes, no figure {verdict.threshold:g}x "
                 "below the median")  # fmt: skip
-    return "OUTLIER " + "; ".join(o.line() for o in verdict.outliers)
+    lines: dict[str, list[str]] = {}
+    for o in verdict.outliers:  # one clause per node: "node3: link out ...; link in ..."
+        text = o.line()
+        if o.node in lines:
+            lines[o.node].append(text.split(": ", 1)[1])
+        else:
+            lines[o.node] = [text]
+    return "OUTLIER " + "; ".join("; ".join(parts) for parts in lines.values())
 
 
 def _cell(value: float | None, bad: bool) -> str:
