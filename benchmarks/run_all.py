@@ -35,6 +35,7 @@ MODULES = {
     "models": "benchmarks.bench_models",
     "gpu": "benchmarks.bench_gpu",
     "firewall": "benchmarks.bench_firewall",
+    "check": "benchmarks.bench_check",
     "projection": "benchmarks.projection",  # last: it reads links, breakdown and gpu
 }
 NAMES = tuple(MODULES)

@@ -333,6 +333,35 @@ slurmtf_job_end() {
     exit "$status"
 }
 
+# CHECK_FIRST=1 (`slurmtf submit --check_first`): before training, `slurmtf check` over
+# the job's nodes (docs/CHECK.md). An outlier node (check exit 1): the job is requeued
+# without it (ExcNodeList), one restart of the MAX_RESTARTS budget; with the budget spent
+# it stops (exit 1) instead of training on it. A check that could not run is logged and
+# training goes ahead.
+slurmtf_check_first() {
+    [ "${CHECK_FIRST:-0}" = "1" ] || return 0
+    local py="${PYTHON:-python3}" rc=0 bad
+    local json="$LOG_DIR/check-${SLURM_JOB_ID:-local}-${slurmtf_restarts:-0}.json"
+    "$py" -m slurmtf.cli check --json="$json" || rc=$?
+    [ "$rc" -eq 0 ] && return 0
+    if [ "$rc" -ne 1 ] || [ ! -s "$json" ]; then
+        slurmtf_log "check_first: the check did not run (exit $rc); training anyway" >&2
+        return 0
+    fi
+    bad=$("$py" -c 'import json, sys
+print("\n".join(sorted({o["node"] for o in json.load(open(sys.argv[1]))["outliers"]})))' "$json")
+    mapfile -t slurmtf_bad_nodes <<< "$bad"
+    slurmtf_log "check_first: outlier node(s) $(echo "$bad" | paste -sd,) ($json)" >&2
+    trap - EXIT
+    if [ "${slurmtf_restarts:-0}" -lt "${slurmtf_budget:-0}" ]; then
+        slurmtf_log "requeueing job $SLURM_JOB_ID without them" \
+            "(restart $((${slurmtf_restarts:-0} + 1)) of ${slurmtf_budget:-0}, MAX_RESTARTS)"
+        slurmtf_requeue && exit 0
+    fi
+    slurmtf_log "not training on an outlier node (MAX_RESTARTS=${slurmtf_budget:-0} spent)" >&2
+    exit 1
+}
+
 # For the jobs `slurmtf submit` writes (submitit's script): called from its setup lines,
 # before its srun; the decision runs when the script exits.
 slurmtf_submitit_setup() {

@@ -75,6 +75,7 @@ class JobSpec:
     cluster: str = "slurm"
     legacy_keras: bool = False  # TF_USE_LEGACY_KERAS=1 in every task: tf.keras is tf_keras
     stage_data: bool = False  # copy --data_dir to each node's scratch first (slurmtf/job.sh)
+    check_first: bool = False  # `slurmtf check` first; an outlier node: requeue without it
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -249,6 +250,21 @@ def stage_setup(spec: JobSpec, python: str) -> list[str]:
     ]
 
 
+def check_setup(spec: JobSpec, python: str) -> list[str]:
+    """Setup lines that run ``slurmtf check`` before the tasks start and requeue the job
+    without an outlier node (slurmtf/job.sh's ``slurmtf_check_first``)."""
+    if not spec.check_first:
+        return []
+    find = 'import pathlib, slurmtf; print(pathlib.Path(slurmtf.__file__).with_name("job.sh"))'
+    folder = shlex.quote(str(spec.folder))
+    return [
+        f'if job_sh=$({shlex.quote(python)} -c {shlex.quote(find)}) && source "$job_sh"; then',
+        f'    LOG_DIR="${{LOG_DIR:-{folder}}}"; CHECK_FIRST=1; PYTHON={shlex.quote(python)}; '
+        f'slurmtf_budget="${{slurmtf_budget:-0}}"; slurmtf_check_first',
+        "else echo 'slurmtf: cannot load slurmtf/job.sh to check the nodes' >&2; fi",
+    ]
+
+
 def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     """The parameters of submitit's ``SlurmExecutor.update_parameters`` for ``spec``."""
     params: dict[str, Any] = {
@@ -278,7 +294,8 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
             params[key] = value
     if spec.exclusive:
         params["exclusive"] = True
-    setup = [*spec.setup, *restart_setup(spec, python), *stage_setup(spec, python)]
+    setup = [*spec.setup, *restart_setup(spec, python), *check_setup(spec, python),
+             *stage_setup(spec, python)]  # fmt: skip
     if setup:
         params["setup"] = setup
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}

@@ -7,6 +7,7 @@ then ``slurmtf_job_end`` with a recording ``scontrol``. No Slurm, no TensorFlow.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -214,4 +215,63 @@ def test_a_model_error_is_not_retried(tmp_path: Path) -> None:
     assert status == 1, out
     assert "rank 1 failed with its own error" in out, out
     assert "not requeued" in out, out
+    assert calls == ""
+
+
+def check_first(
+    tmp_path: Path, check_rc: int, outliers: list[str], restarts: int
+) -> tuple[int, str, str]:
+    """``slurmtf_check_first`` with a fake ``slurmtf check`` (writes its JSON verdict)."""
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    calls = tmp_path / "calls"
+    fake = tmp_path / "fakepy"
+    verdict = json.dumps({"outliers": [{"node": n} for n in outliers]})
+    fake.write_text(
+        "#!/bin/bash\n"
+        'if [ "$1" = -m ]; then\n'
+        f"  json=${{4#--json=}}; [ {check_rc} -eq 2 ] || echo '{verdict}' > \"$json\"\n"
+        f"  exit {check_rc}\nfi\n"
+        'exec python3 "$@"\n'
+    )
+    fake.chmod(0o755)
+    script = f"""
+        source {JOB_SH}
+        LOG_DIR={logs}; SLURM_JOB_ID=77; slurmtf_restarts={restarts}; slurmtf_budget=2
+        CHECK_FIRST=1; PYTHON={fake}
+        scontrol() {{ echo "$*" >> {calls}; [ "$1" != show ] || echo "ExcNodeList=(null)"; }}
+        slurmtf_check_first
+        echo training
+    """
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    recorded = calls.read_text() if calls.exists() else ""
+    return done.returncode, done.stdout + done.stderr, recorded
+
+
+def test_check_first_requeues_without_the_outlier_node(tmp_path: Path) -> None:
+    status, out, calls = check_first(tmp_path, 1, ["node3"], restarts=0)
+    assert status == 0, out
+    assert "training" not in out.splitlines()
+    assert "check_first: outlier node(s) node3" in out
+    assert "requeueing job 77 without them (restart 1 of 2, MAX_RESTARTS)" in out
+    assert calls.splitlines() == ["requeue 77", "show job 77", "update JobId=77 ExcNodeList=node3"]
+
+
+def test_check_first_stops_when_the_budget_is_spent(tmp_path: Path) -> None:
+    status, out, calls = check_first(tmp_path, 1, ["node2", "node4"], restarts=2)
+    assert status == 1, out
+    assert "outlier node(s) node2,node4" in out
+    assert "not training on an outlier node (MAX_RESTARTS=2 spent)" in out
+    assert calls == ""
+
+
+@pytest.mark.parametrize(("rc", "said"), [(0, None), (2, "the check did not run (exit 2)")])
+def test_check_first_healthy_or_not_run_trains(tmp_path: Path, rc: int, said: str | None) -> None:
+    status, out, calls = check_first(tmp_path, rc, [], restarts=0)
+    assert status == 0, out
+    assert "training" in out.splitlines(), out
+    if said:
+        assert said in out
+    else:
+        assert "check_first" not in out
     assert calls == ""

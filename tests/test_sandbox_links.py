@@ -159,3 +159,55 @@ def test_effects_go_through_the_runner() -> None:
     plan = links.LinkPlan(prefix="stfabc", nodes=1, rate_bps=0)
     links.create(plan, runner)
     assert calls[2:] == links.setup_commands(plan)
+
+
+def _tc_rates(cmds: list[list[str]]) -> list[tuple[str, str, str]]:
+    """(namespace, device, rate or 'del') of each tc command."""
+    return [(cmd[2], cmd[6], cmd[cmd.index("rate") + 1] if "rate" in cmd else "del")
+            for cmd in cmds if cmd[0] == "tc"]  # fmt: skip
+
+
+def test_one_node_gets_its_own_rate() -> None:
+    assert links.parse_node_link("node3=100mbit", 4) == (3, 100_000_000)
+    plan = links.LinkPlan(prefix="p", nodes=3, rate_bps=10**9, node_rates=((3, 10**8),))
+    assert [plan.rate_of(i) for i in (1, 2, 3)] == [10**9, 10**9, 10**8]
+    assert _tc_rates(links.setup_commands(plan))[-2:] == [
+        ("p-node3", "eth0", "100mbit"), ("p-br", "node3", "100mbit"),
+    ]  # fmt: skip
+    assert _tc_rates(links.setup_commands(plan))[:2] == [
+        ("p-node1", "eth0", "1gbit"), ("p-br", "node1", "1gbit"),
+    ]  # fmt: skip
+    # unshaped links, one node capped: only that node's two ends get a qdisc
+    one = links.LinkPlan(prefix="p", nodes=3, rate_bps=0, node_rates=((2, 10**8),))
+    assert _tc_rates(links.setup_commands(one)) == [
+        ("p-node2", "eth0", "100mbit"), ("p-br", "node2", "100mbit"),
+    ]  # fmt: skip
+    # a running sandbox: change (or remove) one node's cap
+    assert _tc_rates(links.node_shape_commands(plan, 2, 5 * 10**7)) == [
+        ("p-node2", "eth0", "50mbit"), ("p-br", "node2", "50mbit"),
+    ]  # fmt: skip
+    assert _tc_rates(links.node_shape_commands(plan, 2, 0)) == [
+        ("p-node2", "eth0", "del"), ("p-br", "node2", "del"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", ["node5=1gbit", "node0=1gbit", "node3", "n3=1gbit", "node3=1G"])
+def test_bad_node_link_names_the_flag(text: str) -> None:
+    with pytest.raises(InputError) as err:
+        links.parse_node_link(text, 4)
+    assert "--node_link" in str(err.value)
+    assert "HINT:" in str(err.value)
+
+
+def test_node_link_in_config_and_cli(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    cfg = SandboxConfig(dir=Path("/srv/sbx"), nodes=4, link="1gbit", node_link=("node3=100mbit",))
+    assert cfg.link_plan is not None
+    assert cfg.link_plan.node_rates == ((3, 100_000_000),)
+    assert cfg.link_plan.prefix == LINKED.link_plan.prefix  # type: ignore[union-attr]
+    with pytest.raises(InputError, match="--node_link"):
+        SandboxConfig(dir=Path("/srv/sbx"), nodes=4, node_link=("node3=100mbit",))
+    assert sandbox_main(["up", "--dir", str(tmp_path), "--node_link", "node3=100mbit"]) == 2
+    assert "--node_link" in capsys.readouterr().err
+    assert sandbox_main(["link", "--dir", str(tmp_path), "node3"]) == 2
+    assert "node3" in capsys.readouterr().err
+    assert sandbox_main(["status", "--dir", str(tmp_path), "node3", "1gbit"]) == 2

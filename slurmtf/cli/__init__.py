@@ -27,6 +27,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("slurmtf.cli.jobs", "print or follow a job's per-rank logs"),
     "cancel": ("slurmtf.cli.jobs", "cancel a job"),
     "run": ("slurmtf.cli.run", "run an unmodified training script on this task (TF_CONFIG, fixes)"),
+    "check": ("slurmtf.cli.check", "which node or link slows an allocation (--nodes=N to submit)"),
     "firewall": ("slurmtf.cli.firewall", "print how to install the per-job firewall (prolog)"),
     "plot": ("slurmtf.cli.plot", "draw a job's or a sweep's loss, accuracy and examples/s"),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),

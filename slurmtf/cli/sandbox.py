@@ -7,14 +7,23 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
+from slurmtf.errors import InputError
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox.core import Sandbox, default_dir
 
 
+class _Parser(ArgumentParser):
+    """Operands (``link NODE RATE``) may follow the flags: ``link --dir D node3 1gbit``."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:
+        return self.parse_intermixed_args(args, namespace)
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
+    parser = _Parser(
         prog="slurmtf sandbox",
         description="A local multi-node Slurm cluster (munged, slurmctld, N slurmd) "
         "with fake GPUs, all state in one directory.",
@@ -22,8 +31,12 @@ def _parser() -> argparse.ArgumentParser:
         "or sbatch mnist.sbatch (after slurmtf job-scripts .)",
     )
     parser.add_argument(
-        "command", choices=["up", "status", "down", "env"], help="what to do with the sandbox"
+        "command",
+        choices=["up", "status", "down", "env", "link"],
+        help="what to do with the sandbox; `link NODE RATE` changes one node's link rate on "
+        "a running sandbox (e.g. link node3 100mbit; the --link rate mends it)",
     )
+    parser.add_argument("operands", nargs="*", metavar="NODE RATE", help="for `link` only")
     parser.add_argument(
         "--dir",
         type=Path,
@@ -48,6 +61,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_flag(
         parser,
+        "node_link",
+        action="append",
+        default=[],
+        metavar="NODE=RATE",
+        help="give one node its own link rate, e.g. node3=100mbit (a bad node; repeat or "
+        "comma-separate for several; needs --link)",
+    )
+    add_flag(
+        parser,
         "job_firewall",
         action="store_true",
         help="run slurmtf's per-job firewall as the nodes' Prolog/Epilog: a job's worker "
@@ -61,12 +83,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    node_link = tuple(t for arg in args.node_link for t in arg.split(",") if t.strip())
+    if args.operands and args.command != "link":
+        raise InputError(
+            args.command, " ".join(args.operands), "takes no operands", "slurmtf sandbox --help"
+        )
+    if args.command == "link":
+        return _link(Sandbox(args.dir or default_dir()), args.operands)
     sandbox = Sandbox(
         args.dir or default_dir(),
         args.nodes,
         args.gpus_per_node,
         link=args.link,
         job_firewall=args.job_firewall,
+        node_link=node_link,
     )
     if args.command == "up":
         t0 = time.monotonic()
@@ -76,6 +106,7 @@ def _run(args: argparse.Namespace) -> int:
             took = time.monotonic() - t0
             names = ", ".join(cfg.node_names)
             link = f", links {cfg.link} each way" if cfg.link else ""
+            link += f" ({', '.join(cfg.node_link)})" if cfg.node_link else ""
             link += ", per-job firewall" if cfg.job_firewall else ""
             print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
                   f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}{link}",
@@ -87,6 +118,9 @@ def _run(args: argparse.Namespace) -> int:
             if (cfg.nodes, cfg.gpus_per_node, cfg.link) != wanted:
                 print("HINT: `slurmtf sandbox down` first to change --nodes, "
                       "--gpus_per_node or --link", file=sys.stderr)  # fmt: skip
+            elif node_link and node_link != cfg.node_link:
+                print("HINT: `slurmtf sandbox link NODE RATE` changes one node's rate",
+                      file=sys.stderr)  # fmt: skip
         print(f"HINT: eval the lines below, or: source {sandbox.dir}/env.sh", file=sys.stderr)
         print(cfgmod.render_env(cfg), end="")
     elif args.command == "down":
@@ -97,4 +131,14 @@ def _run(args: argparse.Namespace) -> int:
         return 0 if sandbox.is_up() else 3
     else:
         print(cfgmod.render_env(sandbox.config()), end="")
+    return 0
+
+
+def _link(sandbox: Sandbox, operands: list[str]) -> int:
+    if len(operands) != 2:
+        raise InputError(
+            "link", " ".join(operands), "needs NODE RATE", "slurmtf sandbox link node3 100mbit"
+        )
+    cfg = sandbox.set_node_link(*operands)
+    print(f"{operands[0]}: link {operands[1]} each way (others {cfg.link}) in {sandbox.dir}")
     return 0

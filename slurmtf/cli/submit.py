@@ -166,6 +166,13 @@ def _job(group: argparse._ArgumentGroup) -> None:
         help="copy the model's --data_dir once per node to local scratch ($SLURM_TMPDIR, "
         "$TMPDIR or STAGE_DIR), verify it against its MANIFEST.json, train from the copy",
     )
+    add_flag(
+        group,
+        "check_first",
+        action="store_true",
+        help="run `slurmtf check` on the job's nodes first; an outlier node: requeue the job "
+        "without it (one restart of --max_restarts), or stop when none is left (docs/CHECK.md)",
+    )
     add_flag(group, "job_name", default="slurmtf", help="job name (default slurmtf)")
     add_flag(
         group,

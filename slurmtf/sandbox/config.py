@@ -44,10 +44,12 @@ class SandboxConfig:
     link: str = ""  # "" = all nodes on loopback; else a rate (``1gbit``) or ``unshaped``
     slurmd_timeout: int = 60  # s until a silent node is declared failed (node-failure tests)
     job_firewall: bool = False  # run slurmtf's per-job firewall as Prolog/Epilog (needs link)
+    node_link: tuple[str, ...] = ()  # ``node3=100mbit``: a node's own rate (needs link)
 
     def __post_init__(self) -> None:
         if self.link:
             links.parse_rate(self.link)  # InputError naming --link
+        self._check_node_link()
         if self.job_firewall and not self.link:
             raise InputError(
                 "--job_firewall",
@@ -93,6 +95,17 @@ class SandboxConfig:
             ports = tuple(self.ctld_port + 1 + i for i in range(self.nodes))
             object.__setattr__(self, "slurmd_ports", ports)
 
+    def _check_node_link(self) -> None:
+        if self.node_link and not self.link:
+            raise InputError(
+                "--node_link",
+                ",".join(self.node_link),
+                "needs nodes with links of their own",
+                "add --link 1gbit",
+            )
+        for text in self.node_link:
+            links.parse_node_link(text, self.nodes)  # InputError naming --node_link
+
     @property
     def node_names(self) -> list[str]:
         return node_names(self.nodes)
@@ -122,7 +135,8 @@ class SandboxConfig:
         """Namespaces and addresses when nodes have links of their own, else None."""
         if not self.link:
             return None
-        return link_plan_for(self.dir, self.nodes, links.parse_rate(self.link))
+        rates = tuple(links.parse_node_link(text, self.nodes) for text in self.node_link)
+        return link_plan_for(self.dir, self.nodes, links.parse_rate(self.link), rates)
 
     @property
     def ctld_addr(self) -> str:
@@ -148,11 +162,17 @@ def cluster_name_for(path: Path) -> str:
     return "sbx" + dir_digest(path)[:8]
 
 
-def link_plan_for(path: Path, nodes: int, rate_bps: int) -> links.LinkPlan:
+def link_plan_for(
+    path: Path, nodes: int, rate_bps: int, node_rates: tuple[tuple[int, int], ...] = ()
+) -> links.LinkPlan:
     """The network plan of the sandbox in ``path``: a namespace prefix unique to it."""
     digest = dir_digest(path)
     return links.LinkPlan(
-        prefix="stf" + digest[24:30], nodes=nodes, rate_bps=rate_bps, subnet=int(digest[30:32], 16)
+        prefix="stf" + digest[24:30],
+        nodes=nodes,
+        rate_bps=rate_bps,
+        subnet=int(digest[30:32], 16),
+        node_rates=node_rates,
     )
 
 

@@ -19,10 +19,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from slurmtf.errors import SlurmtfError
+from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.firewall import rules as firewall_rules
 from slurmtf.ports import port_free
 from slurmtf.sandbox import config as cfgmod
@@ -42,6 +42,10 @@ START_TIMEOUT_S = 30.0
 
 class SandboxError(SlurmtfError, RuntimeError):
     """The sandbox could not be started or stopped; the message carries log tails."""
+
+
+def _as_list(value: object) -> list[object]:
+    return value if isinstance(value, list) else []
 
 
 def default_dir() -> Path:
@@ -104,6 +108,7 @@ class Sandbox:
     link: str = ""  # "" = loopback; a rate such as "1gbit", or "unshaped": own namespaces
     slurmd_timeout: int = 60  # SlurmdTimeout: seconds until a silent node is declared failed
     job_firewall: bool = False  # slurmtf's per-job firewall as Prolog/Epilog (needs link)
+    node_link: tuple[str, ...] = ()  # ``node3=100mbit``: one node's own rate (needs link)
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).absolute()
@@ -113,6 +118,7 @@ class Sandbox:
             gpus_per_node=self.gpus_per_node,
             link=self.link,
             job_firewall=self.job_firewall,
+            node_link=tuple(self.node_link),
         )  # validate
 
     # ---- state -------------------------------------------------------------
@@ -157,6 +163,7 @@ class Sandbox:
             link=str(state.get("link", "")),
             slurmd_timeout=int(str(state.get("slurmd_timeout", 60))),
             job_firewall=bool(state.get("job_firewall", False)),
+            node_link=tuple(str(n) for n in _as_list(state.get("node_link"))),
         )
 
     def config(self) -> SandboxConfig:
@@ -228,6 +235,7 @@ class Sandbox:
             link=self.link,
             slurmd_timeout=self.slurmd_timeout,
             job_firewall=self.job_firewall,
+            node_link=tuple(self.node_link),
         )
         self.cfg = cfg
         self._write_files(cfg)
@@ -242,6 +250,7 @@ class Sandbox:
             "link": cfg.link,
             "slurmd_timeout": cfg.slurmd_timeout,
             "job_firewall": cfg.job_firewall,
+            "node_link": list(cfg.node_link),
             "netns": [],
         }
         self._write_state(state)
@@ -306,6 +315,26 @@ class Sandbox:
         state["netns"] = plan.namespaces
         self._write_state(state)
         links.create(plan)
+
+    def set_node_link(self, node: str, rate: str) -> SandboxConfig:
+        """Change one node's link rate on the running sandbox (``slurmtf sandbox link``).
+
+        ``rate`` is a ``--link`` rate; the sandbox's own ``--link`` rate mends the node.
+        """
+        cfg = self.config()
+        if cfg.link_plan is None:
+            raise InputError(
+                "--dir", str(self.dir), "has no links of its own", "slurmtf sandbox up --link 1gbit"
+            )
+        index, bps = links.parse_node_link(f"{node}={rate}", cfg.nodes)
+        kept = [t for t in cfg.node_link if links.parse_node_link(t, cfg.nodes)[0] != index]
+        updated = replace(cfg, node_link=(*kept, f"{node}={rate}"))
+        links.reshape_node(cfg.link_plan, index, bps)
+        state = self._read_state()
+        state["node_link"] = list(updated.node_link)
+        self._write_state(state)
+        self.cfg = updated
+        return updated
 
     def _recorded_netns(self) -> list[str]:
         raw = self._read_state().get("netns", [])
@@ -454,7 +483,9 @@ class Sandbox:
         netns = self._recorded_netns()
         if netns:
             link = self._read_state().get("link", "")
-            lines.append(f"  links {link} each way; namespaces {' '.join(netns)}")
+            own = " ".join(str(n) for n in _as_list(self._read_state().get("node_link")))
+            own = f" ({own})" if own else ""
+            lines.append(f"  links {link} each way{own}; namespaces {' '.join(netns)}")
         for name, pid in pids.items():
             lines.append(f"  {name:<14} pid {pid:<8} {'running' if name in live else 'GONE'}")
         if "slurmctld" in live:

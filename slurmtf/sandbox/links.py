@@ -45,11 +45,12 @@ class LinkError(SlurmtfError, RuntimeError):
     """Creating or removing the sandbox's namespaces, veths or qdiscs failed."""
 
 
-def parse_rate(text: str) -> int:
+def parse_rate(text: str, name: str = "--link") -> int:
     """``1gbit`` -> 1_000_000_000 bits/s; ``unshaped`` -> 0 (namespaces, no shaping).
 
     Units are tc's bit units (``kbit``, ``mbit``, ``gbit``); tc's ``bps`` means BYTES
-    per second, a classic trap, so it is refused rather than guessed.
+    per second, a classic trap, so it is refused rather than guessed. ``name`` is the
+    flag an error names.
     """
     value = text.strip().lower()
     if value == UNSHAPED:
@@ -57,11 +58,21 @@ def parse_rate(text: str) -> int:
     match = _RATE.match(value)
     hint = "use a rate in bits per second such as 1gbit, 2.5gbit, 10gbit or 100mbit, or unshaped"
     if not match:
-        raise InputError("--link", text, "is not a link rate", hint)
+        raise InputError(name, text, "is not a link rate", hint)
     bps = round(float(match.group(1)) * _SCALE[match.group(2)])
     if not MIN_RATE_BPS <= bps <= MAX_RATE_BPS:
-        raise InputError("--link", text, "must be between 1mbit and 400gbit", hint)
+        raise InputError(name, text, "must be between 1mbit and 400gbit", hint)
     return bps
+
+
+def parse_node_link(text: str, nodes: int) -> tuple[int, int]:
+    """``node3=100mbit`` -> (3, 100_000_000): one node's own rate (``--node_link``)."""
+    hint = f"use NODE=RATE with NODE one of node1..node{nodes}, e.g. node{nodes}=100mbit"
+    node, sep, rate = text.strip().partition("=")
+    match = re.fullmatch(r"node([1-9]\d*)", node.strip())
+    if not sep or not match or int(match.group(1)) > nodes:
+        raise InputError("--node_link", text, "does not name a node of this sandbox", hint)
+    return int(match.group(1)), parse_rate(rate, "--node_link")
 
 
 def format_rate(bps: int) -> str:
@@ -101,6 +112,7 @@ class LinkPlan:
     nodes: int
     rate_bps: int
     subnet: int = 0
+    node_rates: tuple[tuple[int, int], ...] = ()  # (node index, bits/s): a node's own rate
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9]{1,10}", self.prefix):
@@ -109,6 +121,13 @@ class LinkPlan:
             raise InputError("--nodes", self.nodes, f"must be 1..{CTLD_HOST - 1}", "use e.g. 2")
         if not 0 <= self.subnet <= 255:
             raise InputError("subnet", self.subnet, "must be 0..255", "use the default")
+        for index, _ in self.node_rates:
+            if not 1 <= index <= self.nodes:
+                raise InputError("--node_link", f"node{index}", "is not a node", "use node1..")
+
+    def rate_of(self, index: int) -> int:
+        """Bits/s of node ``index``'s link each way (0: unshaped)."""
+        return dict(self.node_rates).get(index, self.rate_bps)
 
     @property
     def bridge_ns(self) -> str:
@@ -154,7 +173,10 @@ def setup_commands(plan: LinkPlan) -> list[list[str]]:
             ["ip", "-n", ns, "addr", "add", f"{plan.node_addr(i)}/24", "dev", NODE_IF],
             ["ip", "-n", ns, "link", "set", NODE_IF, "up"],
         ]
-    return cmds + (shape_commands(plan, plan.rate_bps) if plan.rate_bps else [])
+    for i in range(1, plan.nodes + 1):
+        if plan.rate_of(i):
+            cmds += node_shape_commands(plan, i, plan.rate_of(i))
+    return cmds
 
 
 def _veth_peer(netns: str) -> list[str]:
@@ -163,11 +185,13 @@ def _veth_peer(netns: str) -> list[str]:
 
 def shape_commands(plan: LinkPlan, bps: int) -> list[list[str]]:
     """Set every link of a running plan to ``bps`` each way (0: remove the caps)."""
-    cmds = []
-    for i in range(1, plan.nodes + 1):
-        ends = ((plan.node_ns(i), NODE_IF), (plan.bridge_ns, f"node{i}"))
-        cmds += [tc_shape(ns, dev, bps) if bps else tc_unshape(ns, dev) for ns, dev in ends]
-    return cmds
+    return [cmd for i in range(1, plan.nodes + 1) for cmd in node_shape_commands(plan, i, bps)]
+
+
+def node_shape_commands(plan: LinkPlan, index: int, bps: int) -> list[list[str]]:
+    """Set node ``index``'s link to ``bps`` both ways (0: remove its caps)."""
+    ends = ((plan.node_ns(index), NODE_IF), (plan.bridge_ns, f"node{index}"))
+    return [tc_shape(ns, dev, bps) if bps else tc_unshape(ns, dev) for ns, dev in ends]
 
 
 def teardown_commands(namespaces: Sequence[str]) -> list[list[str]]:
@@ -211,7 +235,16 @@ def create(plan: LinkPlan, runner: Runner = _default_runner) -> None:
 
 def reshape(plan: LinkPlan, bps: int, runner: Runner = _default_runner) -> None:
     """Change the cap of a running sandbox's links (0: none; removing no cap is fine)."""
-    for cmd in shape_commands(plan, bps):
+    _run_shape(shape_commands(plan, bps), bps, runner)
+
+
+def reshape_node(plan: LinkPlan, index: int, bps: int, runner: Runner = _default_runner) -> None:
+    """Change one node's cap on a running sandbox (``slurmtf sandbox link node3 100mbit``)."""
+    _run_shape(node_shape_commands(plan, index, bps), bps, runner)
+
+
+def _run_shape(cmds: Sequence[Sequence[str]], bps: int, runner: Runner) -> None:
+    for cmd in cmds:
         done = runner(cmd)
         if done.returncode != 0 and not (bps == 0 and "handle of zero" in done.stderr):
             raise LinkError(f"{' '.join(cmd)} failed: {done.stderr.strip()}")

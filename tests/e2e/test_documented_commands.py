@@ -109,6 +109,12 @@ COMMANDS: dict[str, Doc] = {
     "slurmtf cancel JOB": Doc(),
     "slurmtf sweep ARRAY --sort=accuracy": Doc(),
     "STAGE_DATA=1 DATA_DIR=/data/mnist sbatch jobs/mnist.sbatch": Doc(nodes=2),
+    "slurmtf check --nodes=4": Doc(
+        not_run="runs in tests/e2e/test_check.py (4 nodes, one at a tenth of the link rate)"
+    ),
+    "slurmtf sandbox link node3 100mbit": Doc(
+        not_run="needs a sandbox with --link: tests/e2e/test_check.py runs it (node3 1gbit)"
+    ),
     'eval "$(python -m slurmtf.resolver --export)"': Doc(),
     "python -m slurmtf.resolver --explain": Doc(),
 }

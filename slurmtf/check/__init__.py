@@ -1,0 +1,6 @@
+"""``slurmtf check``: what slows an allocation, node by node (docs/CHECK.md).
+
+``verdict`` is pure (measurements in, outliers out); ``mesh`` (TCP between the ranks)
+and ``probe`` (one rank of the check step, TensorFlow inside) are the edges;
+``slurmtf.cli.check`` is the front end.
+"""
