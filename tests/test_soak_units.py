@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.soak import Usage, rank_pids, read_usage, trend, verdict
+from benchmarks.soak import (
+    CI_MAX_RSS_SLOPE_MB_H,
+    MAX_RSS_SLOPE_MB_H,
+    Usage,
+    rank_pids,
+    read_usage,
+    trend,
+    verdict,
+)
 
 
 def test_trend_of_a_flat_series_is_flat_and_warmup_is_left_out() -> None:
@@ -30,12 +38,14 @@ def test_trend_measures_growth_and_slope_per_hour() -> None:
         trend(times, values, warmup=10_000)
 
 
-def _ranks(threads: float, fds: float, rss: float) -> dict[str, dict[str, dict[str, float]]]:
+def _ranks(
+    threads: float, fds: float, rss: float, rss_slope_mb_h: float = 0.0
+) -> dict[str, dict[str, dict[str, float]]]:
     return {
         "0": {
             "threads": {"growth": threads},
             "fds": {"growth": fds},
-            "rss_kb": {"growth_fraction": rss},
+            "rss_kb": {"growth_fraction": rss, "last_half_slope_per_hour": rss_slope_mb_h * 1024},
         }
     }
 
@@ -57,6 +67,75 @@ def test_verdict_bounds(threads: float, fds: float, rss: float, problem: str | N
     else:
         assert len(problems) == 1
         assert problem in problems[0]
+
+
+@pytest.mark.parametrize(
+    ("slope", "limit", "problem"),
+    [
+        (24.0, MAX_RSS_SLOPE_MB_H, None),
+        (-300.0, MAX_RSS_SLOPE_MB_H, None),
+        (26.0, MAX_RSS_SLOPE_MB_H, "RSS still rising at +26 MB/h"),
+        (700.0, CI_MAX_RSS_SLOPE_MB_H, None),
+        (1700.0, CI_MAX_RSS_SLOPE_MB_H, "RSS still rising at +1700 MB/h"),
+    ],
+)
+def test_verdict_bounds_the_last_half_rss_slope(
+    slope: float, limit: float, problem: str | None
+) -> None:
+    problems = verdict(_ranks(0, 0, 0.0, slope), limit)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1
+        assert problem in problems[0]
+
+
+def _rss_series(
+    minutes: float, warmup_mb: float, mb_per_hour: float
+) -> tuple[list[float], list[float]]:
+    """RSS samples (kB) every 5 s: a start-up climb of ``warmup_mb`` that levels off in
+    the first tenth of the run, then a steady ``mb_per_hour``, with +-1.5 MB of noise."""
+    times = [float(t) for t in range(0, int(minutes * 60), 5)]
+    settle = minutes * 6
+    values = []
+    for i, t in enumerate(times):
+        climb = warmup_mb * min(t, settle) / settle
+        noise = 1.5 * ((i * 7919) % 11 - 5) / 5
+        values.append((900 + climb + mb_per_hour * t / 3600 + noise) * 1024)
+    return times, values
+
+
+def _rss_verdict(times: list[float], values: list[float], limit: float) -> list[str]:
+    flat = {"growth": 0.0}
+    rss = trend(times, values, warmup=120)
+    return verdict({"0": {"threads": flat, "fds": flat, "rss_kb": rss}}, limit)
+
+
+def test_slow_growth_hidden_in_a_small_total_fails_on_its_last_half_slope() -> None:
+    # 30 minutes at +60 MB/h: +2.7 % in total (under the 5 % bound), but still rising.
+    times, values = _rss_series(30, warmup_mb=10, mb_per_hour=60)
+    rss = trend(times, values, warmup=120)
+    assert rss["growth_fraction"] < 0.05
+    assert rss["last_half_slope_per_hour"] / 1024 == pytest.approx(60, abs=10)
+    problems = _rss_verdict(times, values, MAX_RSS_SLOPE_MB_H)
+    assert len(problems) == 1
+    assert "still rising" in problems[0]
+
+
+def test_settling_then_flat_passes_the_last_half_slope() -> None:
+    # A climb that levels off during the first half, then flat: the whole-run slope is
+    # positive, the last half's is not.
+    times, values = _rss_series(30, warmup_mb=40, mb_per_hour=0)
+    rss = trend(times, values, warmup=60)
+    assert rss["slope_per_hour"] > rss["last_half_slope_per_hour"]
+    assert _rss_verdict(times, values, MAX_RSS_SLOPE_MB_H) == []
+    assert _rss_verdict(*_rss_series(30, warmup_mb=0, mb_per_hour=15), MAX_RSS_SLOPE_MB_H) == []
+
+
+def test_ci_bound_passes_a_noisy_flat_3_minutes_and_fails_the_collective_leak() -> None:
+    assert _rss_verdict(*_rss_series(3, warmup_mb=5, mb_per_hour=0), CI_MAX_RSS_SLOPE_MB_H) == []
+    leak = _rss_verdict(*_rss_series(3, warmup_mb=5, mb_per_hour=1800), CI_MAX_RSS_SLOPE_MB_H)
+    assert any("still rising" in p for p in leak)
 
 
 def test_read_usage_sees_this_process_grow_a_thread() -> None:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from absl import flags
 
-from slurmtf import events
+from slurmtf import allocator, events
 from slurmtf.cli import report_error
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import SlurmtfError
@@ -94,6 +94,7 @@ def main_for(
     info: RunInfo | None = None,
 ) -> int:
     """Parse ``argv``, build the model's spec and train; returns the exit code."""
+    allocator.limit_arenas()  # before TensorFlow's thread pools start (docs/SOAK.md)
     define_flags()
     args = list(sys.argv[1:] if argv is None else argv)
     if "--help" in args or "-h" in args or "--helpfull" in args:

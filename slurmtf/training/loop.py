@@ -322,6 +322,7 @@ class _Training:
     sync_state: Callable[[], None]
     restored: Any
     start: int
+    eval_iterator: Any = None  # built at the first evaluation
 
     @classmethod
     def build(
@@ -374,12 +375,7 @@ class _Training:
     def evaluate(self, step: int) -> dict[str, float]:
         """Evaluate on ``plan.eval_steps`` batches; the chief reports it."""
         self.sync_state()
-        spec, per_replica = self.spec, self.per_replica
-        iterator = iter(
-            self.strategy.distribute_datasets_from_function(
-                lambda ctx: spec.eval_dataset(ctx, per_replica)
-            )
-        )
+        iterator = self._eval_iterator()
         totals = [0.0, 0.0, 0.0]
         for _ in range(self.plan.eval_steps):
             self.watch.enter("eval", step)
@@ -400,6 +396,21 @@ class _Training:
             " (SYNTHETIC data)" if self.config.synthetic else "",
         )
         return result
+
+    def _eval_iterator(self) -> Any:
+        """One iterator for every evaluation, built at the first (docs/SOAK.md: a new
+        pipeline per evaluation churned the heap). Each pipeline is cut to the batches
+        one evaluation takes and repeated, so every evaluation sees the same batches a
+        fresh iterator would."""
+        if self.eval_iterator is None:
+            spec, per_replica, eval_steps = self.spec, self.per_replica, self.plan.eval_steps
+
+            def pipeline(ctx: Any) -> Any:
+                batches = eval_steps * (ctx.num_replicas_in_sync // ctx.num_input_pipelines)
+                return spec.eval_dataset(ctx, per_replica).take(batches).repeat()
+
+            self.eval_iterator = iter(self.strategy.distribute_datasets_from_function(pipeline))
+        return self.eval_iterator
 
     def train(self) -> _Outcome:
         """Train from ``start`` to ``plan.total`` (or the preemption signal, or the
