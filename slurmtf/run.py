@@ -10,7 +10,9 @@ line, in the script's own interpreter:
    ``SLURMTF_PORT_BASE`` names one;
 2. its GPUs are narrowed (:func:`slurmtf.gpus.apply_gpu_split`) and ``TF_CONFIG`` is
    exported (:func:`slurmtf.resolver.export_tf_config`);
-3. import hooks are set, so that the moment TensorFlow has been imported the collective
+3. glibc's malloc arenas are capped as for the bundled models
+   (:func:`slurmtf.allocator.limit_arenas`; ``MALLOC_ARENA_MAX`` wins), and import hooks
+   are set, so that the moment TensorFlow has been imported the collective
    keys are made reusable (:func:`slurmtf.collectives.reuse_collective_instance_keys`:
    flat memory over long runs), and the moment Keras 3 has been imported its
    ``model.fit`` fixes are applied (:func:`slurmtf.keras_compat.enable_multiworker_fit`;
@@ -42,7 +44,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-from slurmtf import teardown
+from slurmtf import allocator, teardown
 from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
 from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
@@ -208,6 +210,7 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
 
 def launch_script(target: Target, environ: MutableMapping[str, str] = os.environ) -> int:
     """Everything above, in order: prepare the task, set the fixes, run ``target``."""
+    allocator.limit_arenas()  # before TensorFlow's thread pools start (docs/SOAK.md)
     layout = prepare_task(environ)
     emit(
         "launch",
