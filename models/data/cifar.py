@@ -71,8 +71,10 @@ def dataset(
     def decode(record: Any) -> tuple[Any, Any]:
         raw = tf.io.decode_raw(record, tf.uint8)
         label = tf.cast(raw[0], tf.int32)
-        image = tf.transpose(tf.reshape(raw[1:], (CHANNELS, HEIGHT, WIDTH)), (1, 2, 0))
-        image = tf.cast(image, tf.float32) / 255.0
+        # float32 before the transpose: oneDNN logs an error-level line for a uint8
+        # transpose on CPUs it was not built for (the values are the same either way).
+        image = tf.cast(tf.reshape(raw[1:], (CHANNELS, HEIGHT, WIDTH)), tf.float32) / 255.0
+        image = tf.transpose(image, (1, 2, 0))
         if training:
             image = tf.image.resize_with_crop_or_pad(image, HEIGHT + 8, WIDTH + 8)
             image = tf.image.random_crop(image, (HEIGHT, WIDTH, CHANNELS), seed=seed)
