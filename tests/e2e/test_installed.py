@@ -196,4 +196,6 @@ def test_submit_waits_for_the_installed_model(install: Install, sandbox: SlurmSa
         assert finished["step"] == 4, finished
     status = install.run("slurmtf", "status", job, env=sandbox.env).stdout
     assert "COMPLETED" in status, status
-    assert '"event": "done"' in install.run("slurmtf", "logs", job, env=sandbox.env).stdout
+    assert (
+        '"event": "done"' in install.run("slurmtf", "logs", job, "--json", env=sandbox.env).stdout
+    )
