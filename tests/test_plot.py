@@ -64,6 +64,22 @@ def test_plot_writes_a_png_for_a_job(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert f"wrote {out} (job 7)" in capsys.readouterr().out
 
 
+def test_a_running_job_is_drawn_as_far_as_it_has_logged(tmp_path: Path) -> None:
+    """No ``done`` yet, the last line half-written: the steps so far, and a PNG."""
+    logs = tmp_path / "logs"
+    write_rank(
+        logs, "8", 0, [{"event": "cluster", "rank": 0}, progress(10, 0.9), progress(20, 0.7)]
+    )
+    chief = logs / SUBMITIT_LOG_NAME.format(job="8", rank=0, kind="out")
+    with chief.open("a") as sink:
+        sink.write('\n{"event": "progress", "step": 3')  # the rank is writing it right now
+    (run, label), *_ = plot.runs_of(JobPlace("8", logs, SUBMITIT_LOG_NAME, "given"))
+    assert plot.series_of(run, label).train_loss == [(10, 0.9), (20, 0.7)]
+    out = tmp_path / "running.png"
+    assert plot_cli.main(["8", f"--log_dir={logs}", f"--out={out}"]) == 0
+    assert out.read_bytes().startswith(PNG_MAGIC)
+
+
 def test_a_sweep_is_one_curve_per_point_labelled_by_its_parameters(tmp_path: Path) -> None:
     for index, lr in enumerate(("0.1", "0.01")):
         write_rank(tmp_path, f"9_{index}", 0, chief_events({"lr": lr, "seed": "1"}))
