@@ -226,7 +226,7 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
     started = time.monotonic()
     try:
         pids = _wait_for_ranks(job, plan.nodes * plan.tasks_per_node, sandbox)
-        samples, died = _sample(pids, plan)
+        samples, died, first_eval = _sample(pids, plan, work / "logs" / "rank0.out")
         state = _job_state(sandbox, job)
         if plan.until_done:
             state, died = _final_state(sandbox, job, died)
@@ -239,6 +239,9 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
     # A rank ending is the job finishing in until_done mode; else always a failure.
     ended = "" if plan.until_done and state == expected else died
     ended = ended or ("" if state == expected else f"job {job} {state or 'gone'}")
+    # A rank's steady state starts once every phase ran once: the evaluation pipeline's
+    # tf.data threads start at the first evaluation and stay (docs/SOAK.md).
+    warmup = max(plan.warmup, first_eval + plan.sample_every if first_eval else 0.0)
     return {
         "name": "soak",
         "model": plan.model,
@@ -246,7 +249,7 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
         "nodes": plan.nodes,
         "tasks_per_node": plan.tasks_per_node,
         "minutes": plan.minutes,
-        "warmup_s": plan.warmup,
+        "warmup_s": warmup,
         "job_id": job,
         "wall_s": time.monotonic() - started,
         "steps": progress[-1]["step"] if progress else 0,
@@ -254,7 +257,7 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
         "machine": machine_info(),
         "samples": samples,
         "max_rss_slope_mb_h": plan.max_rss_slope_mb_h,
-        **_summarise(samples, plan.warmup, ended, plan.max_rss_slope_mb_h),
+        **_summarise(samples, warmup, ended, plan.max_rss_slope_mb_h),
     }
 
 
@@ -268,19 +271,29 @@ def _final_state(sandbox: Any, job: str, died: str, timeout: float = 120) -> tup
     return state, died
 
 
-def _sample(pids: dict[int, int], plan: SoakPlan) -> tuple[list[JSONDict], str]:
+def _sample(
+    pids: dict[int, int], plan: SoakPlan, chief_out: Path
+) -> tuple[list[JSONDict], str, float | None]:
     """Sample every rank until ``plan.minutes`` pass (or, ``until_done``, until the ranks
-    end); (samples, why it stopped)."""
+    end); (samples, why it stopped, seconds to the chief's first ``eval`` event or None)."""
     samples: list[JSONDict] = []
+    first_eval: float | None = None
     t0 = time.monotonic()
     while (now := time.monotonic() - t0) < plan.minutes * 60:
         for rank, pid in sorted(pids.items()):
             usage = read_usage(pid)
             if usage is None:
-                return samples, f"rank {rank} (pid {pid}) exited after {now:.0f} s"
+                return samples, f"rank {rank} (pid {pid}) exited after {now:.0f} s", first_eval
             samples.append({"t": now, "rank": rank, **dataclasses.asdict(usage)})
+        if first_eval is None and _has_eval(chief_out):
+            first_eval = now
         time.sleep(plan.sample_every)
-    return samples, ""
+    return samples, "", first_eval
+
+
+def _has_eval(chief_out: Path) -> bool:
+    text = chief_out.read_text(errors="replace") if chief_out.exists() else ""
+    return any(e["event"] == "eval" for e in parse_events(text))
 
 
 def _wait_for_ranks(job: str, count: int, sandbox: Any, timeout: float = 300) -> dict[int, int]:
