@@ -398,7 +398,7 @@ class _Training:
         return result
 
     def _eval_iterator(self) -> Any:
-        """One iterator for every evaluation, built before the first step (docs/SOAK.md: a new
+        """One iterator for every evaluation, built at the first (docs/SOAK.md: a new
         pipeline per evaluation churned the heap). Each pipeline is cut to the batches
         one evaluation takes and repeated, so every evaluation sees the same batches a
         fresh iterator would."""
@@ -419,10 +419,6 @@ class _Training:
 
         config, total, start = self.config, self.plan.total, self.start
         iterator = self._train_iterator()
-        if self.plan.eval_steps > 0:
-            # The evaluation pipeline (and its tf.data threads) exists from the start, so
-            # a rank's thread count is the same before and after the first evaluation.
-            self._eval_iterator()
         progress = reporting.Progress(total, config.batch_size, config.log_every, start)
         outcome = _Outcome(start)
         t_start = time.monotonic()
