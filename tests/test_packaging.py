@@ -55,6 +55,12 @@ def test_the_wheel_has_no_top_level_models_package(tmp_path: Path) -> None:
         shipped = zipfile.ZipFile(wheel).read(f"slurmtf/sbatch/{script.name}")
         assert shipped == script.read_bytes(), script.name
     assert "slurmtf/job.sh" in names
+    # The node epilog is a link to the prolog in the checkout, a file of its own here.
+    archive = zipfile.ZipFile(wheel)
+    prolog = archive.getinfo("slurmtf/firewall/prolog.sh")
+    epilog = archive.getinfo("slurmtf/firewall/epilog.sh")
+    assert archive.read(epilog) == archive.read(prolog)
+    assert epilog.external_attr >> 16 & 0o100, "slurmd runs the epilog: it must be executable"
 
 
 def _dry_run(*args: str, index: str = "") -> dict[str, Any]:
