@@ -168,15 +168,18 @@ slurmtf_new() {
     tail -c "+$(( ${slurmtf_offsets[$f]:-0} + 1 ))" "$f"
 }
 
+# From srun's messages on stdin, its words for the first task that failed (`task 1:
+# Killed`); the others were stopped by --kill-on-bad-exit.
+slurmtf_first_failure() { grep -m 1 -o -E "tasks? [0-9]+[^:]*: .*"; }
+
 # Exit 75 from srun or from the first task it saw end (the job scripts), or rank 0's own word: the models' and fit's
 # `preempted` events, or slurmtf submit's launcher reporting its child's exit 75 (the
 # launcher itself exits 0 then, so that srun stops no one).
 slurmtf_preempted() {
     [ "$slurmtf_rc" -eq 75 ] && return 0
     # The first task srun saw end exited 75; srun then stopped the others (kill-on-bad-exit).
-    slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}" \
-        | grep -m 1 -o -E "tasks? [0-9]+[^:]*: .*" | grep -q -E ": Exited with exit code 75$" \
-        && return 0
+    slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}" | slurmtf_first_failure \
+        | grep -q -E ": Exited with exit code 75$" && return 0
     slurmtf_new "$(slurmtf_rank_file 0 out)" | grep -q -E -e '"event": "preempted"' \
         -e '"preempted": true' -e '"event": "exit", "rank": 0, "status": 75[,}]'
 }
@@ -247,7 +250,7 @@ slurmtf_classify() {
             frozen=1  # TensorFlow's coordination service: a task stopped sending heartbeats
         fi
     done
-    first=$(grep -m 1 -o -E "tasks? [0-9]+[^:]*: .*" <<<"$srun_text")
+    first=$(slurmtf_first_failure <<<"$srun_text")
     rank=$(grep -o -E "^tasks? [0-9]+" <<<"$first" | grep -o -E "[0-9]+$")
     reason="${first#*: }"
     sig=""

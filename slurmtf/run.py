@@ -64,12 +64,14 @@ class Target:
 
     @property
     def argv(self) -> list[str]:
-        """``sys.argv`` as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS`` set it."""
-        if self.module:
-            spec = importlib.util.find_spec(self.path)
-            origin = spec.origin if spec is not None and spec.origin else self.path
-            return [origin, *self.args]
+        """``sys.argv``; for a module, ``runpy.run_module`` replaces ``argv[0]`` with the
+        module's file when it finds it, as ``python -m MODULE`` does."""
         return [self.path, *self.args]
+
+    @property
+    def command(self) -> list[str]:
+        """The command line this stands for: ``[SCRIPT, ARGS...]`` or ``[-m, MODULE, ...]``."""
+        return ["-m", *self.argv] if self.module else self.argv
 
 
 def prepare_task(environ: MutableMapping[str, str] = os.environ) -> ClusterLayout:
@@ -218,7 +220,7 @@ def launch_script(target: Target, environ: MutableMapping[str, str] = os.environ
         job_id=layout.job_id or "",
         node=layout.node,
         restart_count=layout.restart_count,
-        command=[sys.executable, *target.argv],
+        command=[sys.executable, *target.command],
         launcher=__name__,
         package=str(Path(__file__).resolve().parent),
         tf_config=layout.tf_config(),
