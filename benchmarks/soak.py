@@ -332,6 +332,37 @@ def _summarise(
     return {"ranks": ranks, "problems": problems, "passed": not problems}
 
 
+def rejudge(result: JSONDict, first_minutes: float | None = None) -> JSONDict:
+    """``result`` judged again from its samples, cut to its first ``first_minutes``.
+
+    A long soak's first 30 minutes are a 30-minute soak of the same job: the same
+    warm-up, the same last-half slope limit. Also adds each rank's RSS slope over the
+    last hour of the (cut) samples, ``last_hour_rss_slope_mb_h``.
+    """
+    end = first_minutes * 60 if first_minutes is not None else float("inf")
+    samples = [s for s in result["samples"] if s["t"] <= end]
+    if not samples:
+        raise ValueError(f"no samples in the first {first_minutes} minutes")
+    cut = max(s["t"] for s in samples)
+    limit = result.get("max_rss_slope_mb_h", MAX_RSS_SLOPE_MB_H)  # older files lack it
+    judged = _summarise(samples, result["warmup_s"], "", limit)
+    last_hour = {
+        str(rank): slope_per_hour(
+            [
+                (s["t"], s["rss_kb"] / 1024)
+                for s in samples
+                if s["rank"] == rank and s["t"] >= max(result["warmup_s"], cut - 3600)
+            ]
+        )
+        for rank in sorted({s["rank"] for s in samples})
+    }
+    minutes = first_minutes if first_minutes is not None else result["minutes"]
+    steps = result["steps"] if first_minutes is None else f"{result['steps']} in the whole run,"
+    return {**result, **judged, "minutes": minutes, "steps": steps, "samples": samples,
+            "max_rss_slope_mb_h": limit,
+            "last_hour_rss_slope_mb_h": last_hour}  # fmt: skip
+
+
 def markdown(result: JSONDict) -> str:
     """The per-rank table: start, end and slope of threads, RSS and fds after warm-up."""
     rows = []
@@ -347,6 +378,11 @@ def markdown(result: JSONDict) -> str:
         ])  # fmt: skip
     table = markdown_table(["rank", "threads", "RSS", "open fds"], rows)
     verdict_line = "PASS: flat" if result["passed"] else "FAIL: " + "; ".join(result["problems"])
+    if "last_hour_rss_slope_mb_h" in result:
+        slopes = ", ".join(
+            f"rank {r} {v:+.1f}" for r, v in sorted(result["last_hour_rss_slope_mb_h"].items())
+        )
+        verdict_line += f"\n\nRSS slope over the last hour (MB/h): {slopes}"
     return (
         f"{result['model']} ({' '.join(result['model_flags']) or 'default flags'}), "
         f"{result['nodes']} nodes x "
@@ -406,8 +442,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="MB/h per rank the RSS may still rise over the last half of the samples",
     )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
+    parser.add_argument(
+        "--judge",
+        type=Path,
+        help="judge the samples of a soak's JSON again instead of running one "
+        "(with --first_minutes: only its first minutes)",
+    )
+    parser.add_argument("--first_minutes", type=float, help="with --judge: cut the samples")
     parser.add_argument("model_flags", nargs="*", help="after --: flags for the model")
     args = parser.parse_args(argv)
+    if args.judge:
+        judged = rejudge(json.loads(args.judge.read_text()), args.first_minutes)
+        print(markdown(judged))
+        return 0 if judged["passed"] else 1
     plan = SoakPlan(
         model=args.model,
         minutes=args.minutes,

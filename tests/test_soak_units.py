@@ -14,6 +14,7 @@ from benchmarks.soak import (
     Usage,
     rank_pids,
     read_usage,
+    rejudge,
     trend,
     verdict,
 )
@@ -172,3 +173,33 @@ def test_rank_pids_finds_the_training_processes_of_one_job(tmp_path: Path) -> No
     fake(14, ["/bin/bash", "job.sbatch"], {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0"})
     (tmp_path / "self").mkdir()
     assert rank_pids("7", proc=tmp_path) == {0: 11, 1: 10}
+
+
+def _soak_result(rss_mb_at: object, minutes: int = 120) -> dict:
+    """A recorded two-rank soak: a sample a minute, RSS from ``rss_mb_at(seconds)``."""
+    samples = [
+        {"t": 60.0 * m, "rank": rank, "threads": 120, "fds": 12,
+         "rss_kb": int(rss_mb_at(60.0 * m) * 1024)}  # type: ignore[operator]
+        for m in range(minutes + 1)
+        for rank in (0, 1)
+    ]  # fmt: skip
+    return {"model": "mnist", "model_flags": [], "nodes": 2, "tasks_per_node": 1,
+            "minutes": minutes, "steps": 9000, "warmup_s": 120.0, "samples": samples,
+            "max_rss_slope_mb_h": 10.0}  # fmt: skip
+
+
+def test_rejudge_cuts_a_long_soak_to_its_first_minutes_and_slopes_the_last_hour() -> None:
+    # flat for 40 minutes, then +30 MB/h to the end
+    result = _soak_result(lambda t: 900 + max(0.0, t - 2400) / 3600 * 30)
+    first = rejudge(result, first_minutes=30)
+    assert first["passed"], first["problems"]
+    assert max(s["t"] for s in first["samples"]) == 1800
+    assert first["minutes"] == 30
+    assert "whole run" in str(first["steps"])
+    whole = rejudge(result)
+    assert not whole["passed"]
+    assert "still rising at +30 MB/h" in whole["problems"][0]
+    assert whole["last_hour_rss_slope_mb_h"]["0"] == pytest.approx(30, rel=1e-3)
+    assert first["last_hour_rss_slope_mb_h"]["1"] == pytest.approx(0, abs=1e-9)
+    with pytest.raises(ValueError, match="no samples"):
+        rejudge(_soak_result(lambda t: 900, minutes=5), first_minutes=-1)
