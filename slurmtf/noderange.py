@@ -78,17 +78,19 @@ def workers_line(clusters: Iterable[Mapping[str, Any]]) -> str | None:
     return f"{now} worker{'' if now == 1 else 's'} (was {before} before restart {restart})"
 
 
-# Slurm's pending reasons (squeue's REASON) that say the job waits for nodes.
-_REASONS = {
-    "Resources": "waits for free nodes (Resources)",
-    "ReqNodeNotAvail": "waits for nodes that are down, drained or reserved (ReqNodeNotAvail)",
-    "Priority": "waits behind jobs of higher priority (Priority)",
-    "BeginTime": "was requeued and waits for its begin time, a few seconds (BeginTime)",
-    "NodeDown": "waits: a node it needs is down (NodeDown)",
-    "PartitionNodeLimit": "asks more nodes than the partition allows (PartitionNodeLimit)",
-    "JobHeldAdmin": "is held by an administrator (JobHeldAdmin)",
-    "JobHeldUser": "is held (JobHeldUser): scontrol release JOB",
-}
+# Slurm's pending reasons (squeue's REASON, scontrol's Reason=) in words, by prefix.
+_REASONS = (
+    ("Resources", "waits for free nodes"),
+    ("ReqNodeNotAvail", "waits for nodes that are down, drained or reserved"),
+    ("Nodes_required_for_job_are_DOWN", "waits for nodes that are down, drained or reserved"),
+    ("NodeDown", "waits: a node it needs is down"),
+    ("Priority", "waits behind jobs of higher priority"),
+    ("BeginTime", "was requeued and waits for its begin time, a few seconds"),
+    ("PartitionNodeLimit", "asks more nodes than the partition allows"),
+    ("JobHeldAdmin", "is held by an administrator"),
+    ("JobHeldUser", "is held: scontrol release JOB"),
+)
+_FOR_NODES = ("Resources", "ReqNodeNotAvail", "Nodes_required_for_job_are_DOWN", "NodeDown")
 
 
 def pending_line(fields: Mapping[str, str], unavailable: Mapping[str, str]) -> str | None:
@@ -97,20 +99,17 @@ def pending_line(fields: Mapping[str, str], unavailable: Mapping[str, str]) -> s
     if fields.get("JobState") != "PENDING":
         return None
     reason = fields.get("Reason", "None")
-    base = reason.split(",")[0].split("(")[0].strip()
-    words = _REASONS.get(base, f"waits ({reason})")
-    asked = fields.get("ReqNodes") or fields.get("NumNodes", "?")
-    line = f"  pending: {words}; it asks {asked} node(s)"
+    said = reason.replace("_", " ")
+    words = next((f"{w} ({said})" for key, w in _REASONS if reason.startswith(key)), None)
+    low, _, high = fields.get("NumNodes", "?").partition("-")
+    asked = low if high in ("", low) else f"{low}-{high}"
+    line = f"  pending: {words or f'waits ({said})'}; it asks {asked} node(s)"
     if unavailable:
         listed = ", ".join(f"{n} {s}" for n, s in sorted(unavailable.items()))
         line += f"; unavailable: {listed}"
-    if base in ("Resources", "ReqNodeNotAvail", "NodeDown") and not _is_range(asked):
+    if reason.startswith(_FOR_NODES) and "-" not in asked:
         line += " (a --nodes=MIN-MAX range would start on the nodes left)"
     return line
-
-
-def _is_range(asked: str) -> bool:
-    return "-" in asked
 
 
 def parse_nodes_states(text: str) -> dict[str, str]:

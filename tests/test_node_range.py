@@ -116,18 +116,28 @@ def test_parse_nodes_states_keeps_the_unavailable() -> None:
     }
 
 
+# Slurm 22.05's Reason for a 3-node job with node3 drained, as scontrol -o prints it
+DRAINED = (
+    "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions"
+)
+
+
 def test_status_says_why_a_fixed_count_job_waits() -> None:
-    fields = {"JobState": "PENDING", "Reason": "ReqNodeNotAvail,_UnavailableNodes:node3",
-              "NumNodes": "3"}  # fmt: skip
+    fields = {"JobState": "PENDING", "Reason": DRAINED, "NumNodes": "3-3"}
     (line,) = shape_lines(fields, [], fake_runner(SINFO))
     assert line == (
-        "  pending: waits for nodes that are down, drained or reserved (ReqNodeNotAvail); "
-        "it asks 3 node(s); unavailable: node3 drain (node-range-test), node4 down "
-        "(Not responding) (a --nodes=MIN-MAX range would start on the nodes left)"
+        "  pending: waits for nodes that are down, drained or reserved (Nodes required for job "
+        "are DOWN, DRAINED or reserved for jobs in higher priority partitions); it asks 3 "
+        "node(s); unavailable: node3 drain (node-range-test), node4 down (Not responding) "
+        "(a --nodes=MIN-MAX range would start on the nodes left)"
     )
     fields = {"JobState": "PENDING", "Reason": "Resources", "NumNodes": "2-3"}
     (line,) = shape_lines(fields, [], fake_runner("node1|idle|none\n"))
     assert line == "  pending: waits for free nodes (Resources); it asks 2-3 node(s)"
+    fields = {"JobState": "PENDING", "Reason": "QOSMaxNodePerJobLimit", "NumNodes": "4"}
+    (line,) = shape_lines(fields, [], fake_runner(""))
+    assert line == "  pending: waits (QOSMaxNodePerJobLimit); it asks 4 node(s)"
+    assert shape_lines({"JobState": "RUNNING"}, [], fake_runner(SINFO)) == []
 
 
 def test_status_says_the_worker_count_changed() -> None:

@@ -40,12 +40,23 @@ def drained(slurm_sandbox: SlurmSandbox) -> Iterator[list[str]]:
         slurm_sandbox.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
 
 
+def all_idle(sandbox: SlurmSandbox, timeout: float = 120) -> None:
+    """Wait until no job holds a node: a range job takes what is free when it starts."""
+    deadline = time.monotonic() + timeout
+    while (states := sandbox.sandbox.node_states()) and time.monotonic() < deadline:
+        if all(state == "idle" for state in states.values()):
+            return
+        time.sleep(1)
+    pytest.fail(f"nodes not idle within {timeout:.0f} s: {states}")
+
+
 def test_a_range_job_goes_on_on_the_nodes_left(
     slurm_sandbox: SlurmSandbox,
     jobs: list[SandboxJob],
     drained: list[str],
     tmp_path: Path,
 ) -> None:
+    all_idle(slurm_sandbox)
     job = SandboxJob(slurm_sandbox, tmp_path / "range", nodes=3, tasks=3)
     jobs.append(job)
     state_home = tmp_path / "state"
@@ -84,3 +95,50 @@ def test_a_range_job_goes_on_on_the_nodes_left(
         [PYTHON, "-m", "slurmtf.cli", "status", job.job_id], cwd=state_home, env=env
     )
     assert "2 workers (was 3 before restart 1)" in status.stdout, status.stdout
+
+    # A fixed count the nodes left cannot give waits; status says why, naming the node.
+    sbatch = ["sbatch", "--parsable", "-N3", f"--output={tmp_path}/%j.out", "--wrap=true"]
+    waiting = slurm_sandbox.run(sbatch).stdout.strip().split(";")[0]
+    try:
+        line = wait_for_line(slurm_sandbox, waiting, "pending: waits for nodes", env, tmp_path)
+    finally:
+        slurm_sandbox.run(["scancel", waiting], check=False)
+    assert f"unavailable: {node} drain (node-range-test)" in line, line
+    assert "it asks 3 node(s)" in line, line
+
+
+def wait_for_line(
+    sandbox: SlurmSandbox, job_id: str, words: str, env: dict[str, str], folder: Path
+) -> str:
+    """``slurmtf status JOB``'s line with ``words``, once the scheduler has looked at it."""
+    deadline = time.monotonic() + 60
+    status = ""
+    while time.monotonic() < deadline:
+        status = sandbox.run(
+            [PYTHON, "-m", "slurmtf.cli", "status", job_id, f"--log_dir={folder}"], env=env
+        ).stdout
+        found = [line for line in status.splitlines() if words in line]
+        if found:
+            return found[0]
+        time.sleep(1)
+    raise AssertionError(f"no {words!r} in slurmtf status {job_id}:\n{status}")
+
+
+def test_submit_a_range_gets_every_free_node(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
+    """``slurmtf submit --nodes=2-3 --gpus_per_node=2`` on three idle nodes: 3 nodes x 2
+    tasks (Slurm would give 2 had the job asked a task count)."""
+    all_idle(slurm_sandbox)
+    say = "echo node=$SLURMD_NODENAME rank=$SLURM_PROCID of $SLURM_STEP_NUM_TASKS"
+    done = slurm_sandbox.run(
+        [PYTHON, "-m", "slurmtf.cli", "submit", f"--command=bash -c '{say}'", "--nodes=2-3",
+         "--gpus_per_node=2", "--time=5", f"--log_dir={tmp_path}", "--wait"],
+        cwd=tmp_path, env={"PYTHONPATH": str(REPO)}, timeout=300,
+    )  # fmt: skip
+    assert "2-3 node(s) x 2 task(s)" in done.stdout, done.stdout
+    said = sorted(
+        line
+        for path in tmp_path.glob("*_log.out")
+        for line in path.read_text().splitlines()
+        if line.startswith("node=")
+    )
+    assert said == [f"node=node{1 + r // 2} rank={r} of 6" for r in range(6)], done.stdout
