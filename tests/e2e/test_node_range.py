@@ -23,7 +23,7 @@ from tests.e2e.jobruns import SandboxJob, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
-STEPS = 40
+STEPS = 30
 BATCH = 12  # splits over 3 and over 2 workers
 ARGS = [
     f"--batch_size={BATCH}", "--eval_steps=1", "--num_threads=1", "--seed=3", "--log_every=1",
