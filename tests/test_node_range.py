@@ -225,3 +225,18 @@ def test_a_step_that_cannot_run_stops_with_a_hint(env: dict[str, str], words: st
     assert done.returncode == 2
     assert words in done.stderr, done.stderr
     assert "HINT: " in done.stderr, done.stderr
+
+
+def test_the_worker_count_of_the_last_start_is_kept_in_the_model_dir(tmp_path: Path) -> None:
+    from slurmtf.training import checkpoints
+
+    model_dir = str(tmp_path / "model")
+    assert checkpoints.previous_workers(model_dir) is None  # the first start
+    assert checkpoints.previous_workers(None) is None
+    checkpoints.record_workers(model_dir, 3)
+    assert checkpoints.previous_workers(model_dir) == 3
+    checkpoints.record_workers(model_dir, 2)
+    assert checkpoints.previous_workers(model_dir) == 2
+    assert [p.name for p in (tmp_path / "model").iterdir()] == [checkpoints.WORKERS_FILE]
+    (tmp_path / "model" / checkpoints.WORKERS_FILE).write_text("{not json")
+    assert checkpoints.previous_workers(model_dir) is None
