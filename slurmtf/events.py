@@ -5,9 +5,10 @@ The one writer (:func:`emit`) and the one reader (:func:`parse_events`,
 callbacks report, and of what ``slurmtf status``, the tests and the benchmarks read back.
 Nothing reads the human progress text. Events (fields beyond ``event``):
 
-* ``cluster`` (rank, workers, GPUs ...), ``progress`` (step, total, loss, accuracy,
-  examples_per_sec), ``eval``, ``checkpoint``, ``preempted``, ``done`` (step, preempted)
-  from the training loop; ``start``/``exit`` (status) from the per-task launcher.
+* ``cluster`` (rank, workers, GPUs ..., ``workers_changed_from``: the previous start's
+  worker count when a ``--nodes`` range restarted on another), ``progress`` (step, total,
+  loss, accuracy, examples_per_sec), ``eval``, ``checkpoint``, ``preempted``, ``done``
+  (step, preempted) from the training loop; ``start``/``exit`` (status) from the per-task launcher.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@
 # Slurm's SLURM_RESTART_COUNT, so the budget holds across restarts.
 #
 # Functions (the batch script calls them in this order):
-#   slurmtf_job_setup NAME              REPO, RUN, MODEL_DIR, LOG_DIR, PYTHON, gpu_bind
+#   slurmtf_job_setup NAME              REPO, RUN, MODEL_DIR, LOG_DIR, PYTHON, srun_tasks,
+#                                       gpu_bind
 #   slurmtf_find_model NAME             MODEL: models.NAME in a checkout, else slurmtf_models.NAME
 #   slurmtf_job_srun COMMAND...         srun with per-rank logs; sets slurmtf_rc
 #   slurmtf_job_end                     exits with the job's final status (or requeues)
@@ -43,18 +44,51 @@ slurmtf_job_setup() {
     slurmtf_job_record
     slurmtf_srun_err="$LOG_DIR/srun.err"
     slurmtf_snapshot
+    slurmtf_step_tasks
     # Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+) unless
     # the job chose a binding itself (--gpus-per-task, --gpu-bind); the model checks it.
     gpu_bind=()
-    local per_node="${SLURM_NTASKS_PER_NODE:-1}"
+    local per_node="${slurmtf_tasks_per_node:-${SLURM_NTASKS_PER_NODE:-1}}"
     if [ -z "${SLURM_GPU_BIND:-}${SLURM_GPUS_PER_TASK:-}" ] && [[ "$per_node" =~ ^[0-9]+$ ]] \
             && [[ "${SLURM_GPUS_ON_NODE:-0}" =~ ^[0-9]+$ ]] && [ "$per_node" -gt 1 ] \
             && [ "${SLURM_GPUS_ON_NODE:-0}" -ge "$per_node" ]; then
         gpu_bind=(--gpu-bind="per_task:$((SLURM_GPUS_ON_NODE / per_node))")
     fi
     echo "$(date -Is) job ${SLURM_JOB_ID:-local} restart $slurmtf_restarts of" \
-         "$slurmtf_budget: ${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-}," \
+         "$slurmtf_budget: ${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-}" \
+         "x ${slurmtf_tasks_per_node:-${SLURM_NTASKS_PER_NODE:-?}} task(s)," \
          "model_dir $MODEL_DIR, per-rank logs $LOG_DIR"
+}
+
+# The step's task count. A job submitted with a task count (--ntasks-per-node, -n,
+# --ntasks-per-gpu) gets it, as Slurm gave it. A job without one (the job scripts ask
+# none, so that a --nodes=MIN-MAX range gets every node Slurm can give: a task count
+# fixed at submission caps the nodes at MIN) runs TASKS_PER_NODE tasks on each node it
+# got, by default one per GPU (one without GPUs): srun_tasks holds srun's flags.
+slurmtf_step_tasks() {
+    srun_tasks=()
+    slurmtf_tasks_per_node=""
+    [ -z "${SLURM_NTASKS:-}" ] || return 0
+    local gpus="${SLURM_GPUS_ON_NODE:-0}" nodes="${SLURM_JOB_NUM_NODES:-1}"
+    [[ "$gpus" =~ ^[0-9]+$ ]] && [ "$gpus" -gt 0 ] || gpus=1
+    local per_node="${TASKS_PER_NODE:-$gpus}"
+    if ! [[ "$per_node" =~ ^[1-9][0-9]*$ ]]; then
+        slurmtf_log "TASKS_PER_NODE='$per_node': not a task count. HINT: TASKS_PER_NODE=1" \
+            "(one worker with all the node's GPUs) or leave it unset (one per GPU)" >&2
+        exit 2
+    fi
+    # Slurm gives a job without a task count one CPU per node unless asked for more.
+    local cpus="${SLURM_JOB_CPUS_PER_NODE:-}" least need
+    least=$(tr ',' '\n' <<<"$cpus" | sed 's/(.*//' | sort -n | head -n 1)
+    need=$((per_node * ${SLURM_CPUS_PER_TASK:-1}))
+    if [[ "$least" =~ ^[0-9]+$ ]] && [ "$least" -lt "$need" ]; then
+        slurmtf_log "$per_node task(s) per node need $need CPUs per node; the job has" \
+            "$cpus. HINT: sbatch --mincpus=$need (or --cpus-per-gpu=N), or" \
+            "TASKS_PER_NODE=1 for one worker with all the node's GPUs" >&2
+        exit 2
+    fi
+    slurmtf_tasks_per_node="$per_node"
+    srun_tasks=(--nodes="$nodes" --ntasks-per-node="$per_node" --ntasks="$((nodes * per_node))")
 }
 
 # What a pip user types when $PYTHON lacks slurmtf, its models or TensorFlow.
@@ -153,7 +187,7 @@ slurmtf_json_escape() {
 }
 
 slurmtf_job_srun() {
-    srun --kill-on-bad-exit=1 --open-mode=append "${gpu_bind[@]}" \
+    srun --kill-on-bad-exit=1 --open-mode=append "${srun_tasks[@]}" "${gpu_bind[@]}" \
          --output="$LOG_DIR/rank%t.out" --error="$LOG_DIR/rank%t.err" \
          "$@" 2> >(tee -a "${slurmtf_srun_err:-$LOG_DIR/srun.err}" >&2)
     slurmtf_rc=$?

@@ -50,6 +50,7 @@ class JobSpec:
     target: str
     args: tuple[str, ...] = ()
     nodes: int = 1
+    max_nodes: int = 0  # a --nodes=MIN-MAX range: its maximum (0: exactly ``nodes``)
     gpus_per_node: int = 0
     gpu_flag: str = "gres"
     gpus_per_task: int = 1
@@ -127,6 +128,13 @@ class JobSpec:
                 raise InputError(
                     name, value, f"must be at least {low}", f"pass {name}={low} or more"
                 )
+        if self.max_nodes and self.max_nodes < self.nodes:
+            raise InputError(
+                "--nodes",
+                f"{self.nodes}-{self.max_nodes}",
+                "has its maximum below its minimum",
+                f"--nodes={self.max_nodes}-{self.nodes}",
+            )
         if self.cpus_per_task is not None and self.cpus_per_task < 1:
             raise InputError(
                 "--cpus_per_task",
@@ -147,6 +155,13 @@ class JobSpec:
         if self.gpu_flag not in GPU_FLAGS:
             raise InputError(
                 "--gpu_flag", self.gpu_flag, "is unknown", f"one of {', '.join(GPU_FLAGS)}"
+            )
+        if self.is_range and self.gpu_flag == "gpus-per-task" and self.gpus_per_node:
+            raise InputError(
+                "--gpu_flag",
+                self.gpu_flag,
+                f"fixes the task count, so --nodes={self.node_count} would run on its minimum",
+                "use --gpu_flag=gres or --gpu_flag=gpus-per-node with a --nodes range",
             )
         if self.cluster not in CLUSTERS:
             raise InputError(
@@ -183,7 +198,23 @@ class JobSpec:
 
     @property
     def num_tasks(self) -> int:
+        """The tasks on the fewest nodes the job may get."""
         return self.nodes * self.tasks_per_node
+
+    @property
+    def is_range(self) -> bool:
+        """A ``--nodes=MIN-MAX`` job: as many nodes as Slurm can give in the range."""
+        return self.max_nodes > self.nodes
+
+    @property
+    def node_count(self) -> str:
+        """``--nodes`` as sbatch reads it: ``2`` or ``2-4``."""
+        return f"{self.nodes}-{self.max_nodes}" if self.is_range else str(self.nodes)
+
+    @property
+    def most_tasks(self) -> int:
+        """The tasks on the most nodes the job may get."""
+        return max(self.nodes, self.max_nodes) * self.tasks_per_node
 
     @property
     def grid(self) -> list[dict[str, str]]:
@@ -270,13 +301,16 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     params: dict[str, Any] = {
         "job_name": spec.job_name,
         "time": spec.time_min,
-        "nodes": spec.nodes,
-        "ntasks_per_node": spec.tasks_per_node,
+        "nodes": spec.nodes,  # a range's minimum: submitit counts tasks with it
         "signal_delay_s": spec.signal_delay_s,
         "array_parallelism": spec.array_parallelism,
         # A failed rank stops the others instead of idling until the time limit.
         "srun_args": ["--kill-on-bad-exit=1"],
     }
+    if spec.is_range:  # the step's task count, on the nodes Slurm gave (range_parameters)
+        params["srun_args"].append(f"--ntasks-per-node={spec.tasks_per_node}")
+    else:
+        params["ntasks_per_node"] = spec.tasks_per_node
     if spec.gpus_per_node:
         if spec.gpu_flag == "gres":
             params["gres"] = f"gpu:{spec.gpus_per_node}"
@@ -294,6 +328,7 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
             params[key] = value
     if spec.exclusive:
         params["exclusive"] = True
+    ranged = range_parameters(spec)
     setup = [*spec.setup, *restart_setup(spec, python), *check_setup(spec, python),
              *stage_setup(spec, python)]  # fmt: skip
     if setup:
@@ -301,9 +336,24 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}
     # Requeueable, so that `scontrol requeue` (after exit 75) and node failures restart it.
     extra["requeue" if spec.max_requeues else "no-requeue"] = True
+    extra.update(ranged)
     extra.update({k: (v if v else True) for k, v in spec.sbatch_extra})
     params["additional_parameters"] = extra
     return params
+
+
+def range_parameters(spec: JobSpec) -> dict[str, Any]:
+    """A ``--nodes=MIN-MAX`` job asks no task count: Slurm fixes one at submission from
+    the minimum and then caps the nodes with it (sbatch --nodes=2-3 --ntasks-per-node=1
+    gets 2 of 3 idle nodes). The srun step sets the tasks per node on the nodes it got,
+    and ``--mincpus`` gives each node the CPUs for them: the sbatch options here."""
+    if not spec.is_range:
+        return {}
+    extra: dict[str, Any] = {"nodes": spec.node_count}
+    cpus = spec.tasks_per_node * (spec.cpus_per_task or 1)
+    if cpus > 1:
+        extra["mincpus"] = cpus
+    return extra
 
 
 def _has_flag(args: Sequence[str], name: str) -> bool:

@@ -22,10 +22,11 @@ from slurmtf.contracts import (
 )
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.jobspec import JobSpec
+from slurmtf.noderange import parse_nodes
 
 # Flags that become the JobSpec field of the same name unchanged (JobSpec checks them).
 _AS_GIVEN = (
-    "nodes", "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "mem",
+    "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "mem",
     "partition", "account", "qos", "constraint", "exclusive", "job_name", "log_dir",
     "signal_delay_s", "array_parallelism", "cluster", "legacy_keras", "stage_data",
     "check_first",
@@ -42,7 +43,10 @@ def spec_from_args(fv: Any, rest: Sequence[str]) -> JobSpec:
             "--model/--module/--function/--command", given, "need exactly one", "e.g. --model=mnist"
         )
     kind, target = targets[0][0], str(targets[0][1])
+    nodes = parse_nodes(fv.nodes)
     return JobSpec(
+        nodes=nodes.low,
+        max_nodes=nodes.high if nodes.is_range else 0,
         kind=kind,
         target=target,
         args=tuple(rest),
@@ -63,7 +67,8 @@ def dry_run(spec: JobSpec, python: str, out: TextIO) -> None:
     grid = spec.grid
     array = len(grid) if len(grid) > 1 else None
     print(
-        f"# sbatch script ({spec.num_tasks} tasks: {spec.nodes} nodes x {spec.tasks_per_node})",
+        f"# sbatch script ({tasks_text(spec)} tasks: {spec.node_count} nodes x "
+        f"{spec.tasks_per_node})",
         file=out,
     )
     if array:
@@ -79,6 +84,13 @@ def dry_run(spec: JobSpec, python: str, out: TextIO) -> None:
             f"# {label}{shlex.join(jobspec.task_command(spec, params, python, job_id=job))}",
             file=out,
         )
+
+
+def tasks_text(spec: JobSpec) -> str:
+    """``4`` or, for a ``--nodes`` range, ``4-8``."""
+    if spec.is_range:
+        return f"{spec.num_tasks}-{spec.most_tasks}"
+    return str(spec.num_tasks)
 
 
 def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
@@ -113,13 +125,16 @@ def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
     main_id = ids[0].split("_")[0] if len(ids) > 1 else ids[0]
     kind = f"job array {main_id} ({len(ids)} tasks)" if len(ids) > 1 else f"job {main_id}"
     print(
-        f"slurmtf: submitted {kind}: {spec.nodes} node(s) x {spec.tasks_per_node} task(s)", file=out
+        f"slurmtf: submitted {kind}: {spec.node_count} node(s) x {spec.tasks_per_node} task(s)",
+        file=out,
     )
     for job_id, params in zip(ids, grid, strict=True):
         label = f" {params}" if params else ""
         print(f"slurmtf: {job_id}{label} logs:", file=out)
         for rank, path in enumerate(rank_log_paths(spec.folder, job_id, spec.num_tasks)):
             print(f"  rank {rank}: {path}", file=out)
+        if spec.is_range:
+            print(f"  (ranks {spec.num_tasks}-{spec.most_tasks - 1} too, on more nodes)", file=out)
     out.flush()
     return main_id, ids
 

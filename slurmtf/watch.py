@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from slurmtf import jobrecord
+from slurmtf import jobrecord, noderange
 from slurmtf.console import Console, Renderer, render_lines, shown_stderr
 from slurmtf.contracts import (
     DEFAULT_LOG_DIR,
@@ -27,7 +27,7 @@ from slurmtf.contracts import (
     rank_log_paths,
 )
 from slurmtf.errors import SlurmCommandError
-from slurmtf.events import last, named, parse_events, read_events
+from slurmtf.events import Event, last, named, parse_events, read_events
 from slurmtf.jobrecord import JobPlace
 from slurmtf.runner import Runner, default_runner
 from slurmtf.training.reporting import format_seconds
@@ -300,6 +300,7 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
         state = state_line(job_id, runner, place.log_dir)[0].split(": ", 1)[1]
         restarts = str(max(len(starts) - 1, 0))
     lines = [f"job {job_id}: {state}, restarts {restarts}"]
+    lines.extend(shape_lines(fields, starts, runner))
     progress = last(chief_events, "progress")
     if progress is not None:
         step, total = progress.get("step"), progress.get("total")
@@ -317,6 +318,23 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
         error = last_error(place.rank_log(rank, "err"))
         if error:
             lines.append(f"  last error, rank {rank}: {error[:300]}")
+    return lines
+
+
+def shape_lines(fields: dict[str, str] | None, starts: list[Event], runner: Runner) -> list[str]:
+    """A worker count that changed over the restarts (a ``--nodes`` range), and why a
+    pending job waits, naming the nodes that cannot run it."""
+    lines = []
+    workers = noderange.workers_line(starts)
+    if workers:
+        lines.append(f"  {workers}")
+    if fields is not None and fields.get("JobState") == "PENDING":
+        try:
+            nodes = runner(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], check=False)
+        except SlurmCommandError:
+            nodes = ""
+        waits = noderange.pending_line(fields, noderange.parse_nodes_states(nodes))
+        lines.extend([waits] if waits else [])
     return lines
 
 

@@ -76,7 +76,13 @@ def _what_runs(group: argparse._ArgumentGroup) -> None:
 
 
 def _resources(group: argparse._ArgumentGroup) -> None:
-    add_flag(group, "nodes", type=int, default=1, help="nodes (default 1)")
+    add_flag(
+        group,
+        "nodes",
+        default="1",
+        help="nodes: N, or MIN-MAX for as many as Slurm can give in the range at each "
+        "(re)start (the global --batch_size is kept) (default 1)",
+    )
     add_flag(
         group,
         "gpus_per_node",
@@ -231,7 +237,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         if not options.wait:
             return 0
         status: int = follow(
-            main_id, spec.folder, spec.num_tasks, out=out, log_job=ids[0], verbose=options.verbose
+            main_id, spec.folder, spec.most_tasks, out=out, log_job=ids[0], verbose=options.verbose
         )
         return status
     except (SlurmtfError, UsageError) as exc:

@@ -9,12 +9,16 @@ killed mid-save resumes from the previous complete checkpoint.
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from absl import logging
+
+WORKERS_FILE = "workers.json"  # in --model_dir: how many workers the last start had
 
 
 class Checkpointer:
@@ -72,3 +76,32 @@ class Checkpointer:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return None
+
+
+def previous_workers(model_dir: str | None) -> int | None:
+    """The worker count the run in ``model_dir`` last started with (None: first start).
+
+    Checkpoints of ``MultiWorkerMirroredStrategy`` hold each variable once, whatever the
+    replica count, so a restart on another worker count (a ``--nodes`` range) restores
+    them; this count only lets the ``cluster`` event say that it changed."""
+    if model_dir is None:
+        return None
+    try:
+        value = json.loads((Path(model_dir) / WORKERS_FILE).read_text())["num_workers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return value if isinstance(value, int) else None
+
+
+def record_workers(model_dir: str | None, num_workers: int) -> None:
+    """The chief notes this start's worker count in ``model_dir`` (atomic rename)."""
+    if model_dir is None:
+        return
+    folder = Path(model_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        scratch = folder / f".{WORKERS_FILE}.{os.getpid()}"
+        scratch.write_text(json.dumps({"num_workers": num_workers}) + "\n")
+        scratch.replace(folder / WORKERS_FILE)
+    except OSError as exc:
+        logging.warning("Cannot record the worker count in %s: %s", folder, exc)

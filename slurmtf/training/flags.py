@@ -12,6 +12,7 @@ from typing import Any
 from absl import flags
 
 from slurmtf.errors import InputError
+from slurmtf.noderange import split_counts
 
 STRATEGIES = ("auto", "off", "one_device", "mirrored", "multi_worker_mirrored")
 ALL_REDUCE = ("auto", "ring", "nccl")
@@ -294,8 +295,10 @@ def fit_default_batch(config: TrainConfig, replicas: int) -> TrainConfig:
     return dataclasses.replace(config, batch_size=nearest_batch(config.batch_size, replicas))
 
 
-def check_batch_size(batch_size: int, replicas: int) -> int:
-    """Return the per-replica batch; the global batch must split evenly over the replicas."""
+def check_batch_size(batch_size: int, replicas: int, local_replicas: int = 1) -> int:
+    """Return the per-replica batch; the global batch must split evenly over the replicas
+    (``local_replicas`` on each worker). It stays the same on any worker count (a
+    ``--nodes`` range), so the hint lists the worker counts it splits over."""
     if batch_size % replicas == 0:
         return batch_size // replicas
     best = nearest_batch(batch_size, replicas)
@@ -303,7 +306,8 @@ def check_batch_size(batch_size: int, replicas: int) -> int:
         "--batch_size",
         batch_size,
         f"the global batch does not split evenly over {replicas} replicas",
-        f"use --batch_size={best} (nearest multiple of {replicas})",
+        f"use --batch_size={best} (nearest multiple of {replicas}), or a worker count "
+        f"that splits it: {split_counts(batch_size, local_replicas)}",
     )
 
 

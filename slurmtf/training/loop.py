@@ -19,7 +19,7 @@ from absl import logging
 from slurmtf import events, teardown
 from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.layout import ClusterLayout
-from slurmtf.training import grad_reduce, progress_watch, reporting
+from slurmtf.training import checkpoints, grad_reduce, progress_watch, reporting
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import (
@@ -145,13 +145,16 @@ def _run(
     """The phases of :func:`run`; the preemption handler is installed from the start."""
     num_gpus, log_path = _set_up_process(config, info)
     teardown.prepare()
+    workers_before = _workers_before(config, info)  # before the chief records this start
     choice, strategy = _start_strategy(config, info, num_gpus)
     watcher.install()  # again: the runtime may have taken the signal (TF does for SIGTERM)
     watch.start()  # peers have joined; model building and the first step get a grace
-    config, per_replica = _fit_batch(config, int(strategy.num_replicas_in_sync))
+    config, per_replica = _fit_batch(
+        config, int(strategy.num_replicas_in_sync), max(info.num_workers, 1)
+    )
     _announce(
         spec, config, info, strategy=strategy, choice=choice, num_gpus=num_gpus,
-        per_replica=per_replica, log_path=log_path,
+        per_replica=per_replica, log_path=log_path, workers_before=workers_before,
     )  # fmt: skip
     plan = _Plan.of(spec, config)
     training = _Training.build(
@@ -197,7 +200,7 @@ def _start_strategy(config: TrainConfig, info: RunInfo, num_gpus: int) -> tuple[
     return choice, strategy
 
 
-def _fit_batch(config: TrainConfig, replicas: int) -> tuple[TrainConfig, int]:
+def _fit_batch(config: TrainConfig, replicas: int, workers: int) -> tuple[TrainConfig, int]:
     """The config with a global batch that splits over ``replicas``; the per-replica batch.
 
     Also sets Keras's precision policy and seed (before the model is built).
@@ -214,7 +217,7 @@ def _fit_batch(config: TrainConfig, replicas: int) -> tuple[TrainConfig, int]:
             fitted.batch_size,
         )
         config = fitted
-    per_replica = check_batch_size(config.batch_size, replicas)
+    per_replica = check_batch_size(config.batch_size, replicas, replicas // workers)
     policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[config.dtype]
     keras.mixed_precision.set_dtype_policy(policy)
     keras.utils.set_random_seed(config.seed)
@@ -231,8 +234,10 @@ def _announce(
     num_gpus: int,
     per_replica: int,
     log_path: str | None,
+    workers_before: int | None = None,
 ) -> None:
-    """The ``cluster`` event: where this rank runs and how it will train."""
+    """The ``cluster`` event: where this rank runs and how it will train;
+    ``workers_changed_from`` is the previous start's worker count when it differs."""
     replicas = int(strategy.num_replicas_in_sync)
     synthetic = config.synthetic and not spec.own_data
     events.emit(
@@ -254,12 +259,21 @@ def _announce(
         synthetic=synthetic,
         data_dir=None if synthetic else config.data_dir,  # the path read (a staged copy)
         restart_count=info.restart_count,
+        workers_changed_from=workers_before,
         log_file=log_path,
     )
+    if info.is_chief:
+        checkpoints.record_workers(config.model_dir, info.num_workers)
     if synthetic:
         logging.warning(
             "Training on SYNTHETIC data (%s)", "asked" if config.data_dir else "no --data_dir"
         )
+
+
+def _workers_before(config: TrainConfig, info: RunInfo) -> int | None:
+    """The worker count of the previous start when it differs (a ``--nodes`` range)."""
+    before = checkpoints.previous_workers(config.model_dir)
+    return before if before is not None and before != info.num_workers else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -85,12 +85,15 @@ class SandboxJob:
         nodelist: str = "",
         sbatch_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
+        node_range: str = "",
     ) -> str:
         """``sbatch <scripts>/<script> ARGS`` (``jobs/`` of the checkout by default) on
-        ``nodes`` nodes with this job's folders."""
+        ``nodes`` nodes with this job's folders; ``node_range`` (``2-3``): ``--nodes=``
+        that range and no task count, as a user submits a range job."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        shape = [f"-N{self.nodes}", f"--ntasks-per-node={tasks_per_node}"]
         sbatch = [
-            f"-N{self.nodes}", f"--ntasks-per-node={tasks_per_node}", "--time=30",
+            *([f"--nodes={node_range}"] if node_range else shape), "--time=30",
             f"--job-name={self.run_dir.name}", f"--output={self.run_dir}/%x-%j.out",
         ]  # fmt: skip
         if nodelist:
@@ -152,6 +155,15 @@ class SandboxJob:
         os.kill(pid, signum)
         self.signalled.append(pid)
         return pid
+
+    def rank_node(self, rank: int) -> str:
+        """The node ``rank``'s process runs on (its ``SLURMD_NODENAME``)."""
+        pid = self.rank_pid(rank)
+        assert pid is not None, self.report()
+        for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+            if item.startswith(b"SLURMD_NODENAME="):
+                return item.split(b"=", 1)[1].decode()
+        raise AssertionError(f"rank {rank} has no SLURMD_NODENAME\n{self.report()}")
 
     def release(self) -> None:
         """Resume and kill every process this test stopped (by PID), if still there."""

@@ -87,6 +87,9 @@ COMMANDS: dict[str, Doc] = {
     "sbatch -N2 --gres=gpu:4 --ntasks-per-node=4 jobs/resnet.sbatch --resnet_size=50 "
     "--dtype=bf16 --data_dir=/data/imagenet": Doc(nodes=2, per_node=4, placement=True),
     "sbatch -N2 --gres=gpu:4 --ntasks-per-node=1 jobs/resnet.sbatch --resnet_size=50": Doc(nodes=2),
+    "sbatch --nodes=2-4 --gres=gpu:4 --mincpus=4 jobs/resnet.sbatch": Doc(
+        nodes=4, per_node=4, placement=True
+    ),
     "MODEL_DIR=/shared/r56 DATA_DIR=/data/cifar-10-batches-bin sbatch jobs/resnet.sbatch": Doc(
         nodes=2
     ),

@@ -28,7 +28,6 @@ import random
 import signal
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -90,16 +89,6 @@ def mended(own_sandbox: SlurmSandbox) -> Iterator[list[int]]:
     pytest.fail(f"nodes not back in service: {slurm_sandbox.sandbox.node_states()}")
 
 
-def node_of(job: SandboxJob, rank: int) -> str:
-    pid = job.rank_pid(rank)
-    assert pid is not None, job.report()
-    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    for item in environ:
-        if item.startswith(b"SLURMD_NODENAME="):
-            return item.split(b"=", 1)[1].decode()
-    raise AssertionError(f"rank {rank} has no SLURMD_NODENAME\n{job.report()}")
-
-
 def restarted_step(job: SandboxJob) -> int | None:
     """The first step rank 0 logged after the restart (its second ``cluster`` event), if
     any yet: from a checkpoint, or from step 0 when it failed before the first one."""
@@ -130,7 +119,7 @@ def test_a_hard_failure_recovers_by_itself(
         env={"MAX_RESTARTS": "2", "SLURMTF_NODE_PROBE_S": "10", "XDG_STATE_HOME": str(state_home)},
     )
     wait_until(job, lambda: job.progress() >= moment, 300, f"step {moment}")
-    node = node_of(job, 1)
+    node = job.rank_node(1)
     if kind == "rank":
         job.signal_rank(1, signal.SIGKILL)
     elif kind == "node":

@@ -1,0 +1,144 @@
+"""A ``--nodes=2-3`` job loses a node and goes on, on the nodes left.
+
+``sbatch --nodes=2-3 jobs/mnist.sbatch`` on the shared three-node sandbox starts on all
+three nodes (the job scripts ask no task count, so Slurm gives the range's maximum).
+Mid-run the node of rank 2 is drained and rank 2 is killed: the job script requeues the
+job, Slurm restarts it on the two nodes left (no waiting for a third), the model
+restores the checkpoint onto two workers with the same global batch, and the job ends
+COMPLETED. The ``cluster`` event and ``slurmtf status`` say the worker count changed.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from slurmtf.events import read_events
+from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
+from tests.e2e.jobruns import SandboxJob, wait_until
+
+pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
+
+STEPS = 30
+BATCH = 12  # splits over 3 and over 2 workers
+ARGS = [
+    f"--batch_size={BATCH}", "--eval_steps=1", "--num_threads=1", "--seed=3", "--log_every=1",
+    f"--train_steps={STEPS}", "--checkpoint_every=10", "--heartbeat_timeout=30",
+]  # fmt: skip
+
+
+@pytest.fixture
+def drained(slurm_sandbox: SlurmSandbox) -> Iterator[list[str]]:
+    """Nodes the test drains; back in service afterwards."""
+    nodes: list[str] = []
+    yield nodes
+    for node in nodes:
+        slurm_sandbox.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+
+
+def all_idle(sandbox: SlurmSandbox, timeout: float = 120) -> None:
+    """Wait until no job holds a node: a range job takes what is free when it starts."""
+    deadline = time.monotonic() + timeout
+    while (states := sandbox.sandbox.node_states()) and time.monotonic() < deadline:
+        if all(state == "idle" for state in states.values()):
+            return
+        time.sleep(1)
+    pytest.fail(f"nodes not idle within {timeout:.0f} s: {states}")
+
+
+def test_a_range_job_goes_on_on_the_nodes_left(
+    slurm_sandbox: SlurmSandbox,
+    jobs: list[SandboxJob],
+    drained: list[str],
+    tmp_path: Path,
+) -> None:
+    all_idle(slurm_sandbox)
+    job = SandboxJob(slurm_sandbox, tmp_path / "range", nodes=3, tasks=3)
+    jobs.append(job)
+    state_home = tmp_path / "state"
+    job.submit(ARGS, node_range="2-3", env={"MAX_RESTARTS": "2", "XDG_STATE_HOME": str(state_home)})
+    wait_until(job, lambda: job.progress() >= 12, 300, "step 12 on three nodes")
+    first = job.events(0, "cluster")
+    assert [c["num_workers"] for c in first] == [3], job.report()
+    node = job.rank_node(2)
+    slurm_sandbox.run(
+        ["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=node-range-test"]
+    )
+    drained.append(node)
+    job.signal_rank(2, signal.SIGKILL)
+    lost = time.monotonic()
+    assert job.wait(400) == "COMPLETED", job.report()
+    print(f"MEASURED range restart to COMPLETED {time.monotonic() - lost:.1f} s")
+
+    clusters = job.events(0, "cluster")
+    assert [c["num_workers"] for c in clusters] == [3, 2], clusters
+    assert [c["restart_count"] for c in clusters] == [0, 1], clusters
+    assert [c["global_batch"] for c in clusters] == [BATCH, BATCH], clusters
+    assert [c["per_replica_batch"] for c in clusters] == [BATCH // 3, BATCH // 2], clusters
+    assert [c.get("workers_changed_from") for c in clusters] == [None, 3], clusters
+    hosts = {w.rsplit(":", 1)[0] for w in clusters[-1]["workers"]}
+    assert node not in hosts, f"restarted on the drained {node}: {hosts}"
+    chief = read_events(job.log_dir / "rank0.out")
+    second = [i for i, e in enumerate(chief) if e["event"] == "cluster"][1]
+    resumed = next(e["step"] for e in chief[second:] if e["event"] == "progress")
+    assert resumed > 10, f"did not resume from a checkpoint: first step {resumed}"
+    finals = [job.events(rank, "done")[-1] for rank in (0, 1)]
+    assert [f["step"] for f in finals] == [STEPS, STEPS], job.report()
+    assert finals[0]["weights_checksum"] == finals[1]["weights_checksum"], finals
+
+    env = {"XDG_STATE_HOME": str(state_home), "PYTHONPATH": str(REPO)}
+    status = slurm_sandbox.run(
+        [PYTHON, "-m", "slurmtf.cli", "status", job.job_id], cwd=state_home, env=env
+    )
+    assert "2 workers (was 3 before restart 1)" in status.stdout, status.stdout
+
+    # A fixed count the nodes left cannot give waits; status says why, naming the node.
+    sbatch = ["sbatch", "--parsable", "-N3", f"--output={tmp_path}/%j.out", "--wrap=true"]
+    waiting = slurm_sandbox.run(sbatch).stdout.strip().split(";")[0]
+    try:
+        line = wait_for_line(slurm_sandbox, waiting, "pending: waits for nodes", env, tmp_path)
+    finally:
+        slurm_sandbox.run(["scancel", waiting], check=False)
+    assert f"unavailable: {node} drain (node-range-test)" in line, line
+    assert "it asks 3 node(s)" in line, line
+
+
+def wait_for_line(
+    sandbox: SlurmSandbox, job_id: str, words: str, env: dict[str, str], folder: Path
+) -> str:
+    """``slurmtf status JOB``'s line with ``words``, once the scheduler has looked at it."""
+    deadline = time.monotonic() + 60
+    status = ""
+    while time.monotonic() < deadline:
+        status = sandbox.run(
+            [PYTHON, "-m", "slurmtf.cli", "status", job_id, f"--log_dir={folder}"], env=env
+        ).stdout
+        found = [line for line in status.splitlines() if words in line]
+        if found:
+            return found[0]
+        time.sleep(1)
+    raise AssertionError(f"no {words!r} in slurmtf status {job_id}:\n{status}")
+
+
+def test_submit_a_range_gets_every_free_node(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
+    """``slurmtf submit --nodes=2-3 --gpus_per_node=2`` on three idle nodes: 3 nodes x 2
+    tasks (Slurm would give 2 had the job asked a task count)."""
+    all_idle(slurm_sandbox)
+    say = "echo node=$SLURMD_NODENAME rank=$SLURM_PROCID of $SLURM_STEP_NUM_TASKS"
+    done = slurm_sandbox.run(
+        [PYTHON, "-m", "slurmtf.cli", "submit", f"--command=bash -c '{say}'", "--nodes=2-3",
+         "--gpus_per_node=2", "--time=5", f"--log_dir={tmp_path}", "--wait"],
+        cwd=tmp_path, env={"PYTHONPATH": str(REPO)}, timeout=300,
+    )  # fmt: skip
+    assert "2-3 node(s) x 2 task(s)" in done.stdout, done.stdout
+    said = sorted(
+        line
+        for path in tmp_path.glob("*_log.out")
+        for line in path.read_text().splitlines()
+        if line.startswith("node=")
+    )
+    assert said == [f"node=node{1 + r // 2} rank={r} of 6" for r in range(6)], done.stdout
