@@ -144,8 +144,16 @@ def main(argv: Sequence[str]) -> int:
     )
     iterator = iter(coordinator.create_per_worker_dataset(make_dataset_fn(tf, args)))
     train_step = make_train_step(tf, strategy, model, args.learning_rate)
-    outcome = train(args, coordinator, train_step, iterator, start, preemption, ckpt, step_var)
-    first_loss, last_loss, step, preempted = outcome
+    first_loss, last_loss, step, preempted = train(
+        args,
+        coordinator=coordinator,
+        train_step=train_step,
+        iterator=iterator,
+        start=start,
+        preemption=preemption,
+        ckpt=ckpt,
+        step_var=step_var,
+    )
     emit(
         "done",
         rank=0,
@@ -160,6 +168,7 @@ def main(argv: Sequence[str]) -> int:
 
 def train(
     args: argparse.Namespace,
+    *,
     coordinator: Any,
     train_step: Any,
     iterator: Any,

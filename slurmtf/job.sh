@@ -175,10 +175,10 @@ slurmtf_ps_srun() {
         het=(--het-group="0-$((SLURM_HET_SIZE - 1))")
     fi
     slurmtf_kill_on_bad_exit=0 slurmtf_job_srun "${het[@]}" "$@"
-    slurmtf_tolerate_workers
 }
 
-# After a parameter-server step that did not end with 0: when every task srun reports
+# Called by slurmtf_job_end (so for `slurmtf submit --jobs` too; in other jobs no task is
+# a `slurmtf serve` worker). After a step that did not end with 0: when every task srun reports
 # as failed is a worker server (its log says `slurmtf serve: worker ...`) killed by a
 # signal, the chief's script finished without it: the attempt counts as a success.
 slurmtf_tolerate_workers() {
@@ -346,6 +346,7 @@ slurmtf_requeue() {
 }
 
 slurmtf_job_end() {
+    slurmtf_tolerate_workers
     if [ "$slurmtf_rc" -eq 0 ] && ! slurmtf_preempted; then
         slurmtf_unstage
         exit 0

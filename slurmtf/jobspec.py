@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurmtf import roles
 from slurmtf.contracts import DEFAULT_LOG_DIR, parse_preemption_signal
 from slurmtf.errors import InputError
 from slurmtf.jobvalues import (
@@ -34,6 +35,8 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "resnet50": ("slurmtf_models.resnet", ("--resnet_size=50",)),
 }
 KINDS = ("model", "module", "function", "command")
+PS_KINDS = ("command", "module")  # what the chief of a --jobs job runs
+SERVE = "slurmtf.serve"  # python -m slurmtf.serve: the tasks of a --jobs job
 GPU_FLAGS = ("gres", "gpus-per-node", "gpus-per-task")
 CLUSTERS = ("slurm", "local")
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
@@ -76,6 +79,7 @@ class JobSpec:
     legacy_keras: bool = False  # TF_USE_LEGACY_KERAS=1 in every task: tf.keras is tf_keras
     stage_data: bool = False  # copy --data_dir to each node's scratch first (slurmtf/job.sh)
     check_first: bool = False  # `slurmtf check` first; an outlier node: requeue without it
+    jobs: str | None = None  # roles (chief:1,ps:2,worker): a ParameterServerStrategy job
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -83,6 +87,8 @@ class JobSpec:
         self._check_choices()
         self._check_texts()
         sample_points(self.sweep, self.samples, self.sweep_seed)  # ranges need samples
+        if self.jobs is not None:
+            self._check_jobs()
         if self.stage_data:
             staged_source(self)
 
@@ -176,6 +182,36 @@ class JobSpec:
         for arg in self.args:
             check_text("model/command argument", arg, allow_empty=True)
 
+    def _check_jobs(self) -> None:
+        """``--jobs``: roles.py's syntax, a script to coordinate, tasks that add up."""
+        spec = roles.parse_jobs(str(self.jobs), name="--jobs")
+        if spec.by_component:
+            raise spec.error(
+                "names components, but slurmtf submit makes no heterogeneous job",
+                "leave out the @COMPONENT parts, or use jobs/parameter_server.sbatch with "
+                "#SBATCH hetjob (docs/BRING_YOUR_OWN.md)",
+            )
+        if self.kind not in PS_KINDS:
+            raise spec.error(
+                f"needs the chief's own script, not --{self.kind}",
+                "give --command='python train.py' or --module=mypkg.train that builds "
+                "ParameterServerStrategy (e.g. examples/parameter_server.py)",
+            )
+        if self.fixed_tasks is not None and self.fixed_tasks < self.nodes:
+            raise spec.error(
+                f"asks for {self.fixed_tasks} task(s), fewer than --nodes={self.nodes}",
+                f"pass --nodes={self.fixed_tasks} or fewer, or more tasks",
+            )
+        roles.assign_roles(spec, self.num_tasks)  # the counts fit the job's tasks
+
+    @property
+    def fixed_tasks(self) -> int | None:
+        """The task count ``--jobs`` fixes (every role counted), else ``None``."""
+        if self.jobs is None:
+            return None
+        counts = [entry.count for entry in roles.parse_jobs(self.jobs, name="--jobs").entries]
+        return None if None in counts else sum(c for c in counts if c is not None)
+
     @property
     def tasks_per_node(self) -> int:
         """One task per ``gpus_per_task`` GPUs; one task per node without GPUs."""
@@ -183,7 +219,7 @@ class JobSpec:
 
     @property
     def num_tasks(self) -> int:
-        return self.nodes * self.tasks_per_node
+        return self.fixed_tasks or self.nodes * self.tasks_per_node
 
     @property
     def grid(self) -> list[dict[str, str]]:
@@ -274,9 +310,12 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
         "ntasks_per_node": spec.tasks_per_node,
         "signal_delay_s": spec.signal_delay_s,
         "array_parallelism": spec.array_parallelism,
-        # A failed rank stops the others instead of idling until the time limit.
-        "srun_args": ["--kill-on-bad-exit=1"],
+        # A failed rank stops the others instead of idling until the time limit; in a
+        # --jobs job the chief's script decides (a killed worker is tolerated, job.sh).
+        "srun_args": [f"--kill-on-bad-exit={0 if spec.jobs else 1}"],
     }
+    if spec.fixed_tasks is not None:  # --jobs counts every task: --ntasks, not per node
+        del params["ntasks_per_node"]
     if spec.gpus_per_node:
         if spec.gpu_flag == "gres":
             params["gres"] = f"gpu:{spec.gpus_per_node}"
@@ -294,13 +333,16 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
             params[key] = value
     if spec.exclusive:
         params["exclusive"] = True
-    setup = [*spec.setup, *restart_setup(spec, python), *check_setup(spec, python),
+    roles_line = [] if spec.jobs is None else [f"export SLURMTF_JOBS={shlex.quote(spec.jobs)}"]
+    setup = [*spec.setup, *roles_line, *restart_setup(spec, python), *check_setup(spec, python),
              *stage_setup(spec, python)]  # fmt: skip
     if setup:
         params["setup"] = setup
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}
     # Requeueable, so that `scontrol requeue` (after exit 75) and node failures restart it.
     extra["requeue" if spec.max_requeues else "no-requeue"] = True
+    if spec.fixed_tasks is not None:
+        extra["ntasks"] = spec.fixed_tasks
     extra.update({k: (v if v else True) for k, v in spec.sbatch_extra})
     params["additional_parameters"] = extra
     return params
@@ -328,6 +370,11 @@ def task_command(
         if not _has_flag(given, "model_dir"):
             added.append(f"--model_dir={spec.folder / f'{job_id}_model'}")
         return [python, "-u", "-m", module, *fixed, *added, *given]
+    if spec.jobs is not None:  # ps/worker tasks serve; the chief runs the script as it is
+        chief = [python, "-u", "-m", spec.target]
+        if spec.kind == "command":
+            chief = shlex.split(spec.target)
+        return [python, "-u", "-m", SERVE, "--", *chief, *spec.args, *sweep_args]
     if spec.kind == "module":
         return [python, "-u", "-m", RUN_LAUNCHER, "-m", spec.target, *spec.args, *sweep_args]
     if spec.kind == "command":
