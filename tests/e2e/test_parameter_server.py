@@ -3,20 +3,23 @@
 The job's default shape: ``chief:1,ps:2,worker`` over 5 tasks (chief and both ps on
 node1, one worker on node2 and node3). A run completes with a falling loss and leaves no
 process behind; a worker killed mid-run is tolerated and the run completes without a
-restart; a ps killed mid-run requeues the job, which resumes from its checkpoint.
+restart; a ps killed mid-run requeues the job, which resumes from its checkpoint. The
+three jobs are submitted together (15 tasks fit the 3 nodes) and run side by side.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from slurmtf.events import named, read_events
 from tests.e2e.conftest import REPO, SlurmSandbox
-from tests.e2e.jobruns import SandboxJob, rank_pids, wait_until
+from tests.e2e.jobruns import SandboxJob, rank_pids
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
@@ -45,6 +48,28 @@ def submit(sandbox: SlurmSandbox, run_dir: Path, args: list[str]) -> SandboxJob:
     return job
 
 
+# name -> the example's flags; the killed runs go slower, so that the kill lands mid-run.
+RUNS = {
+    "ok": ["--train_steps=20"],
+    "worker": ["--train_steps=40", "--step_delay=0.2"],
+    "ps": ["--train_steps=40", "--step_delay=0.2"],
+}
+
+
+@pytest.fixture(scope="module")
+def ps_jobs(
+    slurm_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, SandboxJob]]:
+    """The three jobs of this module, submitted at once; cancelled and released at the end."""
+    root = tmp_path_factory.mktemp("ps")
+    made = {name: submit(slurm_sandbox, root / f"ps_{name}", args) for name, args in RUNS.items()}
+    kill_when_saved([(made["worker"], 4), (made["ps"], 1)], 5)  # worker 1, ps 0
+    yield made
+    for job in made.values():
+        job.cancel()
+        job.release()
+
+
 def job_processes(job_id: str) -> list[int]:
     """PIDs of every process on this machine that belongs to job ``job_id``."""
     found = []
@@ -65,19 +90,29 @@ def restarts(sandbox: SlurmSandbox, job_id: str) -> int:
     return int(show.split("Restarts=", 1)[1].split()[0])
 
 
-def chief_step(job: SandboxJob) -> int:
-    return max((e["step"] for e in job.events(0, "progress")), default=0)
+def saved_step(job: SandboxJob) -> int:
+    return max((e["step"] for e in job.events(0, "checkpoint")), default=0)
 
 
-def kill_when_trained(job: SandboxJob, rank: int, steps: int) -> int:
-    """SIGKILL rank ``rank``'s server once the chief has reported ``steps`` steps."""
-    wait_until(job, lambda: chief_step(job) >= steps, 600, f"{steps} steps of the chief")
-    pids = rank_pids(job.job_id, rank, module=SERVE)
-    assert pids, f"no server process for rank {rank}\n{job.report()}"
-    for pid in pids:
-        job.signalled.append(pid)
-        os.kill(pid, signal.SIGKILL)
-    return pids[0]
+def kill_when_saved(
+    targets: list[tuple[SandboxJob, int]], steps: int, timeout: float = 600
+) -> None:
+    """SIGKILL the server of each (job, rank) as soon as that job's chief has saved a
+    checkpoint at ``steps`` or later (the jobs run side by side)."""
+    deadline = time.monotonic() + timeout
+    left = list(targets)
+    while left and time.monotonic() < deadline:
+        for job, rank in list(left):
+            if saved_step(job) >= steps:
+                pids = rank_pids(job.job_id, rank, module=SERVE)
+                assert pids, f"no server process for rank {rank}\n{job.report()}"
+                for pid in pids:
+                    job.signalled.append(pid)
+                    os.kill(pid, signal.SIGKILL)
+                left.remove((job, rank))
+        time.sleep(0.3)
+    for job, _ in left:
+        pytest.fail(f"no checkpoint at step {steps} within {timeout:.0f} s\n{job.report()}")
 
 
 def check_completed(job: SandboxJob, total: int) -> list[dict[str, object]]:
@@ -101,9 +136,9 @@ def check_completed(job: SandboxJob, total: int) -> list[dict[str, object]]:
 
 
 def test_parameter_server_job_completes_and_leaves_nothing(
-    slurm_sandbox: SlurmSandbox, tmp_path: Path
+    slurm_sandbox: SlurmSandbox, ps_jobs: dict[str, SandboxJob]
 ) -> None:
-    job = submit(slurm_sandbox, tmp_path / "ps_ok", ["--train_steps=20"])
+    job = ps_jobs["ok"]
     check_completed(job, 20)
     (done,) = job.events(0, "done")
     assert done["start_step"] == 0
@@ -116,29 +151,21 @@ def test_parameter_server_job_completes_and_leaves_nothing(
     assert checkpoints[-1] == "ckpt-20.index", checkpoints
 
 
-def test_a_killed_worker_is_tolerated(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
-    job = submit(slurm_sandbox, tmp_path / "ps_worker", ["--train_steps=40", "--step_delay=0.2"])
-    try:
-        kill_when_trained(job, 4, 5)
-        check_completed(job, 40)
-    finally:
-        job.cancel()
-        job.release()
+def test_a_killed_worker_is_tolerated(
+    slurm_sandbox: SlurmSandbox, ps_jobs: dict[str, SandboxJob]
+) -> None:
+    job = ps_jobs["worker"]
+    check_completed(job, 40)
     assert restarts(slurm_sandbox, job.job_id) == 0, job.report()
     assert "tolerated the loss of worker rank 4 (SIGKILL)" in job.job_output(), job.report()
     assert len(job.events(0, "cluster")) == 1  # one attempt
 
 
 def test_a_killed_ps_restarts_from_the_checkpoint(
-    slurm_sandbox: SlurmSandbox, tmp_path: Path
+    slurm_sandbox: SlurmSandbox, ps_jobs: dict[str, SandboxJob]
 ) -> None:
-    job = submit(slurm_sandbox, tmp_path / "ps_ps", ["--train_steps=40", "--step_delay=0.2"])
-    try:
-        kill_when_trained(job, 1, 5)
-        clusters = check_completed(job, 40)
-    finally:
-        job.cancel()
-        job.release()
+    job = ps_jobs["ps"]
+    clusters = check_completed(job, 40)
     assert restarts(slurm_sandbox, job.job_id) == 1, job.report()
     assert "rank 1 was killed by SIGKILL: requeueing" in job.job_output(), job.report()
     assert len(clusters) == 2, job.report()
