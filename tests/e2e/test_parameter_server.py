@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf.events import named, read_events
+from slurmtf.localstep import free_port_base
 from tests.e2e.conftest import REPO, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, rank_pids
 
@@ -43,7 +44,13 @@ def submit(sandbox: SlurmSandbox, run_dir: Path, args: list[str]) -> SandboxJob:
         *ARGS,
         *args,
         sbatch_args=["--time=20", f"--job-name={run_dir.name}", f"--output={run_dir}/%x-%j.out"],
-        env={"MODEL_DIR": str(job.model_dir), "LOG_DIR": str(job.log_dir), **ENV},
+        env={
+            "MODEL_DIR": str(job.model_dir),
+            "LOG_DIR": str(job.log_dir),
+            # free ports now: other sandboxes on this machine derive theirs from job ids too
+            "SLURMTF_PORT_BASE": str(free_port_base(5)),
+            **ENV,
+        },
     )
     return job
 
@@ -144,7 +151,8 @@ def test_parameter_server_job_completes_and_leaves_nothing(
     assert done["start_step"] == 0
     assert done["first_loss"] > done["last_loss"], done
     for rank in (1, 2, 3, 4):
-        assert "stopped answering: its script ended" in job.text(f"rank{rank}.err"), job.report()
+        # the chief's port closed, or its shell wrote the done file: whichever came first
+        assert "slurmtf serve: stopping: the " in job.text(f"rank{rank}.err"), job.report()
     assert "srun exited 0" in job.job_output(), job.report()
     assert restarts(slurm_sandbox, job.job_id) == 0
     checkpoints = sorted(p.name for p in (job.model_dir / "checkpoints").glob("ckpt-*.index"))
