@@ -191,6 +191,12 @@ class JobSpec:
                 "leave out the @COMPONENT parts, or use jobs/parameter_server.sbatch with "
                 "#SBATCH hetjob (docs/BRING_YOUR_OWN.md)",
             )
+        if self.cluster != "slurm":
+            raise spec.error(
+                "runs on Slurm only (--cluster=slurm)",
+                "leave out --cluster=local: a parameter-server job needs a Slurm step "
+                "(or start every task yourself: slurmtf serve -- python SCRIPT)",
+            )
         if self.kind not in PS_KINDS:
             raise spec.error(
                 f"needs the chief's own script, not --{self.kind}",
