@@ -3,13 +3,15 @@
 The job's default shape: ``chief:1,ps:2,worker`` over 5 tasks (chief and both ps on
 node1, one worker on node2 and node3). A run completes with a falling loss and leaves no
 process behind; a worker killed mid-run is tolerated and the run completes without a
-restart; a ps killed mid-run requeues the job, which resumes from its checkpoint. The
-three jobs are submitted together (15 tasks fit the 3 nodes) and run side by side.
+restart; a ps killed mid-run requeues the job, which resumes from its checkpoint; and
+``slurmtf submit --jobs=chief:1,ps:2,worker:2`` runs the same shape. The four jobs are
+submitted together (20 tasks fit the 3 nodes) and run side by side.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -19,7 +21,7 @@ import pytest
 
 from slurmtf.events import named, read_events
 from slurmtf.localstep import free_port_base
-from tests.e2e.conftest import REPO, SlurmSandbox
+from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, rank_pids
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
@@ -70,11 +72,29 @@ def ps_jobs(
     """The three jobs of this module, submitted at once; cancelled and released at the end."""
     root = tmp_path_factory.mktemp("ps")
     made = {name: submit(slurm_sandbox, root / f"ps_{name}", args) for name, args in RUNS.items()}
+    made["submit"] = submit_jobs(slurm_sandbox, root / "ps_submit")
     kill_when_saved([(made["worker"], 4), (made["ps"], 1)], 5)  # worker 1, ps 0
     yield made
     for job in made.values():
         job.cancel()
         job.release()
+
+
+def submit_jobs(sandbox: SlurmSandbox, run_dir: Path) -> SandboxJob:
+    """``slurmtf submit --command="python examples/parameter_server.py" --jobs=...``."""
+    job = SandboxJob(sandbox, run_dir, nodes=3, tasks=5, timeout=900)
+    command = f"{PYTHON} examples/parameter_server.py"
+    done = sandbox.run(
+        [PYTHON, "-m", "slurmtf.submit", f"--command={command}", "--jobs=chief:1,ps:2,worker:2",
+         "--nodes=3", "--time=20", f"--log_dir={run_dir}", "--", "--train_steps=10"],
+        timeout=240,
+        env={"SLURMTF_PORT_BASE": str(free_port_base(5)), "MODEL_DIR": str(job.model_dir),
+             **ENV},
+    )  # fmt: skip
+    found = re.search(r"submitted job (\d+): 3 node\(s\), roles chief:1,ps:2,worker:2", done.stdout)
+    assert found, done.stdout
+    job.job_id = found.group(1)
+    return job
 
 
 def job_processes(job_id: str) -> list[int]:
@@ -181,3 +201,18 @@ def test_a_killed_ps_restarts_from_the_checkpoint(
     assert "ckpt-" in str(clusters[1]["restored"]), clusters
     done = job.events(0, "done")[-1]
     assert done["start_step"] >= 5, done  # resumed, not started over
+
+
+def test_submit_jobs_runs_the_same_shape(
+    slurm_sandbox: SlurmSandbox, ps_jobs: dict[str, SandboxJob]
+) -> None:
+    job = ps_jobs["submit"]
+    assert job.finish() == "COMPLETED", job.report()
+    logs = {rank: job.run_dir / f"{job.job_id}_{rank}_log" for rank in ROLES}
+    (done,) = named(read_events(Path(f"{logs[0]}.out")), "done")
+    assert done["step"] == 10, done
+    for rank, role in list(ROLES.items())[1:]:
+        err = Path(f"{logs[rank]}.err").read_text(errors="replace")
+        assert f"slurmtf serve: {role} serving at" in err, err[-2000:]
+        assert "slurmtf serve: stopping: the " in err, err[-2000:]
+    assert job_processes(job.job_id) == [], job.report()
