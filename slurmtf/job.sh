@@ -19,6 +19,7 @@
 #                                       gpu_bind
 #   slurmtf_find_model NAME             MODEL: models.NAME in a checkout, else slurmtf_models.NAME
 #   slurmtf_job_srun COMMAND...         srun with per-rank logs; sets slurmtf_rc
+#   slurmtf_ps_srun COMMAND...          the same for a parameter-server job (below)
 #   slurmtf_job_end                     exits with the job's final status (or requeues)
 
 slurmtf_log() { echo "$(date -Is) slurmtf: $*"; }
@@ -187,12 +188,54 @@ slurmtf_json_escape() {
 }
 
 slurmtf_job_srun() {
-    srun --kill-on-bad-exit=1 --open-mode=append "${srun_tasks[@]}" "${gpu_bind[@]}" \
+    srun --kill-on-bad-exit="${slurmtf_kill_on_bad_exit:-1}" --open-mode=append \
+        "${srun_tasks[@]}" "${gpu_bind[@]}" \
          --output="$LOG_DIR/rank%t.out" --error="$LOG_DIR/rank%t.err" \
          "$@" 2> >(tee -a "${slurmtf_srun_err:-$LOG_DIR/srun.err}" >&2)
     slurmtf_rc=$?
     wait  # for tee
     echo "$(date -Is) srun exited $slurmtf_rc"
+}
+
+# A ParameterServerStrategy job (jobs/parameter_server.sbatch): the chief's script
+# decides. A task that fails does not stop the others (--kill-on-bad-exit=0): a worker
+# killed by a signal is tolerated, as TensorFlow's ClusterCoordinator runs its functions
+# on the other workers (slurmtf_tolerate_workers); when the chief's script ends, however
+# it ends, the servers stop by themselves (slurmtf serve). A ps or chief failure ends the
+# chief's script with an error, and slurmtf_job_end requeues the job as for any rank.
+# In a heterogeneous job the step spans every component (srun --het-group=0-N).
+slurmtf_ps_srun() {
+    local het=()
+    if [[ "${SLURM_HET_SIZE:-}" =~ ^[0-9]+$ ]] && [ "$SLURM_HET_SIZE" -gt 1 ]; then
+        het=(--het-group="0-$((SLURM_HET_SIZE - 1))")
+    fi
+    slurmtf_kill_on_bad_exit=0 slurmtf_job_srun "${het[@]}" "$@"
+}
+
+# Called by slurmtf_job_end (so for `slurmtf submit --jobs` too; in other jobs no task is
+# a `slurmtf serve` worker). After a step that did not end with 0: when every task srun reports
+# as failed is a worker server (its log says `slurmtf serve: worker ...`) killed by a
+# signal, the chief's script finished without it: the attempt counts as a success.
+slurmtf_tolerate_workers() {
+    [ "$slurmtf_rc" -ne 0 ] || return 0
+    local line rank reason sig tolerated=()
+    while IFS= read -r line; do
+        rank=$(grep -o -E "^task [0-9]+" <<<"$line" | grep -o -E "[0-9]+$")
+        reason="${line#*: }"
+        sig=""
+        [ -n "$rank" ] && sig=$(slurmtf_signal_of "$reason")
+        if [ -z "$rank" ] || [[ -z "$sig" || "$sig" == "a signal ("* ]] \
+                || ! slurmtf_new "$(slurmtf_rank_file "$rank" err)" \
+                    | grep -q "^slurmtf serve: worker [0-9]* serving"; then
+            return 0  # not only workers killed: slurmtf_job_end judges the attempt
+        fi
+        tolerated+=("rank $rank ($sig)")
+    done < <(slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}" \
+        | grep -o -E "tasks? [0-9]+[^:]*: .*")
+    [ "${#tolerated[@]}" -gt 0 ] || return 0
+    slurmtf_log "tolerated the loss of worker ${tolerated[*]}: the chief's script" \
+        "completed without it (ClusterCoordinator ran its work on the other workers)"
+    slurmtf_rc=0
 }
 
 # What this attempt appended to FILE.
@@ -338,6 +381,7 @@ slurmtf_requeue() {
 }
 
 slurmtf_job_end() {
+    slurmtf_tolerate_workers
     if [ "$slurmtf_rc" -eq 0 ] && ! slurmtf_preempted; then
         slurmtf_unstage
         exit 0

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurmtf import roles
 from slurmtf.contracts import DEFAULT_LOG_DIR, parse_preemption_signal
 from slurmtf.errors import InputError
 from slurmtf.jobvalues import (
@@ -34,6 +35,8 @@ MODELS: dict[str, tuple[str, tuple[str, ...]]] = {
     "resnet50": ("slurmtf_models.resnet", ("--resnet_size=50",)),
 }
 KINDS = ("model", "module", "function", "command")
+PS_KINDS = ("command", "module")  # what the chief of a --jobs job runs
+SERVE = "slurmtf.serve"  # python -m slurmtf.serve: the tasks of a --jobs job
 GPU_FLAGS = ("gres", "gpus-per-node", "gpus-per-task")
 CLUSTERS = ("slurm", "local")
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
@@ -77,6 +80,7 @@ class JobSpec:
     legacy_keras: bool = False  # TF_USE_LEGACY_KERAS=1 in every task: tf.keras is tf_keras
     stage_data: bool = False  # copy --data_dir to each node's scratch first (slurmtf/job.sh)
     check_first: bool = False  # `slurmtf check` first; an outlier node: requeue without it
+    jobs: str | None = None  # roles (chief:1,ps:2,worker): a ParameterServerStrategy job
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -84,6 +88,8 @@ class JobSpec:
         self._check_choices()
         self._check_texts()
         sample_points(self.sweep, self.samples, self.sweep_seed)  # ranges need samples
+        if self.jobs is not None:
+            self._check_jobs()
         if self.stage_data:
             staged_source(self)
 
@@ -191,6 +197,47 @@ class JobSpec:
         for arg in self.args:
             check_text("model/command argument", arg, allow_empty=True)
 
+    def _check_jobs(self) -> None:
+        """``--jobs``: roles.py's syntax, a script to coordinate, tasks that add up."""
+        spec = roles.parse_jobs(str(self.jobs), name="--jobs")
+        if spec.by_component:
+            raise spec.error(
+                "names components, but slurmtf submit makes no heterogeneous job",
+                "leave out the @COMPONENT parts, or use jobs/parameter_server.sbatch with "
+                "#SBATCH hetjob (docs/BRING_YOUR_OWN.md)",
+            )
+        if self.cluster != "slurm":
+            raise spec.error(
+                "runs on Slurm only (--cluster=slurm)",
+                "leave out --cluster=local: a parameter-server job needs a Slurm step "
+                "(or start every task yourself: slurmtf serve -- python SCRIPT)",
+            )
+        if self.kind not in PS_KINDS:
+            raise spec.error(
+                f"needs the chief's own script, not --{self.kind}",
+                "give --command='python train.py' or --module=mypkg.train that builds "
+                "ParameterServerStrategy (e.g. examples/parameter_server.py)",
+            )
+        if self.is_range:
+            raise spec.error(
+                f"fixes the roles' tasks, so --nodes={self.node_count} would run on its minimum",
+                f"pass a node count (--nodes={self.nodes}), or no --jobs",
+            )
+        if self.fixed_tasks is not None and self.fixed_tasks < self.nodes:
+            raise spec.error(
+                f"asks for {self.fixed_tasks} task(s), fewer than --nodes={self.nodes}",
+                f"pass --nodes={self.fixed_tasks} or fewer, or more tasks",
+            )
+        roles.assign_roles(spec, self.num_tasks)  # the counts fit the job's tasks
+
+    @property
+    def fixed_tasks(self) -> int | None:
+        """The task count ``--jobs`` fixes (every role counted), else ``None``."""
+        if self.jobs is None:
+            return None
+        counts = [entry.count for entry in roles.parse_jobs(self.jobs, name="--jobs").entries]
+        return None if None in counts else sum(c for c in counts if c is not None)
+
     @property
     def tasks_per_node(self) -> int:
         """One task per ``gpus_per_task`` GPUs; one task per node without GPUs."""
@@ -198,8 +245,8 @@ class JobSpec:
 
     @property
     def num_tasks(self) -> int:
-        """The tasks on the fewest nodes the job may get."""
-        return self.nodes * self.tasks_per_node
+        """The tasks on the fewest nodes the job may get (``--jobs`` fixes them all)."""
+        return self.fixed_tasks or self.nodes * self.tasks_per_node
 
     @property
     def is_range(self) -> bool:
@@ -304,12 +351,13 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
         "nodes": spec.nodes,  # a range's minimum: submitit counts tasks with it
         "signal_delay_s": spec.signal_delay_s,
         "array_parallelism": spec.array_parallelism,
-        # A failed rank stops the others instead of idling until the time limit.
-        "srun_args": ["--kill-on-bad-exit=1"],
+        # A failed rank stops the others instead of idling until the time limit; in a
+        # --jobs job the chief's script decides (a killed worker is tolerated, job.sh).
+        "srun_args": [f"--kill-on-bad-exit={0 if spec.jobs else 1}"],
     }
     if spec.is_range:  # the step's task count, on the nodes Slurm gave (range_parameters)
         params["srun_args"].append(f"--ntasks-per-node={spec.tasks_per_node}")
-    else:
+    elif spec.fixed_tasks is None:  # --jobs counts every task: --ntasks, not per node
         params["ntasks_per_node"] = spec.tasks_per_node
     if spec.gpus_per_node:
         if spec.gpu_flag == "gres":
@@ -329,7 +377,8 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     if spec.exclusive:
         params["exclusive"] = True
     ranged = range_parameters(spec)
-    setup = [*spec.setup, *restart_setup(spec, python), *check_setup(spec, python),
+    roles_line = [] if spec.jobs is None else [f"export SLURMTF_JOBS={shlex.quote(spec.jobs)}"]
+    setup = [*spec.setup, *roles_line, *restart_setup(spec, python), *check_setup(spec, python),
              *stage_setup(spec, python)]  # fmt: skip
     if setup:
         params["setup"] = setup
@@ -337,6 +386,8 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     # Requeueable, so that `scontrol requeue` (after exit 75) and node failures restart it.
     extra["requeue" if spec.max_requeues else "no-requeue"] = True
     extra.update(ranged)
+    if spec.fixed_tasks is not None:
+        extra["ntasks"] = spec.fixed_tasks
     extra.update({k: (v if v else True) for k, v in spec.sbatch_extra})
     params["additional_parameters"] = extra
     return params
@@ -378,6 +429,11 @@ def task_command(
         if not _has_flag(given, "model_dir"):
             added.append(f"--model_dir={spec.folder / f'{job_id}_model'}")
         return [python, "-u", "-m", module, *fixed, *added, *given]
+    if spec.jobs is not None:  # ps/worker tasks serve; the chief runs the script as it is
+        chief = [python, "-u", "-m", spec.target]
+        if spec.kind == "command":
+            chief = shlex.split(spec.target)
+        return [python, "-u", "-m", SERVE, "--", *chief, *spec.args, *sweep_args]
     if spec.kind == "module":
         return [python, "-u", "-m", RUN_LAUNCHER, "-m", spec.target, *spec.args, *sweep_args]
     if spec.kind == "command":

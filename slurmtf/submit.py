@@ -29,7 +29,7 @@ _AS_GIVEN = (
     "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "mem",
     "partition", "account", "qos", "constraint", "exclusive", "job_name", "log_dir",
     "signal_delay_s", "array_parallelism", "cluster", "legacy_keras", "stage_data",
-    "check_first",
+    "check_first", "jobs",
 )  # fmt: skip
 
 
@@ -62,15 +62,19 @@ def spec_from_args(fv: Any, rest: Sequence[str]) -> JobSpec:
     )
 
 
+def shape(spec: JobSpec, by: str, tasks: str) -> str:
+    """``3 nodes x 2`` (``by`` and ``tasks`` around the tasks per node), or for ``--jobs``
+    ``3 node(s), roles chief:1,ps:2,worker:2``."""
+    if spec.jobs is None:
+        return f"{spec.node_count} {by}{spec.tasks_per_node}{tasks}"
+    return f"{spec.node_count} node(s), roles {spec.jobs}"
+
+
 def dry_run(spec: JobSpec, python: str, out: TextIO) -> None:
     """Print the sbatch script submitit would write and each task's command."""
     grid = spec.grid
     array = len(grid) if len(grid) > 1 else None
-    print(
-        f"# sbatch script ({tasks_text(spec)} tasks: {spec.node_count} nodes x "
-        f"{spec.tasks_per_node})",
-        file=out,
-    )
+    print(f"# sbatch script ({tasks_text(spec)} tasks: {shape(spec, 'nodes x ', '')})", file=out)
     if array:
         print(f"# job array of {array} tasks", file=out)
     print(jobspec.render_sbatch(spec, python, map_count=array), file=out)
@@ -124,10 +128,7 @@ def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
         jobrecord.append(job_id, spec.folder, SUBMITIT_LOG_NAME, spec.job_name)
     main_id = ids[0].split("_")[0] if len(ids) > 1 else ids[0]
     kind = f"job array {main_id} ({len(ids)} tasks)" if len(ids) > 1 else f"job {main_id}"
-    print(
-        f"slurmtf: submitted {kind}: {spec.node_count} node(s) x {spec.tasks_per_node} task(s)",
-        file=out,
-    )
+    print(f"slurmtf: submitted {kind}: {shape(spec, 'node(s) x ', ' task(s)')}", file=out)
     for job_id, params in zip(ids, grid, strict=True):
         label = f" {params}" if params else ""
         print(f"slurmtf: {job_id}{label} logs:", file=out)

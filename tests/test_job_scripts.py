@@ -21,7 +21,7 @@ from tests.prereqs import require
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_SH = REPO / "slurmtf" / "job.sh"
-NAMES = ["mnist.sbatch", "resnet.sbatch", "train.sbatch"]
+NAMES = ["mnist.sbatch", "parameter_server.sbatch", "resnet.sbatch", "train.sbatch"]
 
 
 def test_the_package_links_to_the_checkouts_scripts_one_copy_each() -> None:
@@ -39,8 +39,9 @@ def test_list_says_what_each_script_is_for(capsys: pytest.CaptureFixture[str]) -
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == NAMES
     assert "MNIST CNN" in lines[0]
-    assert "ImageNet ResNet-50), data-parallel across every task" in lines[1]  # 2 header lines
-    assert "Your own training script" in lines[2]
+    assert "ParameterServerStrategy: a chief (the coordinator), ps tasks" in lines[1]
+    assert "ImageNet ResNet-50), data-parallel across every task" in lines[2]  # 2 header lines
+    assert "Your own training script" in lines[3]
 
 
 def test_writes_the_scripts_and_leaves_identical_ones(
@@ -53,8 +54,8 @@ def test_writes_the_scripts_and_leaves_identical_ones(
         assert os.access(target / name, os.X_OK)
     assert job_scripts.main([str(target)]) == 0
     out = capsys.readouterr().out
-    assert out.count("new ") == 3
-    assert out.count("same ") == 3
+    assert out.count("new ") == len(NAMES)
+    assert out.count("same ") == len(NAMES)
 
 
 def test_a_changed_script_is_kept_unless_force(

@@ -275,3 +275,59 @@ def test_check_first_healthy_or_not_run_trains(tmp_path: Path, rc: int, said: st
     else:
         assert "check_first" not in out
     assert calls == ""
+
+
+# A parameter-server job (jobs/parameter_server.sbatch, submit --jobs): rank 0 the chief.
+SERVING = "slurmtf serve: {role} serving at node{node}:1570{rank}; it stops when the chief ends"
+PS_RANKS = {
+    0: "",
+    1: SERVING.format(role="ps 0", node=1, rank=1),
+    3: SERVING.format(role="worker 0", node=2, rank=3),
+    4: SERVING.format(role="worker 1", node=3, rank=4),
+}
+
+
+@pytest.mark.parametrize(
+    "srun",
+    [
+        "srun: error: node3: task 4: Killed\n",
+        "srun: error: node3: task 4: Exited with exit code 137\n",  # through slurmtf submit
+        "srun: error: node3: task 4: Killed\nsrun: error: node2: task 3: Terminated\n",
+    ],
+)
+def test_workers_killed_while_the_chief_completes_are_tolerated(tmp_path: Path, srun: str) -> None:
+    status, out, calls = end(tmp_path, 0, "3", srun, PS_RANKS)
+    assert status == 0, out
+    assert "tolerated the loss of worker rank 4 (SIGKILL)" in out, out
+    assert "requeue" not in out
+    assert calls == ""
+
+
+@pytest.mark.parametrize(
+    ("srun", "why"),
+    [
+        ("srun: error: node1: task 1: Killed\n", "rank 1 was killed by SIGKILL"),  # a ps
+        ("srun: error: node1: task 0: Killed\n", "rank 0 was killed by SIGKILL"),  # the chief
+        (  # a worker and then the chief: the chief's script did not complete
+            "srun: error: node3: task 4: Killed\nsrun: error: node1: task 0: Killed\n",
+            "rank 4 was killed by SIGKILL",
+        ),
+    ],
+)
+def test_a_ps_or_chief_failure_requeues_a_parameter_server_job(
+    tmp_path: Path, srun: str, why: str
+) -> None:
+    status, out, calls = end(tmp_path, 0, "3", srun, PS_RANKS)
+    assert status == 0, out
+    assert f"failed: {why}: requeueing job 77 (restart 1 of 3, MAX_RESTARTS)" in out, out
+    assert "tolerated" not in out
+    assert calls.splitlines()[0] == "requeue 77", calls
+
+
+def test_a_worker_that_exits_with_an_error_is_not_tolerated(tmp_path: Path) -> None:
+    srun = "srun: error: node3: task 4: Exited with exit code 1\n"
+    ranks = {**PS_RANKS, 4: PS_RANKS[4] + "\nslurmtf serve: the chief's server did not answer"}
+    status, out, _ = end(tmp_path, 0, "3", srun, ranks)
+    assert status == 1, out
+    assert "tolerated" not in out
+    assert "rank 4 failed with its own error (exit code 1)" in out, out

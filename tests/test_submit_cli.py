@@ -36,6 +36,16 @@ from slurmtf.errors import InputError
         (["--module=not a module"], "--module"),
         (["--command=echo 'open"], "--command"),
         (["--model=mnist", "--max_requeues=-1"], "--max_requeues"),
+        (
+            ["--command=python t.py", "--jobs=chief:1,ps:2,boss"],
+            "--jobs='chief:1,ps:2,boss': names the unknown role 'boss'",
+        ),
+        (["--command=python t.py", "--jobs=ps:2,worker"], "--jobs='ps:2,worker': has ps tasks"),
+        (["--model=mnist", "--jobs=chief:1,ps:1,worker"], "needs the chief's own script"),
+        (["--command=python t.py", "--jobs=chief:1@0,ps@0,worker@1"], "no heterogeneous job"),
+        (["--command=python t.py", "--jobs=chief:1,ps:1", "--nodes=3"], "fewer than --nodes=3"),
+        (["--command=python t.py", "--jobs=chief:1,ps:2,worker", "--nodes=3"], "at least 4"),
+        (["--command=python t.py", "--jobs=chief:1,ps:1,worker", "--cluster=local"], "Slurm only"),
     ],
 )
 def test_usage_errors_exit_2_naming_the_flag(

@@ -55,6 +55,14 @@ CASES: dict[str, JobSpec] = {
         signal="TERM",
         signal_delay_s=300,
     ),
+    "ps_jobs_3_nodes": JobSpec(
+        kind="command",
+        target="python train.py",
+        nodes=3,
+        time_min=30,
+        log_dir=LOGS,
+        jobs="chief:1,ps:2,worker:2",
+    ),
     "sweep_2x2_array": JobSpec(
         kind="model",
         target="mnist",
@@ -146,3 +154,21 @@ def test_max_restarts_hands_the_end_of_the_job_to_job_sh() -> None:
     assert submit_cli.main(["--dry_run", "--model=mnist", "--max_requeues=0"], out=out) == 0
     assert "slurmtf_submitit_setup" not in out.getvalue()
     assert "--no-requeue" in out.getvalue()
+
+
+def test_a_ps_job_serves_on_every_task_and_runs_the_script_as_it_is_on_the_chief() -> None:
+    spec = CASES["ps_jobs_3_nodes"]
+    assert spec.num_tasks == 5
+    command = jobspec.task_command(spec, {"lr": "0.1"}, "python3")
+    assert command == [
+        "python3", "-u", "-m", "slurmtf.serve", "--", "python", "train.py", "--lr=0.1",
+    ]  # fmt: skip
+    module = jobspec.task_command(
+        JobSpec(kind="module", target="pkg.train", nodes=3, jobs="chief:1,ps:1,worker"), {}
+    )
+    assert module[-5:] == ["--", "python3", "-u", "-m", "pkg.train"]
+    script = render(spec)
+    assert "#SBATCH --ntasks=5\n" in script
+    assert "--ntasks-per-node" not in script
+    assert "--kill-on-bad-exit=0" in script  # the chief decides; a killed worker is tolerated
+    assert "export SLURMTF_JOBS=chief:1,ps:2,worker:2\n" in script

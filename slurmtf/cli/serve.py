@@ -4,6 +4,9 @@ Run the same line on every task of the step, with roles from ``SLURMTF_JOBS``::
 
     srun --kill-on-bad-exit=1 python -m slurmtf.serve -- python train.py
 
+(``jobs/parameter_server.sbatch`` runs it with ``--kill-on-bad-exit=0``, so that a
+killed worker does not stop the step; see ``slurmtf_ps_srun`` in ``slurmtf/job.sh``.)
+
 The ps and worker tasks start a TensorFlow server and end when the chief's script ends
 (:mod:`slurmtf.serve`); the chief (or an evaluator) runs the command after ``--`` in
 place of this process, with ``TF_CONFIG`` exported. Bad input exits 2 with one line.
@@ -111,6 +114,10 @@ def _run(args: argparse.Namespace) -> int:
 
 def _serve(layout: ClusterLayout, args: argparse.Namespace) -> None:
     chief = chief_of(layout)
+    # Slurm's preemption signal (--signal=USR2@S) reaches every task of the step: the
+    # chief saves and ends, and this server stops with it; the signal must not kill it.
+    for preemption in (signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(preemption, signal.SIG_IGN)
     start_server(layout)
     signal.signal(signal.SIGTERM, lambda *_: _exit(f"{layout.task_type} got SIGTERM", 143))
     print(

@@ -120,6 +120,14 @@ def _resources(group: argparse._ArgumentGroup) -> None:
     for name, text in named.items():
         add_flag(group, name, help=text)
     add_flag(group, "exclusive", action="store_true", help="whole nodes only")
+    add_flag(
+        group,
+        "jobs",
+        metavar="ROLES",
+        help="a ParameterServerStrategy job: roles of the tasks, e.g. chief:1,ps:2,worker:2 "
+        "(all counted: that many tasks over --nodes; a last role without a count takes the "
+        "rest). ps and worker tasks run `slurmtf serve`, the chief --command/--module",
+    )
 
 
 def _job(group: argparse._ArgumentGroup) -> None:

@@ -136,14 +136,14 @@ def test_the_installed_package_is_the_wheel_and_writes_the_job_scripts(install: 
 
     listed = install.run("slurmtf", "job-scripts", "--list").stdout
     assert [line.split()[0] for line in listed.splitlines()] == [
-        "mnist.sbatch", "resnet.sbatch", "train.sbatch",
+        "mnist.sbatch", "parameter_server.sbatch", "resnet.sbatch", "train.sbatch",
     ]  # fmt: skip
     install.run("slurmtf", "job-scripts", ".")
-    for script in ("mnist.sbatch", "resnet.sbatch", "train.sbatch"):
+    for script in ("mnist.sbatch", "parameter_server.sbatch", "resnet.sbatch", "train.sbatch"):
         written = (install.home / script).read_text()
         assert written == (REPO / "jobs" / script).read_text(), script
     again = install.run("slurmtf", "job-scripts", ".").stdout  # identical files: fine
-    assert again.count("same") == 3, again
+    assert again.count("same") == 4, again
     explained = install.run("slurmtf", "resolve", "--explain").stdout
     assert "single local worker" in explained, explained
 
