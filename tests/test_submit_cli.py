@@ -46,6 +46,7 @@ from slurmtf.errors import InputError
         (["--command=python t.py", "--jobs=chief:1,ps:1", "--nodes=3"], "fewer than --nodes=3"),
         (["--command=python t.py", "--jobs=chief:1,ps:2,worker", "--nodes=3"], "at least 4"),
         (["--command=python t.py", "--jobs=chief:1,ps:1,worker", "--cluster=local"], "Slurm only"),
+        (["--command=python t.py", "--jobs=chief:1,ps:1,worker:2", "--nodes=2-4"], "minimum"),
     ],
 )
 def test_usage_errors_exit_2_naming_the_flag(
