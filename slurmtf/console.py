@@ -15,8 +15,13 @@ import re
 from collections.abc import Iterable
 from typing import Any, TextIO
 
+from slurmtf import stragglers
 from slurmtf.events import Event, parse_events
 from slurmtf.training.reporting import format_seconds
+
+
+def _ms(seconds: Any) -> Any:
+    return seconds * 1e3 if isinstance(seconds, int | float) else None
 
 
 def _num(value: Any, fmt: str = ".4f") -> str:
@@ -102,6 +107,21 @@ class Renderer:
 
     def _stalled(self, e: Event) -> str:
         return f"stalled: {e.get('message')}"
+
+    def _timing(self, e: Event) -> str:
+        links = e.get("links") or {}
+        rates = ", ".join(f"{n} {_num(r, '.0f')} Mbit/s" for n, r in links.items())
+        return (
+            f"rank {e.get('rank')} ({e.get('node')}) at step {e.get('step')}: compute "
+            f"{_num(_ms(e.get('compute_s')), '.0f')} ms, wait {_num(_ms(e.get('wait_s')), '.0f')}"
+            f" ms a step{'; sends to ' + rates if rates else ''}"
+        )
+
+    def _straggler(self, e: Event) -> str:
+        return stragglers.status_line([e]) or "straggler: ?"
+
+    def _straggler_recovered(self, e: Event) -> str:
+        return stragglers.status_line([e]) or "straggler recovered: ?"
 
     def _preempted(self, e: Event) -> str:
         return f"rank {e.get('rank')}: preempted at epoch {e.get('epoch')}, batch {e.get('batch')}"

@@ -7,8 +7,10 @@ Nothing reads the human progress text. Events (fields beyond ``event``):
 
 * ``cluster`` (rank, workers, GPUs ..., ``workers_changed_from``: the previous start's
   worker count when a ``--nodes`` range restarted on another), ``progress`` (step, total,
-  loss, accuracy, examples_per_sec), ``eval``, ``checkpoint``, ``preempted``, ``done``
-  (step, preempted) from the training loop; ``start``/``exit`` (status) from the per-task launcher.
+  loss, accuracy, examples_per_sec), ``timing`` (every rank: compute and wait per step,
+  link rates), ``straggler``/``straggler_recovered`` (chief), ``eval``, ``checkpoint``,
+  ``preempted``, ``done`` (step, preempted) from the training loop; ``start``/``exit``
+  (status) from the per-task launcher.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from slurmtf import jobrecord, noderange
+from slurmtf import jobrecord, noderange, stragglers
 from slurmtf.console import Console, Renderer, render_lines, shown_stderr
 from slurmtf.contracts import (
     DEFAULT_LOG_DIR,
@@ -195,6 +195,8 @@ def _show_stdout(lines: list[str], console: Console, renderer: Renderer) -> None
             console.line(text)
         elif found[0].get("event") == "progress":
             console.progress(renderer.line(found[0]))
+        elif found[0].get("event") == "timing":
+            continue  # every rank, every --timing_every s: `slurmtf logs` shows them
         else:
             console.line(renderer.line(found[0]))
 
@@ -282,7 +284,8 @@ def last_error(path: Path) -> str | None:
 
 
 def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
-    """State, restarts, progress (step/total, examples/s, ETA), logs, last error."""
+    """State, restarts, progress (step/total, examples/s, ETA), the straggler (chief's
+    ``straggler`` events, slurmtf.stragglers), logs, last error."""
     fields = slurm_record(job_id, runner)
     chief_events = read_events(place.rank_log(0))
     starts = named(chief_events, "cluster")
@@ -313,6 +316,9 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
         lines.append(f"  step {step}/{total}, {rate_text} examples/s, ETA {eta} (rank 0's events)")
     elif chief_events:
         lines.append("  no training step logged yet")
+    straggler = stragglers.status_line(chief_events)
+    if straggler is not None:
+        lines.append(f"  {straggler}")
     lines.extend(log_lines(place))
     for rank in place.ranks():
         error = last_error(place.rank_log(rank, "err"))

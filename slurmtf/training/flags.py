@@ -176,6 +176,19 @@ def _define_runtime_flags(fv: flags.FlagValues) -> None:
         "checkpoint_every", 0, "Also save every N steps (0 = at each evaluation).", flag_values=fv
     )
     flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept by the chief.", flag_values=fv)
+    flags.DEFINE_float(
+        "timing_every",
+        30.0,
+        "Every N seconds each rank prints its compute and all-reduce wait per step and its "
+        "link rates (a `timing` event); the chief names stragglers (docs/CHECK.md). 0 = never.",
+        flag_values=fv,
+    )
+    flags.DEFINE_float(
+        "straggler_window",
+        120.0,
+        "Seconds a rank must stay slow (or stay recovered) before the chief reports it.",
+        flag_values=fv,
+    )
 
 
 # (field, lowest valid value, hint): TrainConfig's range checks.
@@ -197,6 +210,8 @@ _LOWER_BOUNDS: tuple[tuple[str, float, str], ...] = (
     ("registration_timeout", 0, "pass 0 for TF's default"),
     ("bytes_per_pack", 0, "0 = one pack"),
     ("keep_checkpoints", 1, "pass 1"),
+    ("timing_every", 0, "pass 0 for none"),
+    ("straggler_window", 0, "e.g. --straggler_window=120"),
 )
 
 
@@ -237,6 +252,8 @@ class TrainConfig:
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
     cpu_replicas: int = 0
+    timing_every: float = 30.0
+    straggler_window: float = 120.0
     batch_size_is_default: bool = False  # no --batch_size given: the model's default
 
     def __post_init__(self) -> None:
@@ -248,6 +265,11 @@ class TrainConfig:
         if self.train_steps == 0 and self.train_epochs == 0 and not self.eval_only:
             raise InputError(
                 "--train_epochs", 0, "nothing to train", "pass --train_epochs or --train_steps"
+            )
+        if self.timing_every and self.straggler_window < self.timing_every:
+            hint = f"pass --straggler_window={self.timing_every:g} or more"
+            raise InputError(
+                "--straggler_window", self.straggler_window, "is shorter than --timing_every", hint
             )
         if self.learning_rate <= 0:
             hint = "e.g. --learning_rate=0.1"

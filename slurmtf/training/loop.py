@@ -19,7 +19,7 @@ from absl import logging
 from slurmtf import events, teardown
 from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.layout import ClusterLayout
-from slurmtf.training import checkpoints, grad_reduce, progress_watch, reporting
+from slurmtf.training import checkpoints, grad_reduce, progress_watch, reporting, steptiming
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import (
@@ -336,6 +336,7 @@ class _Training:
     sync_state: Callable[[], None]
     restored: Any
     start: int
+    timing: steptiming.StepTiming
     eval_iterator: Any = None  # built at the first evaluation
 
     @classmethod
@@ -375,15 +376,21 @@ class _Training:
         restored = ckpt.restore_latest()
         start = int(step_var.numpy())
         reduce = GradReduce(config.allreduce_dtype, config.bytes_per_pack)
-        steps = _Steps(
-            strategy, model, optimizer, config.batch_size, config.enable_xla, reduce=reduce
+        replicas = int(strategy.num_replicas_in_sync)
+        timing = steptiming.from_layout(
+            info.layout, replicas, config.timing_every, config.straggler_window
         )
+        steps = _Steps(
+            strategy, model, optimizer, config.batch_size, config.enable_xla, reduce=reduce,
+            link_columns=len(timing.link_nodes),
+        )  # fmt: skip
         sync_state = steps.state_sync() if spec.replica_local_state else _nothing
         steps.check_same_step(start)
         summaries = Summaries(config.model_dir, info.is_chief)
         return cls(
             spec, config, info, strategy, plan, per_replica, watcher, watch,
             model, schedule, step_var, ckpt, steps, summaries, sync_state, restored, start,
+            timing,
         )  # fmt: skip
 
     def evaluate(self, step: int) -> dict[str, float]:
@@ -439,10 +446,12 @@ class _Training:
         while outcome.step < total:
             self.watch.enter("step", outcome.step)
             flag = tf.constant(1.0 if self.watcher.requested else 0.0)
-            out = self.steps.train_step(iterator, flag).numpy()
+            extra = tf.constant(self.timing.extra_input())
+            out = self.steps.train_step(iterator, flag, extra).numpy()
             outcome.step += 1
             step = outcome.step
             self.watch.finished(step)
+            self.timing.add(out[3:], step)
             outcome.last_loss = float(out[0])
             if outcome.first_loss is None:
                 outcome.first_loss = outcome.last_loss
@@ -552,7 +561,9 @@ class _Steps:
         xla: bool,
         *,
         reduce: GradReduce | None = None,
+        link_columns: int = 0,
     ) -> None:
+        """``link_columns``: the link rates each step carries (slurmtf.training.steptiming)."""
         import tensorflow as tf
 
         reduce = reduce or GradReduce()
@@ -563,24 +574,43 @@ class _Steps:
         compiled = tf.function(forward_backward, jit_compile=True) if xla else forward_backward
         eval_replica = _eval_replica(model)
 
-        def train_replica(images: Any, labels: Any, flag: Any) -> Any:
+        replicas = int(strategy.num_replicas_in_sync)
+
+        def train_replica(images: Any, labels: Any, flag: Any, started: Any, extra: Any) -> Any:
             loss, correct, grads = compiled(images, labels)
+            with tf.control_dependencies([loss, *_tensors(grads)]):
+                computed = tf.timestamp()
             if reduce.explicit:  # compressed or packed: sum here, not inside Keras
                 grads = grad_reduce.all_reduce(grads, reduce)
             optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-            return tf.stack([loss, correct / global_batch, flag])
+            # steptiming: this replica's row, [compute, its last step's time, link rates]
+            row = tf.concat([tf.cast([computed - started], tf.float32), extra], 0)
+            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+            rows = tf.one_hot(replica, replicas)[:, None] * row[None, :]
+            head = tf.stack([loss, correct / global_batch, flag])
+            return tf.concat([head, tf.reshape(rows, [-1])], 0)
 
-        def train_step(iterator: Any, flag: Any) -> Any:
-            images, labels = next(iterator)
-            out = strategy.run(train_replica, args=(images, labels, flag))
+        def train_step(iterator: Any, flag: Any, extra: Any) -> Any:
+            started = tf.timestamp()
+            with tf.control_dependencies([started]):
+                images, labels = next(iterator)
+            out = strategy.run(train_replica, args=(images, labels, flag, started, extra))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+
+        compiled_step = tf.function(train_step)
+        no_extra = tf.zeros([1 + link_columns])
+
+        def train(iterator: Any, flag: Any, extra: Any = None) -> Any:
+            """``[loss, accuracy, flag, rows...]`` summed over replicas; ``extra``: this
+            rank's last step time and link rates (slurmtf.training.steptiming)."""
+            return compiled_step(iterator, flag, no_extra if extra is None else extra)
 
         def eval_step(iterator: Any) -> Any:
             images, labels = next(iterator)
             out = strategy.run(eval_replica, args=(images, labels))
             return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
 
-        self.train_step = tf.function(train_step)
+        self.train_step = train
         self.eval_step = tf.function(eval_step)
 
     def state_sync(self) -> Callable[[], None]:
@@ -673,6 +703,11 @@ def _eval_replica(model: Any) -> Callable[..., Any]:
         return tf.stack([tf.reduce_sum(per_example), _correct(labels, logits), count])
 
     return eval_replica
+
+
+def _tensors(values: Any) -> list[Any]:
+    """The tensors of a gradient list (``None`` left out, ``IndexedSlices`` by values)."""
+    return [getattr(v, "values", v) for v in values if v is not None]
 
 
 def _nothing() -> None:
