@@ -19,7 +19,7 @@ from absl import logging
 from slurmtf import events, teardown
 from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.layout import ClusterLayout
-from slurmtf.training import grad_reduce, progress_watch, reporting
+from slurmtf.training import grad_reduce, progress_watch, reporting, sidecar
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import (
@@ -94,7 +94,13 @@ class RunInfo:
 
 
 def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
-    """Train (or evaluate) ``spec`` as ``config`` says; returns the process exit code."""
+    """Train (or evaluate) ``spec`` as ``config`` says; returns the process exit code.
+
+    An evaluator task (``SLURMTF_JOBS=...,evaluator:1``) evaluates the workers'
+    checkpoints instead (:mod:`slurmtf.training.sidecar`); it joins no collective.
+    """
+    if info.layout.task_type == sidecar.EVALUATOR:
+        return sidecar.run_evaluator(spec, config, info)
     watcher = PreemptionWatcher(config.preemption_signal).install()
     watch = progress_watch.from_config(
         config, info.rank, info.workers, _log_dir(config), info.program
@@ -240,12 +246,13 @@ def _announce(
         rank=info.rank,
         num_workers=info.num_workers,
         workers=list(info.workers),
+        role=info.layout.task_type,
         strategy=describe(strategy),
         collective=choice.collective,
         replicas=replicas,
         gpus=num_gpus,
         cuda_visible_devices=info.cuda_visible_devices,
-        local_replicas=replicas // max(info.num_workers, 1),
+        local_replicas=replicas // max(_training_tasks(info), 1),
         planned_replicas=info.planned_replicas,
         gpu_plan=info.gpu_plan,
         global_batch=config.batch_size,
@@ -260,6 +267,12 @@ def _announce(
         logging.warning(
             "Training on SYNTHETIC data (%s)", "asked" if config.data_dir else "no --data_dir"
         )
+
+
+def _training_tasks(info: RunInfo) -> int:
+    """The tasks that train (all but a sidecar evaluator)."""
+    roles = info.layout.roles
+    return info.num_workers if roles is None else sidecar.training_tasks(roles)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,6 +336,8 @@ class _Training:
     restored: Any
     start: int
     eval_iterator: Any = None  # built at the first evaluation
+    # False beside an evaluator task: save at the evaluation cadence, evaluate nowhere.
+    evaluates: bool = True
 
     @classmethod
     def build(
@@ -366,10 +381,13 @@ class _Training:
         )
         sync_state = steps.state_sync() if spec.replica_local_state else _nothing
         steps.check_same_step(start)
-        summaries = Summaries(config.model_dir, info.is_chief)
+        evaluates = not sidecar.has_evaluator(info.layout.roles)
+        splits = ("train", "eval") if evaluates else ("train",)
+        summaries = Summaries(config.model_dir, info.is_chief, splits)
         return cls(
             spec, config, info, strategy, plan, per_replica, watcher, watch,
             model, schedule, step_var, ckpt, steps, summaries, sync_state, restored, start,
+            evaluates=evaluates,
         )  # fmt: skip
 
     def evaluate(self, step: int) -> dict[str, float]:
@@ -470,7 +488,9 @@ class _Training:
         save = step == plan.total or bool(
             config.checkpoint_every and step % config.checkpoint_every == 0
         )
-        if step % plan.eval_every == 0 or step == plan.total:
+        if (step % plan.eval_every == 0 or step == plan.total) and not self.evaluates:
+            save = True  # the evaluator task evaluates this checkpoint
+        elif step % plan.eval_every == 0 or step == plan.total:
             result = self.evaluate(step)
             save = True
             if config.stop_threshold is not None and result["accuracy"] >= config.stop_threshold:

@@ -1,0 +1,164 @@
+"""The sidecar evaluator's pure parts and its flag and role checks (no TensorFlow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from slurmtf.errors import InputError
+from slurmtf.roles import assign_roles, parse_jobs
+from slurmtf.training import sidecar
+from tests.conftest import FakeSlurmEnv
+
+STEP3 = {"SLURMTF_PORT_BASE": 23100, "SLURM_LOCALID": 0}
+
+
+def test_evaluator_flag_makes_the_last_task_the_evaluator() -> None:
+    assert sidecar.evaluator_jobs(3) == "worker:2,evaluator:1"
+    assert assign_roles(parse_jobs(sidecar.evaluator_jobs(3)), 3) == (
+        "worker",
+        "worker",
+        "evaluator",
+    )
+    with pytest.raises(InputError, match=r"^--evaluator=True: .* the step has 1\. HINT: "):
+        sidecar.evaluator_jobs(1)
+
+
+@pytest.mark.parametrize(
+    ("jobs", "problem"),
+    [
+        ("chief:1,ps:1,worker:1,evaluator:1", "gives ps tasks, which the bundled models"),
+        ("chief:1,ps:2,worker", "gives ps tasks"),
+        ("evaluator:1", "gives no task a worker's role"),
+    ],
+)
+def test_the_models_refuse_roles_they_do_not_run(jobs: str, problem: str) -> None:
+    roles = assign_roles(parse_jobs(jobs), 4 if "ps:2" in jobs else len(jobs.split(",")))
+    with pytest.raises(InputError) as caught:
+        sidecar.check_model_roles(roles, jobs)
+    message = str(caught.value)
+    assert message.startswith(f"SLURMTF_JOBS={jobs!r}: {problem}"), message
+    assert "HINT: use SLURMTF_JOBS=worker:N,evaluator:1" in message
+
+
+def test_the_models_take_workers_with_or_without_an_evaluator() -> None:
+    sidecar.check_model_roles(None, "")
+    sidecar.check_model_roles(("worker", "worker", "evaluator"), "worker:2,evaluator:1")
+    sidecar.check_model_roles(("chief", "worker", "evaluator"), "chief:1,worker:1,evaluator:1")
+
+
+def test_two_evaluators_are_refused_with_the_value() -> None:
+    with pytest.raises(InputError) as caught:
+        assign_roles(parse_jobs("worker:2,evaluator:2"), 4)
+    message = str(caught.value)
+    assert message.startswith("SLURMTF_JOBS='worker:2,evaluator:2': gives 'evaluator' 2 tasks")
+    assert "HINT: TensorFlow allows one evaluator" in message
+
+
+@pytest.mark.parametrize(
+    ("stop_threshold", "eval_only", "flag"),
+    [(0.9, False, "--stop_threshold=0.9"), (None, True, "--eval_only=True")],
+)
+def test_flags_that_need_in_loop_evaluation(
+    stop_threshold: float | None, eval_only: bool, flag: str
+) -> None:
+    with pytest.raises(InputError, match=rf"^{flag}: .*evaluat.*\. HINT: drop "):
+        sidecar.check_sidecar_config(stop_threshold, eval_only)
+    sidecar.check_sidecar_config(None, False)
+
+
+def test_checkpoints_due_in_step_order_after_the_last() -> None:
+    paths = ["/m/checkpoints/ckpt-30", "/m/checkpoints/ckpt-10", "/m/checkpoints/ckpt-20"]
+    assert sidecar.checkpoint_step("/m/checkpoints/ckpt-120") == 120
+    assert sidecar.checkpoint_step("/m/checkpoints/ckpt-12.index") is None
+    assert sidecar.checkpoint_step("/m/checkpoints/model") is None
+    assert [step for step, _ in sidecar.due(paths, None)] == [10, 20, 30]
+    assert sidecar.due(paths, 10) == [(20, paths[2]), (30, paths[0])]
+    assert sidecar.due(paths, 30) == []
+    assert sidecar.due([*paths, "/m/other"], 25) == [(30, paths[0])]
+
+
+def test_training_tasks_and_the_chief() -> None:
+    assert sidecar.training_tasks(("worker", "worker", "evaluator")) == 2
+    assert sidecar.training_tasks(("chief", "worker", "evaluator")) == 2
+    cluster = {"worker": ["node1:100", "node2:101"], "evaluator": ["node3:102"]}
+    assert sidecar.chief_address(cluster) == ("node1", 100)
+    assert sidecar.chief_address({**cluster, "chief": ["node9:99"]}) == ("node9", 99)
+    assert sidecar.has_evaluator(("worker", "evaluator"))
+    assert not sidecar.has_evaluator(("worker", "worker"))
+    assert not sidecar.has_evaluator(None)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_chief_watch_gone_after_two_misses_once_seen() -> None:
+    answers = iter([False, True, True, False, True, False, False])
+    clock = _Clock()
+    watch = sidecar.ChiefWatch("node1", 1, 60.0, probe=lambda h, p: next(answers), clock=clock)
+    # not started yet, started, running, one blip, back, then gone for good
+    assert [watch.gone() for _ in range(7)] == [False] * 6 + [True]
+
+
+def test_chief_watch_bounded_when_the_chief_never_answers() -> None:
+    clock = _Clock()
+    watch = sidecar.ChiefWatch("node1", 7, 30.0, probe=lambda h, p: False, clock=clock)
+    assert watch.gone() is False
+    clock.now = 30.0
+    with pytest.raises(TimeoutError, match=r"chief at node1:7 did not answer within 30 s"):
+        watch.gone()
+
+
+def _placement(out: str) -> dict[str, object]:
+    (line,) = [x for x in out.splitlines() if '"placement"' in x]
+    event: dict[str, object] = json.loads(line)
+    return event
+
+
+@pytest.mark.parametrize(("rank", "role"), [(0, "worker"), (1, "worker"), (2, "evaluator")])
+def test_evaluator_flag_in_a_three_task_step(
+    fake_slurm_env: FakeSlurmEnv, capsys: pytest.CaptureFixture[str], rank: int, role: str
+) -> None:
+    from models import mnist
+
+    fake_slurm_env.step("node[1-3]", "1(x3)", rank, SLURMD_NODENAME=f"node{rank + 1}", **STEP3)
+    assert mnist.main(["--evaluator", "--placement_only"]) == 0
+    event = _placement(capsys.readouterr().out)
+    assert (event["rank"], event["role"]) == (rank, role)
+
+
+@pytest.mark.parametrize(
+    ("args", "jobs", "expected"),
+    [
+        (["--evaluator"], None, "--evaluator=True: needs a task to train and one to evaluate"),
+        (["--evaluator"], "worker:3", "--evaluator=True: asks for an evaluator task, but "),
+        ([], "chief:1,ps:1,worker:1", "SLURMTF_JOBS='chief:1,ps:1,worker:1': gives ps tasks"),
+        ([], "worker:1,evaluator:2", "SLURMTF_JOBS='worker:1,evaluator:2': gives 'evaluator' 2"),
+        (["--stop_threshold=0.5"], "worker:2,evaluator:1", "--stop_threshold=0.5: needs the "),
+    ],
+)
+def test_bad_evaluator_shapes_stop_with_one_line(
+    fake_slurm_env: FakeSlurmEnv,
+    capsys: pytest.CaptureFixture[str],
+    args: list[str],
+    jobs: str | None,
+    expected: str,
+) -> None:
+    from models import mnist
+
+    if jobs is None:  # a one-task step
+        fake_slurm_env.step("node1", "1", 0, SLURMD_NODENAME="node1", **STEP3)
+    else:
+        fake_slurm_env.step(
+            "node[1-3]", "1(x3)", 0, SLURMD_NODENAME="node1", SLURMTF_JOBS=jobs, **STEP3
+        )
+    assert mnist.main([*args, "--placement_only"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"models.mnist: {expected}"), line
+    assert "HINT: " in line
