@@ -162,3 +162,24 @@ def test_bad_evaluator_shapes_stop_with_one_line(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith(f"models.mnist: {expected}"), line
     assert "HINT: " in line
+
+
+def test_benchmark_reads_the_chiefs_loop_rate() -> None:
+    from benchmarks import bench_evaluator
+
+    stderr = "16:21:54 rank0 I 30 steps in 44.7 s\n16:21:59 rank0 I Exported SavedModel"
+    assert bench_evaluator.loop_rate(stderr) == (30, 44.7)
+    with pytest.raises(ValueError, match="no 'N steps in S s' line"):
+        bench_evaluator.loop_rate("nothing here")
+    result = {
+        "runs": [
+            {"variant": "inloop", "steps": 120, "loop_s": 60.0, "steps_per_s": 2.0},
+            {"variant": "sidecar", "steps": 120, "loop_s": 48.0, "steps_per_s": 2.5},
+        ],
+        "median_steps_per_s": {"inloop": 2.0, "sidecar": 2.5},
+        "ratio": 1.25,
+        "evaluations": 2,
+        "steps": 120,
+        "global_batch": 1000,
+    }
+    assert "ratio sidecar / in-loop **1.25**" in bench_evaluator.markdown(result)
