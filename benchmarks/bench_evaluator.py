@@ -27,7 +27,8 @@ from slurmtf.localstep import free_port_base
 
 DONE = '"event": "done"'
 LOOP = re.compile(r"(\d+) steps in ([\d.]+) s")
-BATCH = 1000  # 60 steps per epoch of the 60,000 synthetic examples: evaluate every 60
+BATCH = 200  # 30 steps per epoch of the 6,000 synthetic examples: evaluate every 30
+PER_EPOCH = 6000 // BATCH
 VARIANTS = ("inloop", "sidecar")
 
 
@@ -84,7 +85,7 @@ def run_variant(variant: str, steps: int, log_dir: Path | None) -> JSONDict:
 
 
 def run(options: Options) -> JSONDict:
-    steps = 60 if options.quick else int(options.flag("steps", 180))
+    steps = 30 if options.quick else int(options.flag("steps", 60))
     rounds = 1 if options.quick else int(options.flag("rounds", 2))
     results: list[JSONDict] = []
     for _ in range(rounds):
@@ -97,7 +98,7 @@ def run(options: Options) -> JSONDict:
         "workers": 2,
         "global_batch": BATCH,
         "steps": steps,
-        "evaluations": steps // 60,
+        "evaluations": steps // PER_EPOCH,
         "rounds": rounds,
         "runs": results,
         "median_steps_per_s": median,
@@ -121,7 +122,7 @@ def markdown(result: JSONDict) -> str:
 
 
 def arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--steps", type=int, default=180, help="training steps per run")
+    parser.add_argument("--steps", type=int, default=60, help="training steps per run")
     parser.add_argument("--rounds", type=int, default=2, help="in-loop/sidecar pairs")
 
 
