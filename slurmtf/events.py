@@ -7,7 +7,8 @@ Nothing reads the human progress text. Events (fields beyond ``event``):
 
 * ``cluster`` (rank, workers, GPUs ...), ``progress`` (step, total, loss, accuracy,
   examples_per_sec), ``eval``, ``checkpoint``, ``preempted``, ``done`` (step, preempted)
-  from the training loop; ``start``/``exit`` (status) from the per-task launcher.
+  from the training loop (``eval`` and ``done`` also from a sidecar evaluator task, with
+  ``role``); ``start``/``exit`` (status) from the per-task launcher.
 """
 
 from __future__ import annotations
