@@ -183,3 +183,144 @@ def test_benchmark_reads_the_chiefs_loop_rate() -> None:
         "global_batch": 1000,
     }
     assert "ratio sidecar / in-loop **1.25**" in bench_evaluator.markdown(result)
+
+
+class _Array:
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+
+    def numpy(self) -> list[float]:
+        return self.values
+
+
+class _Restore:
+    def expect_partial(self) -> None:
+        return None
+
+
+class _Checkpoint:
+    def __init__(self, unreadable: set[str]) -> None:
+        self.unreadable = unreadable
+        self.restored: list[str] = []
+
+    def restore(self, path: str) -> _Restore:
+        if path in self.unreadable:
+            raise OSError(f"{path}: not found")
+        self.restored.append(path)
+        return _Restore()
+
+
+def _evaluator(
+    monkeypatch: pytest.MonkeyPatch, listings: list[list[str]], unreadable: set[str] = frozenset()
+) -> tuple[sidecar._Evaluator, _Checkpoint]:
+    """An evaluator whose model, data and checkpoint directory are fakes (no TensorFlow):
+    each look at the directory returns the next of ``listings`` (the last one stays)."""
+    from types import SimpleNamespace
+
+    looks = iter(listings)
+    state = {"now": listings[0]}
+
+    def listed(directory: object) -> list[str]:
+        state["now"] = next(looks, state["now"])
+        return state["now"]
+
+    monkeypatch.setattr(sidecar, "listed_checkpoints", listed)
+    checkpoint = _Checkpoint(set(unreadable))
+    config = SimpleNamespace(model_dir="/m", registration_timeout=30.0, synthetic=True)
+    info = SimpleNamespace(rank=2, restart_count=0, program="models.mnist")
+    plan = SimpleNamespace(total=30, eval_steps=2, steps_per_epoch=10)
+    evaluator = sidecar._Evaluator(
+        None, config, info, plan, checkpoint=checkpoint, step_var=None,
+        eval_step=lambda iterator: _Array([8.0, 12.0, 16.0]), iterator=None,
+        summaries=SimpleNamespace(scalars=lambda split, step, values: None),
+    )  # fmt: skip
+    return evaluator, checkpoint
+
+
+def _evals(out: str) -> list[dict[str, object]]:
+    return [json.loads(x) for x in out.splitlines() if x.startswith('{"event": "eval"')]
+
+
+def _done(out: str) -> dict[str, object]:
+    (line,) = [x for x in out.splitlines() if x.startswith('{"event": "done"')]
+    event: dict[str, object] = json.loads(line)
+    return event
+
+
+def _watch(answers: list[bool], clock: _Clock | None = None) -> sidecar.ChiefWatch:
+    found = iter(answers)
+    return sidecar.ChiefWatch(
+        "node1", 1, 30.0, probe=lambda h, p: next(found, False), clock=clock or _Clock()
+    )
+
+
+CKPT = "/m/checkpoints/ckpt-"
+NOT_PREEMPTED = type("Watcher", (), {"requested": False})()
+
+
+def test_evaluator_evaluates_each_checkpoint_in_order_and_ends_at_the_final_step(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    listings = [
+        [],
+        [f"{CKPT}10"],
+        [f"{CKPT}20", f"{CKPT}10"],
+        [f"{CKPT}10", f"{CKPT}20", f"{CKPT}30"],
+    ]
+    evaluator, checkpoint = _evaluator(monkeypatch, listings)
+    sleeps: list[float] = []
+    assert evaluator.run(NOT_PREEMPTED, sleeps.append, _watch([True] * 10)) == 0
+    assert checkpoint.restored == [f"{CKPT}10", f"{CKPT}20", f"{CKPT}30"]
+    out = capsys.readouterr().out
+    events = _evals(out)
+    assert [e["step"] for e in events] == [10, 20, 30]
+    assert events[0]["loss"] == 0.5  # 2 batches: summed loss 16 over 32 examples
+    assert events[0]["accuracy"] == 0.75
+    assert events[0]["examples"] == 32
+    assert _done(out)["step"] == 30
+    assert len(sleeps) == 3  # one poll per look that found nothing final
+
+
+def test_evaluator_ends_when_the_workers_end_before_the_final_step(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evaluator, _ = _evaluator(monkeypatch, [[f"{CKPT}10"]])
+    # the chief answers twice, then stops: its last checkpoint is evaluated once, then exit 0
+    assert evaluator.run(NOT_PREEMPTED, lambda s: None, _watch([True, True])) == 0
+    out = capsys.readouterr().out
+    assert [e["step"] for e in _evals(out)] == [10]
+    assert _done(out)["step"] == 10
+
+
+def test_evaluator_gives_up_on_workers_that_never_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evaluator, _ = _evaluator(monkeypatch, [[]])
+    clock = _Clock()
+
+    def sleep(seconds: float) -> None:
+        clock.now += seconds
+
+    assert evaluator.run(NOT_PREEMPTED, sleep, _watch([], clock)) == 1
+    captured = capsys.readouterr()
+    assert "did not answer within 30 s. HINT: " in captured.err
+    assert _done(captured.out)["step"] is None
+
+
+def test_evaluator_skips_a_checkpoint_it_cannot_read_three_times(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    listing = [f"{CKPT}10", f"{CKPT}20", f"{CKPT}30"]
+    evaluator, checkpoint = _evaluator(monkeypatch, [listing], unreadable={f"{CKPT}20"})
+    assert evaluator.run(NOT_PREEMPTED, lambda s: None, _watch([True] * 10)) == 0
+    assert checkpoint.restored == [f"{CKPT}10", f"{CKPT}30"]
+    assert [e["step"] for e in _evals(capsys.readouterr().out)] == [10, 30]
+
+
+def test_evaluator_stops_on_the_preemption_signal(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    evaluator, _ = _evaluator(monkeypatch, [[f"{CKPT}10"]])
+    preempted = type("Watcher", (), {"requested": True})()
+    assert evaluator.run(preempted, lambda s: None, _watch([True] * 10)) == 75
+    assert _done(capsys.readouterr().out)["preempted"] is True

@@ -256,14 +256,19 @@ class _Evaluator:
             summaries=Summaries(config.model_dir, True, splits=("eval",)),
         )  # fmt: skip
 
-    def run(self, watcher: Any, sleep: Callable[[float], None] = time.sleep) -> int:
+    def run(
+        self,
+        watcher: Any,
+        sleep: Callable[[float], None] = time.sleep,
+        watch: ChiefWatch | None = None,
+    ) -> int:
         """Evaluate checkpoints as they come until the final step, the workers' end, or
         the preemption signal."""
         from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED
 
-        host, port = chief_address(self.info.layout.cluster())
-        start_timeout = self.config.registration_timeout or 600.0
-        watch = ChiefWatch(host, port, start_timeout)
+        if watch is None:
+            host, port = chief_address(self.info.layout.cluster())
+            watch = ChiefWatch(host, port, self.config.registration_timeout or 600.0)
         logging.info(
             "Evaluating the checkpoints of %s up to step %d", self.directory, self.plan.total
         )
