@@ -184,9 +184,14 @@ def run_evaluator(spec: Any, config: Any, info: Any) -> int:
         )  # fmt: skip
     watcher = PreemptionWatcher(config.preemption_signal).install()
     try:
-        return _Evaluator.build(spec, config, info).run(watcher)
+        code = _Evaluator.build(spec, config, info).run(watcher)
     finally:
         watcher.uninstall()
+    if info.layout.in_slurm and not info.layout.is_single_worker:
+        from slurmtf import teardown
+
+        teardown.leave_alone(code)  # a task of a job step: end now, as the workers do
+    return code
 
 
 class _Evaluator:
