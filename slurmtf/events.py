@@ -9,7 +9,8 @@ Nothing reads the human progress text. Events (fields beyond ``event``):
   worker count when a ``--nodes`` range restarted on another), ``progress`` (step, total,
   loss, accuracy, examples_per_sec), ``timing`` (every rank: compute and wait per step,
   link rates), ``straggler``/``straggler_recovered`` (chief), ``eval``, ``checkpoint``,
-  ``preempted``, ``done`` (step, preempted) from the training loop; ``start``/``exit``
+  ``preempted``, ``done`` (step, preempted) from the training loop (``eval`` and ``done``
+  also from a sidecar evaluator task, with ``role``); ``start``/``exit``
   (status) from the per-task launcher.
 """
 

@@ -22,11 +22,15 @@ class SlurmtfClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):  #
 
     A single-worker layout without roles gives an empty cluster spec, so that
     ``MultiWorkerMirroredStrategy`` runs locally without opening a port. Every task type
-    speaks ``rpc_layer`` (gRPC).
+    speaks ``rpc_layer`` (gRPC). ``exclude`` leaves task types out of the cluster spec:
+    the bundled models build their strategy without the sidecar evaluator.
     """
 
-    def __init__(self, layout: ClusterLayout, *, rpc_layer: str = "grpc") -> None:
+    def __init__(
+        self, layout: ClusterLayout, *, rpc_layer: str = "grpc", exclude: tuple[str, ...] = ()
+    ) -> None:
         self._layout = layout
+        self._exclude = exclude  # task types left out of the cluster (e.g. the evaluator)
         self.task_type = layout.task_type
         self.task_id = layout.task_id
         self.rpc_layer = rpc_layer
@@ -46,7 +50,11 @@ class SlurmtfClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):  #
     def cluster_spec(self) -> Any:
         if self._local:
             return tf.train.ClusterSpec({})
-        return tf.train.ClusterSpec(self._layout.cluster())
+        return tf.train.ClusterSpec(self._cluster())
+
+    def _cluster(self) -> dict[str, list[str]]:
+        cluster = self._layout.cluster()
+        return {role: tasks for role, tasks in cluster.items() if role not in self._exclude}
 
     @property
     def _local(self) -> bool:
@@ -60,7 +68,7 @@ class SlurmtfClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):  #
             return ""
         task_type = self.task_type if task_type is None else task_type
         task_id = self.task_id if task_id is None else task_id
-        tasks = self._layout.cluster().get(task_type, [])
+        tasks = self._cluster().get(task_type, [])
         if not 0 <= int(task_id) < len(tasks):
             raise ValueError(f"no task {task_type}:{task_id} in this cluster")
         address = tasks[int(task_id)]

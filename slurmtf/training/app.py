@@ -17,7 +17,8 @@ from absl import flags
 from slurmtf import allocator, events
 from slurmtf.cli import report_error
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
-from slurmtf.errors import SlurmtfError
+from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.training import sidecar
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
 
@@ -44,16 +45,31 @@ def lost_peers(message: str, info: RunInfo) -> str:
     )
 
 
-def resolve_info(program: str = "slurmtf") -> RunInfo:
+def resolve_info(program: str = "slurmtf", *, evaluator: bool = False) -> RunInfo:
     """This task's rank, peers and GPUs, from the resolver (a single worker outside Slurm).
 
-    Narrows ``CUDA_VISIBLE_DEVICES`` to this task's GPUs (:func:`slurmtf.gpus.apply_gpu_split`)
-    before TensorFlow starts; raises ``InputError`` when two workers would share a GPU.
+    ``evaluator`` (``--evaluator``): the step's last task is a sidecar evaluator, unless
+    ``SLURMTF_JOBS`` already names one. Narrows ``CUDA_VISIBLE_DEVICES`` to this task's
+    GPUs (:func:`slurmtf.gpus.apply_gpu_split`) before TensorFlow starts; raises
+    ``InputError`` when two workers would share a GPU.
     """
+    from slurmtf.env import read_slurm_env
     from slurmtf.gpus import apply_gpu_split
     from slurmtf.resolver import resolve
 
     layout = resolve()
+    jobs = read_slurm_env().jobs or ""
+    if evaluator and not sidecar.has_evaluator(layout.roles):
+        if layout.roles is not None:
+            raise InputError(
+                "--evaluator",
+                True,
+                f"asks for an evaluator task, but SLURMTF_JOBS={jobs} names none",
+                "add evaluator:1 to SLURMTF_JOBS, or leave SLURMTF_JOBS unset",
+            )
+        jobs = sidecar.evaluator_jobs(layout.num_workers)
+        layout = resolve(jobs=jobs)
+    sidecar.check_model_roles(layout.roles, jobs)
     plan = apply_gpu_split(layout)
     if not layout.is_single_worker:
         from slurmtf.ports import ensure_port_free
@@ -74,6 +90,7 @@ def emit_placement(info: RunInfo) -> int:
     events.emit(
         "placement",
         rank=info.rank,
+        role=layout.task_type,
         num_workers=info.num_workers,
         node=None if layout.is_single_worker else layout.node,
         local_id=0 if layout.is_single_worker else layout.local_id,
@@ -113,7 +130,13 @@ def main_for(
             )
         )
         spec = make_spec(config)
-        info = dataclasses.replace(info, program=program) if info else resolve_info(program)
+        info = (
+            dataclasses.replace(info, program=program)
+            if info
+            else resolve_info(program, evaluator=config.evaluator)
+        )
+        if sidecar.has_evaluator(info.layout.roles):
+            sidecar.check_sidecar_config(config.stop_threshold, config.eval_only)
         if FLAGS.placement_only:
             return emit_placement(info)
         return run(spec, config, info)

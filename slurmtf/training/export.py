@@ -13,7 +13,9 @@ from absl import logging
 class Summaries:
     """TensorBoard scalars under ``<model_dir>/{train,eval}``; a no-op off the chief."""
 
-    def __init__(self, model_dir: str | None, is_chief: bool) -> None:
+    def __init__(
+        self, model_dir: str | None, is_chief: bool, splits: tuple[str, ...] = ("train", "eval")
+    ) -> None:
         import tensorflow as tf
 
         self._tf = tf
@@ -25,13 +27,13 @@ class Summaries:
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
         ).SerializeToString()
         if self.enabled:
-            for split in ("train", "eval"):
+            for split in splits:
                 self._writers[split] = tf.summary.create_file_writer(
                     str(Path(str(model_dir)) / split)
                 )
 
     def scalars(self, split: str, step: int, values: dict[str, float]) -> None:
-        if not self.enabled:
+        if not self.enabled or split not in self._writers:
             return
         tf = self._tf
         with self._writers[split].as_default():

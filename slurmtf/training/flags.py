@@ -57,6 +57,13 @@ def _define_training_flags(fv: flags.FlagValues) -> None:
     flags.DEFINE_boolean(
         "eval_only", False, "Restore the latest checkpoint and evaluate.", flag_values=fv
     )
+    flags.DEFINE_boolean(
+        "evaluator",
+        False,
+        "Make the step's last task a sidecar evaluator (SLURMTF_JOBS=worker:N-1,evaluator:1): "
+        "it evaluates every checkpoint as it appears, and the workers train without pausing.",
+        flag_values=fv,
+    )
     flags.DEFINE_string("export_dir", None, "Write a SavedModel here at the end.", flag_values=fv)
     flags.DEFINE_enum(
         "dtype", "fp32", DTYPES, "Compute precision (fp16 uses loss scaling).", flag_values=fv
@@ -228,6 +235,7 @@ class TrainConfig:
     eval_steps: int = 0
     stop_threshold: float | None = None
     eval_only: bool = False
+    evaluator: bool = False
     export_dir: str | None = None
     dtype: str = "fp32"
     enable_xla: bool = False

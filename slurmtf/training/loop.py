@@ -19,7 +19,14 @@ from absl import logging
 from slurmtf import events, teardown
 from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.layout import ClusterLayout
-from slurmtf.training import checkpoints, grad_reduce, progress_watch, reporting, steptiming
+from slurmtf.training import (
+    checkpoints,
+    grad_reduce,
+    progress_watch,
+    reporting,
+    sidecar,
+    steptiming,
+)
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import (
@@ -94,7 +101,13 @@ class RunInfo:
 
 
 def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
-    """Train (or evaluate) ``spec`` as ``config`` says; returns the process exit code."""
+    """Train (or evaluate) ``spec`` as ``config`` says; returns the process exit code.
+
+    An evaluator task (``SLURMTF_JOBS=...,evaluator:1``) evaluates the workers'
+    checkpoints instead (:mod:`slurmtf.training.sidecar`); it joins no collective.
+    """
+    if info.layout.task_type == sidecar.EVALUATOR:
+        return sidecar.run_evaluator(spec, config, info)
     watcher = PreemptionWatcher(config.preemption_signal).install()
     watch = progress_watch.from_config(
         config, info.rank, info.workers, _log_dir(config), info.program
@@ -150,7 +163,7 @@ def _run(
     watcher.install()  # again: the runtime may have taken the signal (TF does for SIGTERM)
     watch.start()  # peers have joined; model building and the first step get a grace
     config, per_replica = _fit_batch(
-        config, int(strategy.num_replicas_in_sync), max(info.num_workers, 1)
+        config, int(strategy.num_replicas_in_sync), max(_training_tasks(info), 1)
     )
     _announce(
         spec, config, info, strategy=strategy, choice=choice, num_gpus=num_gpus,
@@ -245,12 +258,13 @@ def _announce(
         rank=info.rank,
         num_workers=info.num_workers,
         workers=list(info.workers),
+        role=info.layout.task_type,
         strategy=describe(strategy),
         collective=choice.collective,
         replicas=replicas,
         gpus=num_gpus,
         cuda_visible_devices=info.cuda_visible_devices,
-        local_replicas=replicas // max(info.num_workers, 1),
+        local_replicas=replicas // max(_training_tasks(info), 1),
         planned_replicas=info.planned_replicas,
         gpu_plan=info.gpu_plan,
         global_batch=config.batch_size,
@@ -263,7 +277,7 @@ def _announce(
         log_file=log_path,
     )
     if info.is_chief:
-        checkpoints.record_workers(config.model_dir, info.num_workers)
+        checkpoints.record_workers(config.model_dir, _training_tasks(info))
     if synthetic:
         logging.warning(
             "Training on SYNTHETIC data (%s)", "asked" if config.data_dir else "no --data_dir"
@@ -273,7 +287,13 @@ def _announce(
 def _workers_before(config: TrainConfig, info: RunInfo) -> int | None:
     """The worker count of the previous start when it differs (a ``--nodes`` range)."""
     before = checkpoints.previous_workers(config.model_dir)
-    return before if before is not None and before != info.num_workers else None
+    return before if before is not None and before != _training_tasks(info) else None
+
+
+def _training_tasks(info: RunInfo) -> int:
+    """The tasks that train (all but a sidecar evaluator)."""
+    roles = info.layout.roles
+    return info.num_workers if roles is None else sidecar.training_tasks(roles)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -338,6 +358,8 @@ class _Training:
     start: int
     timing: steptiming.StepTiming
     eval_iterator: Any = None  # built at the first evaluation
+    # False beside an evaluator task: save at the evaluation cadence, evaluate nowhere.
+    evaluates: bool = True
 
     @classmethod
     def build(
@@ -386,11 +408,14 @@ class _Training:
         )  # fmt: skip
         sync_state = steps.state_sync() if spec.replica_local_state else _nothing
         steps.check_same_step(start)
-        summaries = Summaries(config.model_dir, info.is_chief)
+        evaluates = not sidecar.has_evaluator(info.layout.roles)
+        splits = ("train", "eval") if evaluates else ("train",)
+        summaries = Summaries(config.model_dir, info.is_chief, splits)
         return cls(
             spec, config, info, strategy, plan, per_replica, watcher, watch,
             model, schedule, step_var, ckpt, steps, summaries, sync_state, restored, start,
             timing,
+            evaluates=evaluates,
         )  # fmt: skip
 
     def evaluate(self, step: int) -> dict[str, float]:
@@ -493,7 +518,9 @@ class _Training:
         save = step == plan.total or bool(
             config.checkpoint_every and step % config.checkpoint_every == 0
         )
-        if step % plan.eval_every == 0 or step == plan.total:
+        if (step % plan.eval_every == 0 or step == plan.total) and not self.evaluates:
+            save = True  # the evaluator task evaluates this checkpoint
+        elif step % plan.eval_every == 0 or step == plan.total:
             result = self.evaluate(step)
             save = True
             if config.stop_threshold is not None and result["accuracy"] >= config.stop_threshold:

@@ -107,7 +107,8 @@ def make_strategy(
     if layout is not None and layout.num_workers > 1:
         from slurmtf.tf_resolver import SlurmtfClusterResolver
 
-        resolver = SlurmtfClusterResolver(layout)
+        # The sidecar evaluator (slurmtf.training.sidecar) is no part of the training cluster.
+        resolver = SlurmtfClusterResolver(layout, exclude=("evaluator",))
         if heartbeat_timeout or registration_timeout:
             _configure_coordination(
                 resolver.cluster_spec(), heartbeat_timeout, registration_timeout

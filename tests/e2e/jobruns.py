@@ -281,10 +281,15 @@ def check_training(run: SandboxJob, *, loss_falls: bool = True) -> None:
 
 
 def check_clean_end(
-    sandbox: SlurmSandbox, job_id: str, rank_logs: Mapping[int, Iterable[Path]]
+    sandbox: SlurmSandbox,
+    job_id: str,
+    rank_logs: Mapping[int, Iterable[Path]],
+    *,
+    last_rank: int = 0,
 ) -> None:
     """No error-level line in any rank's log; a multi-worker job ended within
-    ``CLEAN_END_S`` of rank 0's last line (the ranks left together, slurmtf.teardown)."""
+    ``CLEAN_END_S`` of ``last_rank``'s last line (rank 0: the ranks left together,
+    slurmtf.teardown; a sidecar evaluator ends after them)."""
     files = {rank: list(paths) for rank, paths in rank_logs.items()}
     for rank, paths in files.items():
         for path in paths:
@@ -292,12 +297,13 @@ def check_clean_end(
             assert not errors, f"rank {rank} logged errors in a successful job ({path}): {errors}"
     if len(files) == 1:
         return  # one worker: no peers to leave with, the interpreter's own exit (1-3 s)
-    last_line = max(p.stat().st_mtime for p in files[0])
+    last_line = max(p.stat().st_mtime for p in files[last_rank])
     # Slurm's EndTime is in whole seconds, rounded down: + 1 s bounds the true end above.
     teardown = sandbox.end_time(job_id) + 1.0 - last_line
     print(f"MEASURED teardown_{job_id} {teardown:.1f}")
     assert teardown <= CLEAN_END_S, (
-        f"job {job_id} ended {teardown:.1f} s after rank 0's last line (> {CLEAN_END_S} s)"
+        f"job {job_id} ended {teardown:.1f} s after rank {last_rank}'s last line "
+        f"(> {CLEAN_END_S} s)"
     )
 
 

@@ -57,6 +57,20 @@ def test_task_is_set_at_construction_and_nothing_shells_out(fake_nvidia_smi: Pat
         resolver.master("ps", 0)
 
 
+def test_the_workers_leave_the_evaluator_out_of_their_cluster() -> None:
+    from slurmtf.tf_resolver import SlurmtfClusterResolver
+
+    step = FakeSlurmEnv.step_vars("node[1-3]", "1(x3)", 1)
+    layout = resolve(step, jobs="worker:2,evaluator:1")
+    full = cluster_resolver(layout).cluster_spec().as_dict()
+    assert sorted(full) == ["evaluator", "worker"]  # TF_CONFIG for users: the whole cluster
+    workers_only = SlurmtfClusterResolver(layout, exclude=("evaluator",))
+    assert workers_only.cluster_spec().as_dict() == {"worker": full["worker"]}
+    assert (workers_only.task_type, workers_only.task_id) == ("worker", 1)
+    with pytest.raises(ValueError, match="no task evaluator:0"):
+        workers_only.master("evaluator", 0)
+
+
 def test_gpus_come_from_the_layout_capped_by_what_tensorflow_sees() -> None:
     layout = resolve(FakeSlurmEnv.step_vars("n[1-2]", "1(x2)", 0, CUDA_VISIBLE_DEVICES="0,1"))
     assert layout.gpus == ("0", "1")
