@@ -248,3 +248,20 @@ def test_the_follower_leaves_timing_lines_to_slurmtf_logs() -> None:
     lines = [json.dumps({"event": "timing", "rank": 0, "step": 4}), "plain line"]
     watch._show_stdout(lines, Console(out, live=False), Renderer())
     assert out.getvalue() == "plain line\n"
+
+
+def test_a_sidecar_evaluator_is_neither_timed_nor_blamed() -> None:
+    from types import SimpleNamespace
+
+    from slurmtf.training.steptiming import from_layout
+
+    layout = SimpleNamespace(
+        nodes=("node1", "node2", "node3"),
+        workers=("node1:1", "node2:2", "node3:3"),
+        roles=("worker", "worker", "evaluator"),
+        task_index=1,
+        is_chief=False,
+    )
+    timing = from_layout(layout, replicas=2, every_s=0, window_s=60)
+    assert timing.nodes == ["node1", "node2"]
+    assert timing.rank == 1

@@ -223,13 +223,20 @@ class StepTiming:
 
 
 def from_layout(layout: Any, replicas: int, every_s: float, window_s: float) -> StepTiming:
-    """The timing of this rank of ``layout`` (a :class:`slurmtf.layout.ClusterLayout`)."""
-    nodes = list(layout.nodes)
-    own = nodes[layout.task_index] if layout.task_index < len(nodes) else ""
+    """The timing of this rank of ``layout`` (a :class:`slurmtf.layout.ClusterLayout`).
+
+    Only the ranks that train count: a sidecar evaluator runs no step and holds no link
+    of the all-reduce, so its node is neither timed nor blamed."""
+    roles = layout.roles or ("worker",) * len(layout.nodes)
+    training = [r for r, role in enumerate(roles) if role in ("chief", "worker")]
+    nodes = [layout.nodes[r] for r in training]
+    workers = [layout.workers[r] for r in training]
+    rank = training.index(layout.task_index) if layout.task_index in training else 0
+    own = nodes[rank] if rank < len(nodes) else ""
     meter = None
     if every_s and len(set(nodes)) > 1:
-        meter = LinkMeter(node_addresses(list(layout.workers), nodes, own))
+        meter = LinkMeter(node_addresses(workers, nodes, own))
     return StepTiming(
-        every_s=every_s, window_s=window_s, rank=layout.task_index, nodes=nodes,
+        every_s=every_s, window_s=window_s, rank=rank, nodes=nodes,
         replicas=replicas, is_chief=layout.is_chief, meter=meter,
     )  # fmt: skip
