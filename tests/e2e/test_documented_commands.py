@@ -118,6 +118,26 @@ COMMANDS: dict[str, Doc] = {
     "slurmtf sandbox link node3 100mbit": Doc(
         not_run="needs a sandbox with --link: tests/e2e/test_check.py runs it (node3 1gbit)"
     ),
+    "sbatch jobs/parameter_server.sbatch examples/parameter_server.py": Doc(
+        not_run="runs in test_parameter_server.py (3 nodes: completes, killed worker, killed ps)"
+    ),
+    'python -m slurmtf.submit --command="python examples/parameter_server.py" '
+    "--jobs=chief:1,ps:2,worker:2 --nodes=3": Doc(
+        not_run="runs in test_parameter_server.py (submit --jobs)"
+    ),
+    "SLURMTF_JOBS=chief:1@0,ps@0,worker@1 sbatch -N1 -n3 : -N2 --ntasks-per-node=1 "
+    "jobs/parameter_server.sbatch examples/parameter_server.py": Doc(
+        not_run="runs in test_parameter_server.py (the heterogeneous form)"
+    ),
+    "sbatch -N3 jobs/mnist.sbatch --evaluator": Doc(
+        not_run="runs in test_evaluator.py (its checks are the evaluator's, not check_training's)"
+    ),
+    "sbatch --nodes=2-3 jobs/mnist.sbatch": Doc(
+        not_run="runs in test_node_range.py (a node drained and its rank killed mid-run)"
+    ),
+    "python -m slurmtf.submit --model=mnist --nodes=2-3": Doc(
+        not_run="test_node_range.py runs submit --nodes=2-3 (every free node, 2 tasks each)"
+    ),
     'eval "$(python -m slurmtf.resolver --export)"': Doc(),
     "python -m slurmtf.resolver --explain": Doc(),
 }

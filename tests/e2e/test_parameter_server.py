@@ -4,8 +4,9 @@ The job's default shape: ``chief:1,ps:2,worker`` over 5 tasks (chief and both ps
 node1, one worker on node2 and node3). A run completes with a falling loss and leaves no
 process behind; a worker killed mid-run is tolerated and the run completes without a
 restart; a ps killed mid-run requeues the job, which resumes from its checkpoint; and
-``slurmtf submit --jobs=chief:1,ps:2,worker:2`` runs the same shape. The four jobs are
-submitted together (20 tasks fit the 3 nodes) and run side by side.
+``slurmtf submit --jobs=chief:1,ps:2,worker:2`` runs the same shape; and the README's
+heterogeneous form (chief and ps on component 0, the workers on component 1) completes.
+The jobs are submitted together and run side by side as the nodes allow.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ def ps_jobs(
     root = tmp_path_factory.mktemp("ps")
     made = {name: submit(slurm_sandbox, root / f"ps_{name}", args) for name, args in RUNS.items()}
     made["submit"] = submit_jobs(slurm_sandbox, root / "ps_submit")
+    made["het"] = submit_het(slurm_sandbox, root / "ps_het")
     kill_when_saved([(made["worker"], 4), (made["ps"], 1)], 5)  # worker 1, ps 0
     yield made
     for job in made.values():
@@ -94,6 +96,26 @@ def submit_jobs(sandbox: SlurmSandbox, run_dir: Path) -> SandboxJob:
     found = re.search(r"submitted job (\d+): 3 node\(s\), roles chief:1,ps:2,worker:2", done.stdout)
     assert found, done.stdout
     job.job_id = found.group(1)
+    return job
+
+
+# The README's heterogeneous form, as a user types it (tiny steps added).
+HET_JOBS = "chief:1@0,ps@0,worker@1"
+HET_SHAPE = ["-N1", "-n3", ":", "-N2", "--ntasks-per-node=1"]
+
+
+def submit_het(sandbox: SlurmSandbox, run_dir: Path) -> SandboxJob:
+    """``SLURMTF_JOBS=chief:1@0,ps@0,worker@1 sbatch -N1 -n3 : -N2 --ntasks-per-node=1
+    jobs/parameter_server.sbatch examples/parameter_server.py``."""
+    job = SandboxJob(sandbox, run_dir, nodes=3, tasks=5, timeout=900)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    job.job_id = sandbox.submit(
+        REPO / "jobs" / SCRIPT, "examples/parameter_server.py", *ARGS, "--train_steps=10",
+        sbatch_args=["--time=20", f"--job-name={run_dir.name}", f"--output={run_dir}/%x-%j.out",
+                     *HET_SHAPE],
+        env={"SLURMTF_JOBS": HET_JOBS, "MODEL_DIR": str(job.model_dir),
+             "LOG_DIR": str(job.log_dir), "SLURMTF_PORT_BASE": str(free_port_base(5)), **ENV},
+    )  # fmt: skip
     return job
 
 
@@ -215,4 +237,23 @@ def test_submit_jobs_runs_the_same_shape(
         err = Path(f"{logs[rank]}.err").read_text(errors="replace")
         assert f"slurmtf serve: {role} serving at" in err, err[-2000:]
         assert "slurmtf serve: stopping: the " in err, err[-2000:]
+    assert job_processes(job.job_id) == [], job.report()
+
+
+def test_the_heterogeneous_form_completes(
+    slurm_sandbox: SlurmSandbox, ps_jobs: dict[str, SandboxJob]
+) -> None:
+    job = ps_jobs["het"]
+    assert job.finish() == "COMPLETED", job.report()
+    chief = read_events(job.log_dir / "rank0.out")
+    (done,) = named(chief, "done")
+    assert done["step"] == 10, job.report()
+    (cluster,) = named(chief, "cluster")
+    assert cluster["strategy"] == "ParameterServerStrategy"
+    # component 0 (one node) holds the chief and both ps, component 1 the two workers
+    assert {a.rsplit(":", 1)[0] for a in cluster["ps"]} == {"node1"}, cluster
+    assert sorted(a.rsplit(":", 1)[0] for a in cluster["workers"]) == ["node2", "node3"]
+    served = " ".join(p.read_text(errors="replace") for p in job.log_dir.glob("rank*.err"))
+    for role in ("ps 0", "ps 1", "worker 0", "worker 1"):
+        assert f"slurmtf serve: {role} serving at" in served, job.report()
     assert job_processes(job.job_id) == [], job.report()
