@@ -213,29 +213,61 @@ slurmtf_ps_srun() {
 }
 
 # Called by slurmtf_job_end (so for `slurmtf submit --jobs` too; in other jobs no task is
-# a `slurmtf serve` worker). After a step that did not end with 0: when every task srun reports
-# as failed is a worker server (its log says `slurmtf serve: worker ...`) killed by a
-# signal, the chief's script finished without it: the attempt counts as a success.
+# a `slurmtf serve` worker). After a step that did not end with 0, the worker servers
+# (their log says `slurmtf serve: worker ...`) that srun reports killed by a signal are
+# tolerated: the chief's script ran their work on the other workers. When they are all
+# srun reports, the attempt counts as a success; otherwise the attempt is judged by the
+# other tasks' endings alone (slurmtf_srun_err then holds just those), so that a chief
+# that failed after a worker was killed is judged by its own ending, not the worker's.
 slurmtf_tolerate_workers() {
     [ "$slurmtf_rc" -ne 0 ] || return 0
-    local line rank reason sig tolerated=()
+    local line task ranks reason sig rank all_workers tolerated=() others=()
     while IFS= read -r line; do
-        rank=$(grep -o -E "^task [0-9]+" <<<"$line" | grep -o -E "[0-9]+$")
-        reason="${line#*: }"
-        sig=""
-        [ -n "$rank" ] && sig=$(slurmtf_signal_of "$reason")
-        if [ -z "$rank" ] || [[ -z "$sig" || "$sig" == "a signal ("* ]] \
-                || ! slurmtf_new "$(slurmtf_rank_file "$rank" err)" \
-                    | grep -q "^slurmtf serve: worker [0-9]* serving"; then
-            return 0  # not only workers killed: slurmtf_job_end judges the attempt
+        task=$(grep -o -m 1 -E "tasks? [0-9][0-9,-]*: " <<<"$line")
+        reason="${line#*"$task"}"
+        ranks=$(slurmtf_task_ranks "${task%: }")
+        sig=$(slurmtf_signal_of "$reason")
+        all_workers=1
+        for rank in $ranks; do
+            slurmtf_new "$(slurmtf_rank_file "$rank" err)" \
+                | grep -q "^slurmtf serve: worker [0-9]* serving" || all_workers=0
+        done
+        if [ -z "$ranks" ] || [ "$all_workers" -eq 0 ] \
+                || [[ -z "$sig" || "$sig" == "a signal ("* ]]; then
+            others+=("$line")
+            continue
         fi
-        tolerated+=("rank $rank ($sig)")
+        for rank in $ranks; do tolerated+=("rank $rank ($sig)"); done
     done < <(slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}" \
-        | grep -o -E "tasks? [0-9]+[^:]*: .*")
+        | grep -E "tasks? [0-9][0-9,-]*: ")
     [ "${#tolerated[@]}" -gt 0 ] || return 0
-    slurmtf_log "tolerated the loss of worker ${tolerated[*]}: the chief's script" \
+    local named
+    named=$(printf '%s, ' "${tolerated[@]}")
+    named="${named%, }"
+    if [ "${#others[@]}" -gt 0 ]; then
+        slurmtf_log "tolerated the loss of worker $named; judging the attempt by" \
+            "the other tasks"
+        slurmtf_srun_err="$LOG_DIR/srun-judged.err"
+        printf '%s\n' "${others[@]}" >"$slurmtf_srun_err"
+        slurmtf_offsets[$slurmtf_srun_err]=0
+        return 0
+    fi
+    slurmtf_log "tolerated the loss of worker $named: the chief's script" \
         "completed without it (ClusterCoordinator ran its work on the other workers)"
     slurmtf_rc=0
+}
+
+# The ranks of srun's `task 4`, `tasks 3-4` or `tasks 1,3-4`, one per line.
+slurmtf_task_ranks() {
+    local list="${1#task}" part
+    list="${list#s}"
+    for part in ${list//,/ }; do
+        if [[ "$part" =~ ^([0-9]+)-([0-9]+)$ ]]; then
+            seq "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
+        elif [[ "$part" =~ ^[0-9]+$ ]]; then
+            echo "$part"
+        fi
+    done
 }
 
 # What this attempt appended to FILE.

@@ -293,12 +293,14 @@ PS_RANKS = {
         "srun: error: node3: task 4: Killed\n",
         "srun: error: node3: task 4: Exited with exit code 137\n",  # through slurmtf submit
         "srun: error: node3: task 4: Killed\nsrun: error: node2: task 3: Terminated\n",
+        "srun: error: node2: tasks 3-4: Killed\n",  # srun's grouped form
     ],
 )
 def test_workers_killed_while_the_chief_completes_are_tolerated(tmp_path: Path, srun: str) -> None:
     status, out, calls = end(tmp_path, 0, "3", srun, PS_RANKS)
     assert status == 0, out
-    assert "tolerated the loss of worker rank 4 (SIGKILL)" in out, out
+    assert "tolerated the loss of worker " in out, out
+    assert "rank 4 (SIGKILL)" in out.split("tolerated the loss of worker ")[1], out
     assert "requeue" not in out
     assert calls == ""
 
@@ -308,9 +310,9 @@ def test_workers_killed_while_the_chief_completes_are_tolerated(tmp_path: Path, 
     [
         ("srun: error: node1: task 1: Killed\n", "rank 1 was killed by SIGKILL"),  # a ps
         ("srun: error: node1: task 0: Killed\n", "rank 0 was killed by SIGKILL"),  # the chief
-        (  # a worker and then the chief: the chief's script did not complete
+        (  # a worker and then the chief: judged by the chief's own ending
             "srun: error: node3: task 4: Killed\nsrun: error: node1: task 0: Killed\n",
-            "rank 4 was killed by SIGKILL",
+            "rank 0 was killed by SIGKILL",
         ),
     ],
 )
@@ -320,8 +322,19 @@ def test_a_ps_or_chief_failure_requeues_a_parameter_server_job(
     status, out, calls = end(tmp_path, 0, "3", srun, PS_RANKS)
     assert status == 0, out
     assert f"failed: {why}: requeueing job 77 (restart 1 of 3, MAX_RESTARTS)" in out, out
-    assert "tolerated" not in out
+    assert ("tolerated the loss of worker rank 4" in out) == ("task 4" in srun), out
     assert calls.splitlines()[0] == "requeue 77", calls
+
+
+def test_a_chief_error_after_a_killed_worker_stops_the_job(tmp_path: Path) -> None:
+    srun = (
+        "srun: error: node3: task 4: Killed\nsrun: error: node1: task 0: Exited with exit code 1\n"
+    )
+    status, out, calls = end(tmp_path, 0, "3", srun, PS_RANKS)
+    assert status == 1, out
+    assert "tolerated the loss of worker rank 4 (SIGKILL); judging the attempt by" in out, out
+    assert "rank 0 failed with its own error (exit code 1)" in out, out
+    assert "requeue" not in calls, calls
 
 
 def test_a_worker_that_exits_with_an_error_is_not_tolerated(tmp_path: Path) -> None:
