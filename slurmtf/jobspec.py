@@ -411,8 +411,19 @@ def _has_flag(args: Sequence[str], name: str) -> bool:
     return any(a == f"--{name}" or a.startswith(f"--{name}=") for a in args)
 
 
+def chief_done_file(spec: JobSpec, job_id: str, restart: int) -> Path:
+    """The file the chief's launcher writes when its script ends (a ``--jobs`` job): the
+    servers stop on it even when the chief failed before its server ever answered. One
+    per attempt, so that a requeued job's servers do not stop on the last one's."""
+    return spec.folder / f"{job_id}_chief_done.{restart}"
+
+
 def task_command(
-    spec: JobSpec, params: Mapping[str, str], python: str = "python3", job_id: str = "%j"
+    spec: JobSpec,
+    params: Mapping[str, str],
+    python: str = "python3",
+    job_id: str = "%j",
+    restart: int = 0,
 ) -> list[str]:
     """The command each task runs (``TF_CONFIG`` is added to its environment at run time).
 
@@ -433,7 +444,8 @@ def task_command(
         chief = [python, "-u", "-m", spec.target]
         if spec.kind == "command":
             chief = shlex.split(spec.target)
-        return [python, "-u", "-m", SERVE, "--", *chief, *spec.args, *sweep_args]
+        done = f"--done_file={chief_done_file(spec, job_id, restart)}"
+        return [python, "-u", "-m", SERVE, done, "--", *chief, *spec.args, *sweep_args]
     if spec.kind == "module":
         return [python, "-u", "-m", RUN_LAUNCHER, "-m", spec.target, *spec.args, *sweep_args]
     if spec.kind == "command":

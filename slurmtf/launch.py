@@ -35,6 +35,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -46,7 +47,7 @@ from slurmtf.contracts import (
 )
 from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
-from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec, task_command
+from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
 from slurmtf.layout import ClusterLayout
 from slurmtf.resolver import export_tf_config, resolve
 from slurmtf.runner import Runner, default_runner
@@ -95,7 +96,8 @@ def run_task(
     layout = resolve(environ)  # SLURM_PROCID and SLURM_RESTART_COUNT checked there
     rank = layout.task_index
     job = job_id_of(environ)
-    command = task_command(spec, params, python=python, job_id=job)
+    restart = layout.restart_count
+    command = task_command(spec, params, python=python, job_id=job, restart=restart)
     env = child_environment(environ, layout, legacy_keras=spec.legacy_keras)
     emit(
         "launch",
@@ -118,6 +120,8 @@ def run_task(
         status = subprocess.call(command, env=env)
     finally:
         signal.signal(signum, previous)
+    if spec.jobs is not None and layout.task_type == "chief":
+        _touch(chief_done_file(spec, job, restart))  # the servers stop, however it ended
     ended_by = ending_signal(status)
     emit("exit", rank=rank, status=status, **({"signal": ended_by.name} if ended_by else {}))
     if status != EXIT_PREEMPTED:
@@ -128,6 +132,14 @@ def run_task(
     if rank != 0 or environ.get(JOB_SCRIPT_ENV) == "1":
         return 0
     return 0 if requeue(layout, spec.max_requeues, runner) else EXIT_PREEMPTED
+
+
+def _touch(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError as exc:  # the servers still stop when the chief's port closes
+        print(f"slurmtf: cannot write {path}: {exc.strerror}", file=sys.stderr)
 
 
 class TaskLauncher:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import launch, local
+from slurmtf import jobspec, launch, local
 from slurmtf.cli import launch as launch_cli
 from slurmtf.cli import submit as submit_cli
 from slurmtf.errors import InputError
@@ -110,6 +110,24 @@ def test_preempted_rank0_leaves_the_requeue_to_the_job_script_when_it_is_loaded(
     assert fake.calls == ([["scontrol", "requeue", "9"]] if requeued_by_rank0 else [])
     events = [json.loads(line)["event"] for line in capsys.readouterr().out.splitlines()]
     assert ("requeue" in events) is requeued_by_rank0
+
+
+def test_the_chief_of_a_ps_job_writes_its_done_file_however_its_script_ends(
+    tmp_path: Path,
+) -> None:
+    """``submit --jobs``: the servers stop on this file even when the chief's script failed
+    before its server answered (slurmtf serve --done_file)."""
+    spec = JobSpec(kind="command", target="bash -c 'exit 3'", nodes=2, jobs="chief:1,worker:1",
+                   log_dir=str(tmp_path))  # fmt: skip
+    env = {"SLURM_JOB_ID": "9", "SLURM_PROCID": "0", "SLURM_NTASKS": "2",
+           "SLURM_STEP_NODELIST": "node[1-2]", "SLURM_STEP_TASKS_PER_NODE": "1(x2)",
+           "SLURM_RESTART_COUNT": "2", "SLURMD_NODENAME": "node1", "SLURMTF_JOBS": spec.jobs,
+           "PATH": "/usr/bin:/bin"}  # fmt: skip
+    done = jobspec.chief_done_file(spec, "9", 2)
+    assert f"--done_file={done}" in jobspec.task_command(spec, {}, job_id="9", restart=2)
+    assert not done.exists()
+    assert launch.run_task(spec, {}, env) == 3  # the chief's script failed at once
+    assert done.exists()
 
 
 RANK_ENDING = Path(__file__).parent / "scripts" / "rank_ending.py"

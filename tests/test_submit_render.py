@@ -159,9 +159,10 @@ def test_max_restarts_hands_the_end_of_the_job_to_job_sh() -> None:
 def test_a_ps_job_serves_on_every_task_and_runs_the_script_as_it_is_on_the_chief() -> None:
     spec = CASES["ps_jobs_3_nodes"]
     assert spec.num_tasks == 5
-    command = jobspec.task_command(spec, {"lr": "0.1"}, "python3")
+    command = jobspec.task_command(spec, {"lr": "0.1"}, "python3", job_id="42", restart=1)
+    done = f"--done_file={spec.folder / '42_chief_done.1'}"
     assert command == [
-        "python3", "-u", "-m", "slurmtf.serve", "--", "python", "train.py", "--lr=0.1",
+        "python3", "-u", "-m", "slurmtf.serve", done, "--", "python", "train.py", "--lr=0.1",
     ]  # fmt: skip
     module = jobspec.task_command(
         JobSpec(kind="module", target="pkg.train", nodes=3, jobs="chief:1,ps:1,worker"), {}
