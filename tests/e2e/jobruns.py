@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from slurmtf.events import Event, named, read_events
+from slurmtf.training.checkpoints import WORKERS_FILE
 from tests.e2e.conftest import REPO, TERMINAL, SlurmSandbox
 
 # The MNIST job the preemption and recovery tests interrupt: deterministic, checkpoints
@@ -222,7 +223,8 @@ def submit_job(
 
 
 def check_training(run: SandboxJob, *, loss_falls: bool = True) -> None:
-    """Ranks formed one cluster, the loss fell, weights agree, only the chief wrote.
+    """Ranks formed one cluster, the loss fell, weights agree, only the chief wrote
+    (its checkpoints, summaries, SavedModel, logs and the worker count of this start).
 
     ``loss_falls=False`` for runs too short to learn (a few steps of a ResNet, whose
     first steps at the full learning rate often raise the loss): the rest still holds.
@@ -268,7 +270,7 @@ def check_training(run: SandboxJob, *, loss_falls: bool = True) -> None:
     for summaries in ("train", "eval"):
         files = list((run.model_dir / summaries).glob("events.out.tfevents.*"))
         assert len(files) <= 1, f"more than one writer in {summaries}: {files}"
-    known = {"checkpoints", "export", "train", "eval", "logs"}
+    known = {"checkpoints", "export", "train", "eval", "logs", WORKERS_FILE}
     unexpected = [
         p.relative_to(run.model_dir)
         for p in run.model_dir.rglob("*")
