@@ -216,7 +216,11 @@ def test_link_meter_rates_what_this_process_sent(sink: int) -> None:
     meter = steptiming.LinkMeter({"127.0.0.1": "node2"})
     assert meter.rates() == {}
     with socket.create_connection(("127.0.0.1", sink)) as conn:
-        conn.sendall(b"x" * (4 << 20))
+        # The kernel keeps busy time in jiffies (1-4 ms): on an idle machine 4 MiB over
+        # loopback can go within one and count 0 us, so send for a tenth of a second.
+        end = time.monotonic() + 0.1
+        while time.monotonic() < end:
+            conn.sendall(b"x" * (1 << 20))
         time.sleep(0.2)
         counters = steptiming.tcp_counters({"127.0.0.1": "node2"})
         assert max(acked for _, acked, _ in counters.values()) >= 4 << 20

@@ -41,6 +41,8 @@ WARM_UP_STEPS = 2  # not timed
 MIN_BYTES = 256 * 1024  # a link must have moved this much in an interval to be rated
 _TCP_INFO_LEN = 232
 _BYTES_ACKED = 120  # struct tcp_info offsets (linux/tcp.h, Linux >= 4.19)
+# tcpi_busy_time: kept by the kernel in jiffies (1-4 ms) and reported in microseconds; a
+# burst within one jiffy counts 0 or 1 of them, which averages out over an interval.
 _BUSY_TIME = 168
 
 
