@@ -360,7 +360,7 @@ slurmtf_classify() {
         fi
     done
     first=$(slurmtf_first_failure <<<"$srun_text")
-    rank=$(grep -o -E "^tasks? [0-9]+" <<<"$first" | grep -o -E "[0-9]+$")
+    rank=$(slurmtf_task_ranks "${first%%: *}" | head -n 1)
     reason="${first#*: }"
     sig=""
     [ -n "$rank" ] && sig=$(slurmtf_signal_of "$reason")
