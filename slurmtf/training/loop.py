@@ -518,13 +518,12 @@ class _Training:
         save = step == plan.total or bool(
             config.checkpoint_every and step % config.checkpoint_every == 0
         )
-        if (step % plan.eval_every == 0 or step == plan.total) and not self.evaluates:
-            save = True  # the evaluator task evaluates this checkpoint
-        elif step % plan.eval_every == 0 or step == plan.total:
-            result = self.evaluate(step)
-            save = True
-            if config.stop_threshold is not None and result["accuracy"] >= config.stop_threshold:
-                logging.info("Reached --stop_threshold=%s; stopping", config.stop_threshold)
+        if step % plan.eval_every == 0 or step == plan.total:
+            save = True  # beside an evaluator task, it evaluates this checkpoint
+            result = self.evaluate(step) if self.evaluates else None
+            threshold = config.stop_threshold
+            if result is not None and threshold is not None and result["accuracy"] >= threshold:
+                logging.info("Reached --stop_threshold=%s; stopping", threshold)
                 self.save(step)
                 return True
         if save:
