@@ -8,7 +8,9 @@ environment says so) and, after every evaluation and every checkpoint save, appe
 JSON line to ``$MEMPROBE_OUT``: the step, the phase, ``VmRSS``, glibc's heap statistics
 (``mallinfo2``: bytes in use, free bytes kept, mmapped bytes), Python's traced memory
 (``MEMPROBE_TRACEMALLOC=1``: the top lines grown since the first record), the number of
-live Python objects and the concrete functions of the eval step. ``MEMPROBE_TRIM=1``
+live Python objects, the collections per generation and the concrete functions of the
+eval step; around every full (generation 2) collection one ``gc2`` line: RSS and heap
+before and after, and the unreachable objects it freed. ``MEMPROBE_TRIM=1``
 calls ``malloc_trim(0)`` before each record, to tell memory the allocator keeps free
 from memory in use.
 """
@@ -65,8 +67,25 @@ class Probe:
         self.trace = os.environ.get("MEMPROBE_TRACEMALLOC") == "1"
         self.trim = os.environ.get("MEMPROBE_TRIM") == "1"
         self.baseline: Any = None
+        self._before: dict[str, int] = {}
         if self.trace:
             tracemalloc.start(8)
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        """Around every full (generation 2) collection: RSS and heap before and after, and
+        how many objects it found unreachable (garbage in reference cycles)."""
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self._before = {"rss_kb": rss_kb(), **heap()}
+            return
+        after = {"rss_kb": rss_kb(), **heap()}
+        row = {"t": round(time.monotonic() - self.t0, 2), "phase": "gc2",
+               "collected": info["collected"],
+               **{f"{k}_before": v for k, v in self._before.items()}, **after}  # fmt: skip
+        with Path(self.path).open("a") as out:
+            out.write(json.dumps(row) + "\n")
 
     def record(self, phase: str, step: int, training: Any) -> None:
         if self.trim:
@@ -78,6 +97,7 @@ class Probe:
             "rss_kb": rss_kb(),
             **heap(),
             "py_objects": len(gc.get_objects()),
+            "gc_collections": [g["collections"] for g in gc.get_stats()],
             "eval_functions": _concrete_count(training.steps.eval_step),
             "train_functions": _concrete_count(training.steps.train_step),
         }

@@ -128,8 +128,9 @@ def start_server(layout: ClusterLayout) -> Any:
     check_server_task(layout)
     apply_gpu_split(layout)  # a ps hides the GPUs before TensorFlow reads them
     ensure_port_free(layout.port)
-    import tensorflow as tf
+    from slurmtf.tf_import import import_tensorflow_lean
 
+    tf = import_tensorflow_lean()  # a server builds no Keras model
     from slurmtf.tf_resolver import SlurmtfClusterResolver
 
     resolver = SlurmtfClusterResolver(layout)

@@ -13,7 +13,14 @@ import pytest
 
 from slurmtf.check import verdict
 from slurmtf.check.mesh import Mesh, link_rates
-from slurmtf.check.probe import device_label, host_turns, plan_devices
+from slurmtf.check.probe import (
+    bus_gbps,
+    compute_window,
+    device_label,
+    host_turns,
+    plan_devices,
+    round_seconds,
+)
 from slurmtf.cli import check as cli
 from slurmtf.errors import SlurmCommandError
 from slurmtf.localstep import free_port_base
@@ -112,6 +119,21 @@ def test_ranks_sharing_a_host_take_turns() -> None:
     assert [host_turns(hosts, r) for r in range(4)] == [(0, 3), (1, 3), (0, 3), (2, 3)]
 
 
+def test_large_allocations_share_a_time_budget() -> None:
+    # Up to 10 link rounds take 0.5 s each; 15 (16 nodes) share 5 s; never under 0.25 s.
+    assert [round_seconds(k) for k in (1, 3, 10)] == [0.5, 0.5, 0.5]
+    assert round_seconds(15) == pytest.approx(1 / 3)
+    assert round_seconds(63) == 0.25
+    # One rank per host measures for 0.5 s; 16 ranks sharing one host 0.125 s each.
+    assert [compute_window(t) for t in (1, 4, 16, 64)] == [0.5, 0.5, 0.125, 0.1]
+
+
+def test_bus_bandwidth_is_nccl_tests_busbw() -> None:
+    # 4 MiB in 0.1 s over 4 replicas: 4 MiB x 8 / 0.1 s x 2 x 3/4.
+    assert bus_gbps(4 << 20, 0.1, 4) == pytest.approx((4 << 20) * 8 / 0.1 * 1.5 / 1e9)
+    assert bus_gbps(1 << 20, 1.0, 1) == pytest.approx((1 << 20) * 8 / 1e9)
+
+
 def test_mesh_gathers_and_measures_on_loopback() -> None:
     n = 3
     base = free_port_base(n)
@@ -150,6 +172,8 @@ def test_commands() -> None:
     assert step[-4:] == ["--threshold=3.0", "--link_seconds=0.5", "--link_rounds=15",
                          "--allreduce_mb=4.0"]  # fmt: skip
     assert "slurmtf.check.probe" in step
+    # Without --link_seconds the probe chooses it from the number of rounds.
+    assert not any(a.startswith("--link_seconds") for a in cli.probe_args(_args(link_seconds=None)))
     job = cli.job_command(_args(partition="gpu"), "py", Path("/o"))
     assert "--nodes=4" in job
     assert "--partition=gpu" in job

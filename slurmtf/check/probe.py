@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import sys
 import time
 from collections.abc import Sequence
@@ -18,9 +19,16 @@ from typing import Any
 from slurmtf.check import verdict
 from slurmtf.check.mesh import Mesh, link_rates
 from slurmtf.events import emit
+from slurmtf.tf_import import import_tensorflow_lean
 
 MATMUL_N = 512
 MB = 1 << 20
+# The link rounds of a large allocation share this much time (at most LINK_ROUND_S each,
+# at least LINK_ROUND_MIN_S): 15 rounds of 0.5 s were 8.4 s of a 16-node check.
+LINK_BUDGET_S, LINK_ROUND_S, LINK_ROUND_MIN_S = 5.0, 0.5, 0.25
+# The compute turns of the ranks that share a host share this much time (a window of at
+# most COMPUTE_WINDOW_S each, at least COMPUTE_WINDOW_MIN_S).
+COMPUTE_BUDGET_S, COMPUTE_WINDOW_S, COMPUTE_WINDOW_MIN_S = 2.0, 0.5, 0.1
 
 
 def plan_devices(gpus: Sequence[str]) -> tuple[list[str], str]:
@@ -35,6 +43,16 @@ def host_turns(hosts: Sequence[str], rank: int) -> tuple[int, int]:
     after the other (a sandbox's nodes all share one machine's cores)."""
     turn = sum(1 for h in hosts[:rank] if h == hosts[rank])
     return turn, max(hosts.count(h) for h in hosts)
+
+
+def round_seconds(rounds: int) -> float:
+    """Seconds per link round when ``--link_seconds`` is not given."""
+    return min(LINK_ROUND_S, max(LINK_ROUND_MIN_S, LINK_BUDGET_S / max(rounds, 1)))
+
+
+def compute_window(turns: int) -> float:
+    """Seconds one rank measures compute in when ``turns`` ranks share its host."""
+    return min(COMPUTE_WINDOW_S, max(COMPUTE_WINDOW_MIN_S, COMPUTE_BUDGET_S / max(turns, 1)))
 
 
 def device_label(gpu_names: Sequence[str]) -> str:
@@ -53,15 +71,18 @@ def _gpu_names(tf: Any) -> list[str]:
 def _strategy(tf: Any, implementation: str) -> Any:
     from slurmtf.resolver import cluster_resolver
 
+    # keras_fit=False: the probe builds no model, and Keras would cost every rank its
+    # import here (15 s of a 16-node check on the sandbox) after import_tensorflow_lean.
     comm = tf.distribute.experimental.CommunicationImplementation[implementation]
     options = tf.distribute.experimental.CommunicationOptions(implementation=comm)
     return tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=cluster_resolver(), communication_options=options
+        cluster_resolver=cluster_resolver(keras_fit=False), communication_options=options
     )
 
 
-def allreduce_gbps(tf: Any, strategy: Any, nbytes: int, iters: int) -> float:
-    """Bus bandwidth (Gbit/s) of ``all_reduce(SUM)`` of ``nbytes`` of float32."""
+def allreduce_seconds(tf: Any, strategy: Any, nbytes: int, iters: int) -> float:
+    """This rank's median time of ``all_reduce(SUM)`` of ``nbytes`` of float32 over
+    ``iters`` calls, each waited for (after one warm-up): ``bench_links``' method."""
 
     def replica_fn(v: Any) -> Any:
         v = tf.identity(v)
@@ -70,13 +91,17 @@ def allreduce_gbps(tf: Any, strategy: Any, nbytes: int, iters: int) -> float:
     step = tf.function(lambda x: strategy.run(replica_fn, args=(x,)))
     x = tf.ones([nbytes // 4], tf.float32)
     float(strategy.experimental_local_results(step(x))[0].numpy())  # warm up, and sync
-    start = time.perf_counter()
+    times = []
     for _ in range(iters):
-        out = step(x)
-    float(strategy.experimental_local_results(out)[0].numpy())
-    seconds = (time.perf_counter() - start) / iters
-    n = strategy.num_replicas_in_sync
-    return nbytes / seconds * (2 * (n - 1) / n if n > 1 else 1.0) * 8 / 1e9
+        start = time.perf_counter()
+        float(strategy.experimental_local_results(step(x))[0].numpy())
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def bus_gbps(nbytes: int, seconds: float, replicas: int) -> float:
+    """Bus bandwidth (Gbit/s) as nccl-tests defines it: size / time x 2(n-1)/n."""
+    return nbytes / seconds * (2 * (replicas - 1) / replicas if replicas > 1 else 1.0) * 8 / 1e9
 
 
 def compute_gflops(tf: Any, device: str, seconds: float) -> float:
@@ -105,10 +130,11 @@ def run(args: argparse.Namespace) -> int:
     n, rank = layout.num_workers, layout.task_index
     mesh = Mesh(rank, layout.workers, timeout=args.timeout)
     try:
-        rates = link_rates(mesh, args.link_rounds, args.link_seconds) if n > 1 else {}
+        rounds = min(args.link_rounds, n - 1)
+        seconds = args.link_seconds or round_seconds(rounds)
+        rates = link_rates(mesh, rounds, seconds) if n > 1 else {}
         phases["links"] = time.monotonic() - t0
-        import tensorflow as tf
-
+        tf = import_tensorflow_lean()
         gpus = _gpu_names(tf)
         gathered = mesh.allgather([gpus, socket.gethostname()])
         phases["import"] = time.monotonic() - t0
@@ -116,12 +142,15 @@ def run(args: argparse.Namespace) -> int:
         mesh.close()
     devices, implementation = plan_devices(gpus)
     strategy = _strategy(tf, implementation)
-    busbw = allreduce_gbps(tf, strategy, int(args.allreduce_mb * MB), args.iters)
+    phases["strategy"] = time.monotonic() - t0
+    gather = _Gather(tf, strategy, rank, n)
+    nbytes = int(args.allreduce_mb * MB)
+    slowest = max(gather(allreduce_seconds(tf, strategy, nbytes, args.iters)))
+    busbw = bus_gbps(nbytes, slowest, strategy.num_replicas_in_sync)
     phases["allreduce"] = time.monotonic() - t0
     names = [g[0] for g in gathered]
     turn, turns = host_turns([g[1] for g in gathered], rank)
-    gather = _Gather(tf, strategy, rank, n)
-    window = max(0.25, args.compute_seconds / turns)
+    window = compute_window(turns)
 
     def in_turns(measure: bool) -> float:
         best = 0.0
@@ -157,6 +186,8 @@ def run(args: argparse.Namespace) -> int:
         "seconds": time.monotonic() - t0,
         "implementation": implementation,
         "allreduce_mb": args.allreduce_mb,
+        "link_seconds": seconds,
+        "compute_window_s": window,
         "rates_bps": matrix,
         "phases_s": phases,
     }
@@ -190,11 +221,10 @@ class _Gather:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m slurmtf.check.probe", description=__doc__)
     p.add_argument("--threshold", type=float, default=verdict.DEFAULT_THRESHOLD)
-    p.add_argument("--link_seconds", type=float, default=0.5)
+    p.add_argument("--link_seconds", type=float, default=None, help="default: round_seconds")
     p.add_argument("--link_rounds", type=int, default=15)
     p.add_argument("--allreduce_mb", type=float, default=4.0)
-    p.add_argument("--iters", type=int, default=3)
-    p.add_argument("--compute_seconds", type=float, default=0.5)
+    p.add_argument("--iters", type=int, default=5)
     p.add_argument("--timeout", type=float, default=120.0)
     return p
 

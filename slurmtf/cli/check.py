@@ -47,7 +47,14 @@ def _parser() -> argparse.ArgumentParser:
         help="a node is an outlier when a figure is this many times below the "
         f"median of the nodes (default {verdict.DEFAULT_THRESHOLD:g})",
     )
-    add_flag(p, "link_seconds", type=float, default=0.5, help="seconds per link round")
+    add_flag(
+        p,
+        "link_seconds",
+        type=float,
+        default=None,
+        help="seconds per link round (default 0.5; on more than 10 nodes the rounds share "
+        "5 s, at least 0.25 s each)",
+    )
     add_flag(
         p,
         "link_rounds",
@@ -73,7 +80,9 @@ def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> 
 
 def _run(args: argparse.Namespace, runner: Runner) -> int:
     verdict.check_threshold(args.threshold)
-    if args.link_seconds <= 0 or args.link_rounds < 1 or args.allreduce_mb <= 0:
+    if (args.link_seconds is not None and args.link_seconds <= 0) or (
+        args.link_rounds < 1 or args.allreduce_mb <= 0
+    ):
         raise InputError(
             "--link_seconds/--link_rounds/--allreduce_mb",
             f"{args.link_seconds}/{args.link_rounds}/{args.allreduce_mb}",
@@ -97,7 +106,8 @@ def _run(args: argparse.Namespace, runner: Runner) -> int:
 
 
 def probe_args(args: argparse.Namespace) -> list[str]:
-    return [f"--{name}={getattr(args, name)}" for name in PROBE_FLAGS]
+    return [f"--{name}={getattr(args, name)}" for name in PROBE_FLAGS
+            if getattr(args, name) is not None]  # fmt: skip
 
 
 def step_command(nodes: int, python: str, args: argparse.Namespace) -> list[str]:
