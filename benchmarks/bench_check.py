@@ -3,7 +3,7 @@
 For each size (4 and 16 nodes; ``--quick``: 4) a fresh sandbox (``--link 1gbit``, no
 GPUs) is started, ``slurmtf check --nodes=N`` runs from the "login node" as a user types
 it, and its wall time, the phases inside the check step (cumulative seconds after the
-link rounds, the TensorFlow import, the all-reduce and the compute turns), the median
+link rounds, the TensorFlow import, the strategy, the all-reduce and the compute turns), the median
 link figures and the all-reduce bus bandwidth are kept. Every sandbox node is a process
 on this one machine: they share its cores, so the TensorFlow import of N processes at
 once is what grows with N here; on a cluster each node imports on its own cores.
@@ -102,13 +102,13 @@ def run(options: Options) -> JSONDict:
 def markdown(result: JSONDict) -> str:
     rows = [
         [r["nodes"], r["exit"], r["wall_s"], r["step_s"], r["phases_s"].get("links"),
-         r["phases_s"].get("import"), r["phases_s"].get("allreduce"),
+         r["phases_s"].get("import"), r["phases_s"].get("strategy"), r["phases_s"].get("allreduce"),
          r["phases_s"].get("compute"), r["link_out_gbps_median"], r["allreduce_gbps"],
          r.get("reference_allreduce_gbps"), r.get("agreement")]
         for r in result["results"]
     ]  # fmt: skip
     headers = ["nodes", "exit", "wall s", "step s", "links done s", "TF imported s",
-               "all-reduce done s", "compute done s", "link out Gb/s (median)",
+               "strategy built s", "all-reduce done s", "compute done s", "link out Gb/s (median)",
                "all-reduce Gb/s", "bench_links all-reduce Gb/s", "check / bench_links"]  # fmt: skip
     return harness.markdown_table(headers, rows)
 
