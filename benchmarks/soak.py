@@ -70,10 +70,16 @@ class Usage:
     threads: int
     rss_kb: int
     fds: int
+    # VmRSS = RssAnon (the process's own memory: heap, stacks, tensors) + RssFile (pages of
+    # mapped files: TensorFlow's shared libraries, which the kernel may drop when they are
+    # cold and read back on use) + RssShmem.
+    anon_kb: int = 0
+    file_kb: int = 0
 
 
 def read_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
-    """Threads, VmRSS (kB) and open fds of ``pid``; ``None`` once it is gone."""
+    """Threads, VmRSS and its parts (kB) and open fds of ``pid``; ``None`` once it is
+    gone."""
     base = proc / str(pid)
     try:
         threads = sum(1 for _ in (base / "task").iterdir())
@@ -81,10 +87,13 @@ def read_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
         status = (base / "status").read_text()
     except OSError:
         return None
-    rss = next(
-        (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0
-    )
-    return Usage(threads=threads, rss_kb=rss, fds=fds)
+    kb = {
+        line.split(":")[0]: int(line.split()[1])
+        for line in status.splitlines()
+        if line.startswith(("VmRSS:", "RssAnon:", "RssFile:"))
+    }
+    return Usage(threads=threads, rss_kb=kb.get("VmRSS", 0), fds=fds,
+                 anon_kb=kb.get("RssAnon", 0), file_kb=kb.get("RssFile", 0))  # fmt: skip
 
 
 def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
@@ -321,11 +330,9 @@ def _summarise(
     for rank in sorted({s["rank"] for s in samples}):
         mine = [s for s in samples if s["rank"] == rank]
         times = [s["t"] for s in mine]
+        keys = ("threads", "rss_kb", "fds", *(k for k in ("anon_kb", "file_kb") if k in mine[0]))
         try:
-            ranks[str(rank)] = {
-                key: trend(times, [s[key] for s in mine], warmup)
-                for key in ("threads", "rss_kb", "fds")
-            }
+            ranks[str(rank)] = {key: trend(times, [s[key] for s in mine], warmup) for key in keys}
         except ValueError as exc:
             died = died or f"rank {rank}: {exc}"
     problems = ([died] if died else []) + verdict(ranks, max_rss_slope_mb_h)
@@ -363,6 +370,15 @@ def rejudge(result: JSONDict, first_minutes: float | None = None) -> JSONDict:
             "last_hour_rss_slope_mb_h": last_hour}  # fmt: skip
 
 
+PARTS = {"anon_kb": "of it anonymous (RssAnon)", "file_kb": "of it file pages (RssFile)"}
+
+
+def _memory_cell(t: JSONDict) -> str:
+    return (f"{t['start'] / 1024:.0f} -> {t['end'] / 1024:.0f} MB "
+            f"({t['slope_per_hour'] / 1024:+.1f} MB/h, "
+            f"last half {t['last_half_slope_per_hour'] / 1024:+.1f} MB/h)")  # fmt: skip
+
+
 def markdown(result: JSONDict) -> str:
     """The per-rank table: start, end and slope of threads, RSS and fds after warm-up."""
     rows = []
@@ -375,8 +391,11 @@ def markdown(result: JSONDict) -> str:
             f"({100 * rss['growth_fraction']:+.2f} %, {rss['slope_per_hour'] / 1024:+.1f} MB/h, "
             f"last half {rss['last_half_slope_per_hour'] / 1024:+.1f} MB/h)",
             f"{fds['start']:.0f} -> {fds['end']:.0f} ({fds['slope_per_hour']:+.1f}/h)",
+            *(_memory_cell(t[key]) for key in PARTS if key in t),
         ])  # fmt: skip
-    table = markdown_table(["rank", "threads", "RSS", "open fds"], rows)
+    first: JSONDict = next(iter(result["ranks"].values()), {})
+    parts = [label for key, label in PARTS.items() if key in first]
+    table = markdown_table(["rank", "threads", "RSS", "open fds", *parts], rows)
     verdict_line = "PASS: flat" if result["passed"] else "FAIL: " + "; ".join(result["problems"])
     if "last_hour_rss_slope_mb_h" in result:
         slopes = ", ".join(
@@ -393,8 +412,10 @@ def markdown(result: JSONDict) -> str:
 
 def plot(result: JSONDict, out_dir: Path) -> list[Path]:
     path = out_dir / f"soak-{result['model']}.png"
-    keys = (("threads", "threads", 1), ("rss_kb", "RSS (MB)", 1024), ("fds", "open fds", 1))
-    with figure(path, (7.0, 7.5), rows=3, dpi=110) as axes:
+    keys = [("threads", "threads", 1), ("rss_kb", "RSS (MB)", 1024), ("fds", "open fds", 1)]
+    if "anon_kb" in result["samples"][0]:
+        keys += [("anon_kb", "RssAnon (MB)", 1024), ("file_kb", "RssFile (MB)", 1024)]
+    with figure(path, (7.0, 2.5 * len(keys)), rows=len(keys), dpi=110) as axes:
         for ax, (key, label, scale) in zip(axes, keys, strict=True):
             for rank in sorted({s["rank"] for s in result["samples"]}):
                 mine = [s for s in result["samples"] if s["rank"] == rank]
@@ -402,7 +423,8 @@ def plot(result: JSONDict, out_dir: Path) -> list[Path]:
                         label=f"rank {rank}")  # fmt: skip
             ax.axvline(result["warmup_s"] / 60, color="gray", ls="--", lw=1)
             ax.set_ylabel(label)
-            ax.set_ylim(bottom=0)
+            if key in ("threads", "rss_kb", "fds"):
+                ax.set_ylim(bottom=0)  # the parts of RSS are drawn to their own scale
         axes[0].legend(fontsize=8, ncol=4)
         axes[-1].set_xlabel("minutes (dashed: end of warm-up)")
         axes[0].set_title(

@@ -157,6 +157,22 @@ def test_read_usage_sees_this_process_grow_a_thread() -> None:
     assert read_usage(2**22 + 12345) is None  # no such process
 
 
+def test_read_usage_splits_rss_into_anonymous_and_file_pages() -> None:
+    usage = read_usage(os.getpid())
+    assert usage is not None
+    assert usage.anon_kb > 0 and usage.file_kb > 0
+    assert usage.anon_kb + usage.file_kb <= usage.rss_kb  # the rest is RssShmem
+    # A large anonymous buffer, touched, shows in RssAnon and not in RssFile.
+    buffer = bytearray(64 << 20)
+    for i in range(0, len(buffer), 4096):
+        buffer[i] = 1
+    grown = read_usage(os.getpid())
+    assert grown is not None
+    assert grown.anon_kb - usage.anon_kb > 60 * 1024
+    assert abs(grown.file_kb - usage.file_kb) < 8 * 1024
+    del buffer
+
+
 def test_rank_pids_finds_the_training_processes_of_one_job(tmp_path: Path) -> None:
     def fake(pid: int, cmd: list[str], env: dict[str, str]) -> None:
         entry = tmp_path / str(pid)
