@@ -160,7 +160,8 @@ def test_read_usage_sees_this_process_grow_a_thread() -> None:
 def test_read_usage_splits_rss_into_anonymous_and_file_pages() -> None:
     usage = read_usage(os.getpid())
     assert usage is not None
-    assert usage.anon_kb > 0 and usage.file_kb > 0
+    assert usage.anon_kb > 0
+    assert usage.file_kb > 0
     assert usage.anon_kb + usage.file_kb <= usage.rss_kb  # the rest is RssShmem
     # A large anonymous buffer, touched, shows in RssAnon and not in RssFile.
     buffer = bytearray(64 << 20)
