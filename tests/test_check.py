@@ -249,8 +249,9 @@ def test_bench_check_table() -> None:
     from benchmarks import bench_check
 
     row = {"nodes": 4, "exit": 0, "wall_s": 38.0, "step_s": 30.0, "allreduce_gbps": 0.4,
-           "phases_s": {"links": 2.0, "import": 20.0, "allreduce": 27.0, "compute": 29.0},
+           "phases_s": {"links": 2.0, "import": 20.0, "strategy": 21.0, "allreduce": 27.0,
+                        "compute": 29.0},
            "link_out_gbps_median": 0.9}  # fmt: skip
     table = bench_check.markdown({"results": [row]})
     assert table.splitlines()[0].startswith("| nodes | exit | wall s |")
-    assert "| 4 | 0 | 38 | 30 | 2 | 20 | 27 | 29 | 0.9 | 0.4 |" in table
+    assert "| 4 | 0 | 38 | 30 | 2 | 20 | 21 | 27 | 29 | 0.9 | 0.4 |" in table
