@@ -212,7 +212,7 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
 
 def launch_script(target: Target, environ: MutableMapping[str, str] = os.environ) -> int:
     """Everything above, in order: prepare the task, set the fixes, run ``target``."""
-    allocator.limit_arenas()  # before TensorFlow's thread pools start (docs/SOAK.md)
+    allocator.tune()  # before TensorFlow's thread pools start (docs/SOAK.md)
     layout = prepare_task(environ)
     emit(
         "launch",

@@ -111,7 +111,7 @@ def main_for(
     info: RunInfo | None = None,
 ) -> int:
     """Parse ``argv``, build the model's spec and train; returns the exit code."""
-    allocator.limit_arenas()  # before TensorFlow's thread pools start (docs/SOAK.md)
+    allocator.tune()  # before TensorFlow's thread pools start (docs/SOAK.md)
     define_flags()
     args = list(sys.argv[1:] if argv is None else argv)
     if "--help" in args or "-h" in args or "--helpfull" in args:
