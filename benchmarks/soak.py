@@ -330,7 +330,7 @@ def _summarise(
     for rank in sorted({s["rank"] for s in samples}):
         mine = [s for s in samples if s["rank"] == rank]
         times = [s["t"] for s in mine]
-        keys = ("threads", "rss_kb", "fds", *(k for k in ("anon_kb", "file_kb") if k in mine[0]))
+        keys = ("threads", "rss_kb", "fds", *(k for k in PARTS if k in mine[0]))
         try:
             ranks[str(rank)] = {key: trend(times, [s[key] for s in mine], warmup) for key in keys}
         except ValueError as exc:

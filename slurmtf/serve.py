@@ -131,6 +131,7 @@ def start_server(layout: ClusterLayout) -> Any:
     from slurmtf.tf_import import import_tensorflow_lean
 
     tf = import_tensorflow_lean()  # a server builds no Keras model
+    # only now: tf_resolver imports TensorFlow itself, which would bring Keras in
     from slurmtf.tf_resolver import SlurmtfClusterResolver
 
     resolver = SlurmtfClusterResolver(layout)
