@@ -56,7 +56,8 @@ def test_tbf_command_and_burst() -> None:
         "tc", "-n", "p-node1", "qdisc", "replace", "dev", "eth0", "root", "tbf",
         "rate", "1gbit", "burst", "500000", "latency", "20ms",
     ]  # fmt: skip
-    assert links.tbf_burst(100_000_000) == 50_000
+    assert links.tbf_burst(1_000_000_000) == 500_000
+    assert links.tbf_burst(100_000_000) == links.TBF_MIN_BURST  # 4 ms would be 50 KB
     assert links.tbf_burst(10_000_000) == links.TBF_MIN_BURST  # 4 ms would be 5 KB
     assert links.tbf_burst(10_000_000_000) == 5_000_000
 

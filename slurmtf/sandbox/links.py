@@ -36,7 +36,11 @@ NODE_IF = "eth0"
 CTLD_HOST = 254
 # Queue at most this long behind the token bucket before dropping (like a switch port).
 TBF_LATENCY_MS = 20
-TBF_MIN_BURST = 32 * 1024
+# The bucket must hold the largest packet a veth queues (a 64 KiB GSO packet): tbf splits
+# a packet larger than its bucket only as it is queued, so when a rate is lowered on a busy
+# link, a packet queued under the old, larger bucket would never leave, and the TCP
+# connection behind it would time out (measured: 1gbit -> 100mbit with a 50 KB bucket).
+TBF_MIN_BURST = 128 * 1024
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
@@ -84,7 +88,7 @@ def format_rate(bps: int) -> str:
 
 
 def tbf_burst(bps: int) -> int:
-    """Bucket size in bytes: 4 ms at the rate (one 250 Hz tick), at least 32 KiB."""
+    """Bucket size in bytes: 4 ms at the rate (one 250 Hz tick), at least 128 KiB."""
     return max(TBF_MIN_BURST, bps // 8 // 250)
 
 

@@ -3,13 +3,16 @@
 One 2-node sandbox for the module: each node in its own network namespace, joined to
 a bridge namespace by a veth pair capped with ``tc tbf`` both ways. A 2-node MNIST job
 trains across the link, and a bounded TCP transfer between the node namespaces shows
-the cap is real (a tighter cap set on the same veths is met, and not exceeded).
+the cap is real (a tighter cap set on the same veths is met, and not exceeded), and a
+rate lowered in the middle of a transfer does not stall it.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -76,6 +79,36 @@ def test_shaped_throughput(linked: SlurmSandbox) -> None:
         links.reshape(plan, plan.rate_bps)
     print(f"shaped TCP: {at_1g / 1e9:.3f} Gbit/s at 1gbit, {at_100m / 1e6:.1f} Mbit/s at 100mbit")
     assert 0.75 * slow <= at_100m <= 1.05 * slow, f"{at_100m / 1e6:.1f} Mbit/s at 100mbit"
+
+
+def test_rate_lowered_during_a_transfer(linked: SlurmSandbox) -> None:
+    """``sandbox link`` lowers a rate under a running TCP stream: the packets queued under
+    the old rate still leave, and the stream goes on at the new one (a bucket smaller than
+    a queued 64 KiB packet would hold it forever, and every connection behind it)."""
+    plan = _plan(linked)
+    result: dict[str, object] = {}
+
+    def stream() -> None:
+        try:
+            result["bps"] = links.measure_tcp(plan.node_ns(1), plan.node_ns(2),
+                                              plan.node_addr(2), seconds=3.0)  # fmt: skip
+        except links.LinkError as err:
+            result["error"] = err
+
+    transfer = threading.Thread(target=stream)
+    transfer.start()
+    try:
+        time.sleep(1.5)  # the stream runs at 1gbit, queue filled with large packets
+        links.reshape_node(plan, 1, 100_000_000)
+        transfer.join(timeout=60)
+        show = ["tc", "-s", "-n", plan.node_ns(1), "qdisc", "show", "dev", "eth0"]
+        backlog = subprocess.run(show, capture_output=True, text=True, check=True).stdout
+    finally:
+        links.reshape_node(plan, 1, plan.rate_bps)
+    assert not transfer.is_alive(), f"the stream stalled after the rate change:\n{backlog}"
+    assert "error" not in result, f"the stream failed: {result['error']}\n{backlog}"
+    print(f"stream across a 1gbit -> 100mbit change: {float(result['bps']) / 1e6:.0f} Mbit/s")
+    assert "backlog 0b 0p" in backlog, backlog
 
 
 @pytest.mark.tf
