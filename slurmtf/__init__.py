@@ -5,13 +5,19 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import warnings
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from slurmtf.env import SlurmEnv, read_slurm_env
+from slurmtf.cluster.env import SlurmEnv, read_slurm_env
+from slurmtf.cluster.gpu_plan import apply_gpu_split
+from slurmtf.cluster.layout import ClusterLayout
+from slurmtf.cluster.ports import PortInUseError, ensure_port_free
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
-from slurmtf.gpus import apply_gpu_split
-from slurmtf.layout import ClusterLayout
-from slurmtf.ports import PortInUseError, ensure_port_free
 
 if TYPE_CHECKING:
     from slurmtf.resolver import cluster_resolver, export_tf_config, resolve
@@ -46,3 +52,63 @@ def __getattr__(name: str) -> Any:
 
         return getattr(resolver, name)
     raise AttributeError(f"module 'slurmtf' has no attribute {name!r}")
+
+
+# Where the modules of slurmtf 0.1.0's flat layout went (docs/ARCHITECTURE.md): the old
+# names keep importing, as the same module objects, for users' scripts and for jobs
+# pickled before the upgrade.
+MOVED_MODULES = {
+    "slurmtf.allocator": "slurmtf.runtime.allocator",
+    "slurmtf.collectives": "slurmtf.tf.collectives",
+    "slurmtf.console": "slurmtf.monitor.console",
+    "slurmtf.env": "slurmtf.cluster.env",
+    "slurmtf.gpu_ids": "slurmtf.cluster.gpu_ids",
+    "slurmtf.gpus": "slurmtf.cluster.gpu_plan",
+    "slurmtf.hostlists": "slurmtf.cluster.hostlists",
+    "slurmtf.jobrecord": "slurmtf.monitor.records",
+    "slurmtf.jobscripts": "slurmtf.spec.bundled",
+    "slurmtf.jobspec": "slurmtf.spec.jobspec",
+    "slurmtf.jobvalues": "slurmtf.spec.values",
+    "slurmtf.keras_compat": "slurmtf.tf.keras_compat",
+    "slurmtf.layout": "slurmtf.cluster.layout",
+    "slurmtf.localstep": "slurmtf.local.step",
+    "slurmtf.noderange": "slurmtf.spec.noderange",
+    "slurmtf.placement": "slurmtf.cluster.placement",
+    "slurmtf.plot": "slurmtf.monitor.plot",
+    "slurmtf.ports": "slurmtf.cluster.ports",
+    "slurmtf.roles": "slurmtf.cluster.roles",
+    "slurmtf.runner": "slurmtf.slurm.runner",
+    "slurmtf.shell": "slurmtf.spec.shell",
+    "slurmtf.stragglers": "slurmtf.check.stragglers",
+    "slurmtf.sweeps": "slurmtf.monitor.sweeps",
+    "slurmtf.sweeptable": "slurmtf.monitor.sweep_rows",
+    "slurmtf.teardown": "slurmtf.runtime.teardown",
+    "slurmtf.tf_import": "slurmtf.tf.lean_import",
+    "slurmtf.tf_resolver": "slurmtf.tf.cluster_resolver",
+    "slurmtf.training.progress_watch": "slurmtf.training.watchdog",
+    "slurmtf.watch": "slurmtf.monitor.status",
+}
+
+
+class MovedModuleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports a module of the old flat layout as the module that now holds it."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname not in MOVED_MODULES:
+            return None
+        return importlib.machinery.ModuleSpec(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        new = MOVED_MODULES[spec.name]
+        warnings.warn(f"{spec.name} is now {new}", DeprecationWarning, stacklevel=2)
+        module = importlib.import_module(new)
+        spec.loader_state = module.__spec__
+        return module
+
+    def exec_module(self, module: ModuleType) -> None:
+        # The import machinery gave the module the old name's spec: give it back its own.
+        module.__spec__ = module.__spec__.loader_state if module.__spec__ else None
+
+
+if not any(isinstance(finder, MovedModuleFinder) for finder in sys.meta_path):
+    sys.meta_path.append(MovedModuleFinder())

@@ -9,6 +9,7 @@ The job scripts are bash: they write ``75`` next to a comment naming
 
 from __future__ import annotations
 
+import math
 import signal
 from pathlib import Path
 
@@ -99,3 +100,14 @@ def rank_log_paths(folder: Path, job_id: str, num_tasks: int, suffix: str = "out
     """Per-rank logs as submitit names them: ``<folder>/<job>_<rank>_log.<suffix>``."""
     name = SUBMITIT_LOG_NAME
     return [folder / name.format(job=job_id, rank=rank, kind=suffix) for rank in range(num_tasks)]
+
+
+# How a duration reads, in the chief's progress lines and in slurmtf status alike.
+def format_seconds(seconds: float) -> str:
+    """``3725`` -> ``1h02m05s``."""
+    if not math.isfinite(seconds) or seconds < 0:
+        return "?"
+    s = round(seconds)
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"

@@ -9,11 +9,10 @@ import signal
 
 import pytest
 
-from slurmtf.contracts import parse_preemption_signal
+from slurmtf.contracts import format_seconds, parse_preemption_signal
 from slurmtf.errors import InputError
 from slurmtf.training.flags import TrainConfig, check_batch_size, scaled_learning_rate
 from slurmtf.training.preemption import PreemptionWatcher
-from slurmtf.training.reporting import format_seconds
 from slurmtf.training.strategy import StrategyChoice, plan_strategy
 
 

@@ -4,6 +4,9 @@ Libraries (:mod:`slurmtf.resolver`, :mod:`slurmtf.sandbox`, :mod:`slurmtf.datase
 take values and raise :class:`~slurmtf.errors.SlurmtfError`; the modules here parse
 arguments (argparse), call them and turn errors into exit codes through
 :func:`report_error` (2: bad input, 1: anything else).
+
+May import: every other part of slurmtf; nothing imports this package but the
+``python -m`` hand-overs of the entry modules and the models' ``main``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@
 - :mod:`slurmtf.datasets.fetch`: full MNIST and CIFAR-10 from their published mirrors.
 
 Importing this package imports neither scikit-learn nor TensorFlow.
+
+May import: the vocabulary (``errors``) only; its ``__main__`` hands over to
+``slurmtf.cli.data``.
 """
 
 from __future__ import annotations

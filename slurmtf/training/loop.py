@@ -16,16 +16,17 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf import events, teardown
+from slurmtf import events
+from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.contracts import EXIT_PREEMPTED
-from slurmtf.layout import ClusterLayout
+from slurmtf.runtime import teardown
 from slurmtf.training import (
     checkpoints,
     grad_reduce,
-    progress_watch,
     reporting,
     sidecar,
     steptiming,
+    watchdog,
 )
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
@@ -75,9 +76,9 @@ class RunInfo:
 
     layout: ClusterLayout
     program: str = "slurmtf"  # prefix of the one-line errors (e.g. models.mnist)
-    cuda_visible_devices: str | None = None  # as applied by slurmtf.gpus (None: unset)
+    cuda_visible_devices: str | None = None  # as applied by slurmtf.cluster.gpu_plan (None: unset)
     planned_replicas: int = 1  # GPUs this worker keeps (1 without GPUs)
-    gpu_plan: str = ""  # why: slurmtf.gpus.GpuPlan.message
+    gpu_plan: str = ""  # why: slurmtf.cluster.gpu_plan.GpuPlan.message
 
     @property
     def rank(self) -> int:
@@ -109,9 +110,7 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
     if info.layout.task_type == sidecar.EVALUATOR:
         return sidecar.run_evaluator(spec, config, info)
     watcher = PreemptionWatcher(config.preemption_signal).install()
-    watch = progress_watch.from_config(
-        config, info.rank, info.workers, _log_dir(config), info.program
-    )
+    watch = watchdog.from_config(config, info.rank, info.workers, _log_dir(config), info.program)
     try:
         code = _run(spec, config, info, watcher, watch or _NO_WATCH)
     finally:
@@ -119,7 +118,7 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
         if watch is not None:
             watch.stop()
     # Done or preempted after saving: every rank ends here, workers first, the leader
-    # last (a multi-worker process exits inside this call; see slurmtf.teardown).
+    # last (a multi-worker process exits inside this call; see slurmtf.runtime.teardown).
     teardown.leave_together(exit_code=code)
     return code
 

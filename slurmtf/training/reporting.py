@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging as std_logging
-import math
 import sys
 import time
 from pathlib import Path
 
 from absl import logging
+
+from slurmtf.contracts import format_seconds
 
 
 def setup_logging(rank: int, is_chief: bool, log_dir: str | None, all_ranks: bool) -> str | None:
@@ -89,13 +90,3 @@ class Progress:
         self._last_time, self._last_step = now, step
         self._loss, self._correct, self._count = 0.0, 0.0, 0
         return values
-
-
-def format_seconds(seconds: float) -> str:
-    """``3725`` -> ``1h02m05s``."""
-    if not math.isfinite(seconds) or seconds < 0:
-        return "?"
-    s = round(seconds)
-    h, rem = divmod(s, 3600)
-    m, sec = divmod(rem, 60)
-    return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"

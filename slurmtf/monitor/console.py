@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from slurmtf import stragglers
+from slurmtf.check import stragglers
+from slurmtf.contracts import format_seconds
 from slurmtf.events import Event, parse_events
-from slurmtf.training.reporting import format_seconds
 
 
 def _ms(seconds: Any) -> Any:

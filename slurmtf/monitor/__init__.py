@@ -1,0 +1,8 @@
+"""Watching a job: its state and logs (``status``: ``slurmtf status|logs`` and the
+``--wait`` follower), where its logs are (``records``), events as human lines
+(``console``), its pictures (``plot``) and a sweep's results (``sweep_rows``, pure;
+``sweeps``, from Slurm and the logs).
+
+May import: ``slurmtf.slurm``, ``slurmtf.spec``, ``slurmtf.check`` (stragglers) and the
+vocabulary. Never TensorFlow.
+"""

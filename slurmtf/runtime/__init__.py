@@ -1,0 +1,11 @@
+"""What runs inside the allocation, on every task: the launcher of ``slurmtf submit``'s
+tasks (``launcher``), the launcher of unmodified scripts (``script``, ``slurmtf run``),
+the servers of a parameter-server job (``servers``, ``slurmtf serve``), the watch on the
+chief (``chief_watch``), the end of a multi-worker process (``teardown``), the malloc
+settings of training processes (``allocator``) and what decides a job's next step after
+one ends (``recovery``).
+
+May import: ``slurmtf.cluster``, ``slurmtf.spec``, ``slurmtf.slurm``, ``slurmtf.tf``,
+``slurmtf.resolver`` and the vocabulary (``errors``, ``events``, ``contracts``).
+TensorFlow only inside functions that start it.
+"""

@@ -1,0 +1,169 @@
+"""What each task of a submitted job runs: resolve, export TF_CONFIG, run, requeue on 75.
+
+Under Slurm, submitit's ``srun`` starts one Python per task, which unpickles a
+:class:`TaskLauncher` and calls it. The launcher resolves this task's place in the
+cluster with :func:`slurmtf.resolver.resolve`, writes ``TF_CONFIG`` into the child's
+environment explicitly, runs the model (or the user's module, function or command) as a
+child process whose output goes to this rank's log, and maps its exit status:
+
+* 0: done.
+* 75 (preempted after saving a checkpoint): every task returns 0, so that
+  ``srun --kill-on-bad-exit`` interrupts nobody, and the job script's
+  ``slurmtf/job.sh`` (loaded by the setup lines of a job with ``--max_requeues`` > 0;
+  it exports :data:`JOB_SCRIPT_ENV`) requeues the job, within the one restart budget
+  that its other failures count against. Without that script (it could not be
+  loaded), rank 0 runs ``scontrol requeue`` itself while ``SLURM_RESTART_COUNT`` <
+  ``--max_requeues``. Either way the requeued job resumes from the checkpoint.
+* anything else: this task exits with it (128+N for a child ended by signal N, which
+  ``slurmtf/job.sh`` classifies as that signal, as when srun reports the signal itself),
+  and ``--kill-on-bad-exit`` stops the others.
+
+Slurm delivers the preemption signal to every process of the step, the child included;
+the launcher only notes it (submitit's own handler would requeue at once, before the
+model has written its checkpoint).
+
+``python -m slurmtf.launch --spec=FILE [--params=JSON]`` runs the same code for
+``--cluster=local``; ``python -m slurmtf.launch --call MOD:FN -- ARGS`` calls a user's
+``FN(argv) -> int``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.layout import ClusterLayout
+from slurmtf.contracts import (
+    EXIT_PREEMPTED,
+    ending_signal,
+    parse_preemption_signal,
+    shell_status,
+)
+from slurmtf.events import emit
+from slurmtf.resolver import export_tf_config, resolve
+from slurmtf.slurm.runner import Runner, default_runner
+from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
+
+LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
+JOB_SCRIPT_ENV = "SLURMTF_JOB_SH"  # set by slurmtf/job.sh, which then requeues on 75
+
+
+def job_id_of(environ: Mapping[str, str]) -> str:
+    """The id that names this job's files (:attr:`slurmtf.cluster.env.SlurmEnv.job_label`)."""
+    return read_slurm_env(environ).job_label
+
+
+def child_environment(
+    environ: Mapping[str, str], layout: ClusterLayout, *, legacy_keras: bool = False
+) -> dict[str, str]:
+    """The child's environment: ours plus TF_CONFIG for this task (explicit export), and
+    ``TF_USE_LEGACY_KERAS=1`` for ``--legacy_keras``."""
+    env = dict(environ)
+    export_tf_config(layout, env)
+    if legacy_keras:
+        env[LEGACY_KERAS_ENV] = "1"
+    return env
+
+
+def requeue(layout: ClusterLayout, max_requeues: int, runner: Runner) -> bool:
+    """Rank 0: ``scontrol requeue`` this job unless ``--max_requeues`` is spent."""
+    restarts = layout.restart_count
+    job = layout.job_id or ""
+    if restarts >= max_requeues:
+        emit("requeue", done=False, restart_count=restarts, reason="max_requeues reached")
+        return False
+    runner(["scontrol", "requeue", job])
+    emit("requeue", done=True, job_id=job, restart_count=restarts, next_restart_count=restarts + 1)
+    return True
+
+
+def run_task(
+    spec: JobSpec,
+    params: Mapping[str, str],
+    environ: Mapping[str, str],
+    runner: Runner = default_runner,
+    python: str = sys.executable,
+) -> int:
+    """Run this task's command; returns the exit status this task should end with."""
+    layout = resolve(environ)  # SLURM_PROCID and SLURM_RESTART_COUNT checked there
+    rank = layout.task_index
+    job = job_id_of(environ)
+    restart = layout.restart_count
+    command = task_command(spec, params, python=python, job_id=job, restart=restart)
+    env = child_environment(environ, layout, legacy_keras=spec.legacy_keras)
+    emit(
+        "launch",
+        rank=rank,
+        job_id=job,
+        node=environ.get("SLURMD_NODENAME", ""),
+        restart_count=layout.restart_count,
+        params=dict(params),
+        command=command,
+        tf_config=layout.tf_config(),  # as exported into the child's TF_CONFIG
+    )
+    signum = parse_preemption_signal(spec.signal, "--signal")
+
+    def note(sig: int, frame: FrameType | None) -> None:
+        del frame
+        emit("signal", rank=rank, signal=signal.Signals(sig).name)
+
+    previous = signal.signal(signum, note)
+    try:
+        status = subprocess.call(command, env=env)
+    finally:
+        signal.signal(signum, previous)
+    if spec.jobs is not None and layout.task_type == "chief":
+        _touch(chief_done_file(spec, job, restart))  # the servers stop, however it ended
+    ended_by = ending_signal(status)
+    emit("exit", rank=rank, status=status, **({"signal": ended_by.name} if ended_by else {}))
+    if status != EXIT_PREEMPTED:
+        # A child ended by signal N: 128+N, which slurmtf/job.sh reads as that signal.
+        return shell_status(status)
+    if environ.get(LOCAL_ENV) == "1":
+        return EXIT_PREEMPTED
+    if rank != 0 or environ.get(JOB_SCRIPT_ENV) == "1":
+        return 0
+    return 0 if requeue(layout, spec.max_requeues, runner) else EXIT_PREEMPTED
+
+
+def _touch(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+    except OSError as exc:  # the servers still stop when the chief's port closes
+        print(f"slurmtf: cannot write {path}: {exc.strerror}", file=sys.stderr)
+
+
+class TaskLauncher:
+    """The callable submitit pickles: plain data in, ``run_task`` at call time."""
+
+    def __init__(self, spec: JobSpec, params: Mapping[str, str]) -> None:
+        self.spec_json = spec.to_json()
+        self.params = dict(params)
+
+    def __call__(self) -> int:
+        spec = JobSpec.from_json(self.spec_json)
+        status = run_task(spec, self.params, os.environ)
+        if status:
+            # Not an exception: the task's exit status is the model's, for --kill-on-bad-exit
+            # and for the job's state.
+            raise SystemExit(status)
+        return 0
+
+
+def call_function(target: str, argv: Sequence[str]) -> int:
+    """Import ``MOD:FN`` and call ``FN(argv)``; ``None`` counts as success."""
+    module_name, _, attr = target.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    result = obj(list(argv))
+    return 0 if result is None else int(result)

@@ -1,0 +1,8 @@
+"""TensorFlow's side: the ``ClusterResolver`` over a ``ClusterLayout``
+(``cluster_resolver``), TensorFlow without Keras (``lean_import``), and the fixes armed
+before training (``collectives``: flat memory over long runs; ``keras_compat``: Keras 3
+``fit`` under MultiWorkerMirroredStrategy).
+
+May import: ``slurmtf.cluster`` and the vocabulary. Importing this package imports no
+TensorFlow; its modules do, when their functions run.
+"""

@@ -1,0 +1,68 @@
+"""The package's layout: old module names still import, a job pickled by slurmtf 0.1.0
+still loads, and docs/ARCHITECTURE.md's diagram shows every top-level entry."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+from submitit.core.utils import DelayedSubmission
+
+import slurmtf
+from slurmtf.launch import TaskLauncher
+from slurmtf.spec.jobspec import JobSpec, task_command
+
+ROOT = Path(__file__).resolve().parents[1]
+PICKLED = ROOT / "tests" / "data" / "pickled" / "launcher-0.1.0.pkl"
+
+
+@pytest.mark.parametrize("old", sorted(slurmtf.MOVED_MODULES))
+def test_an_old_module_name_imports_the_module_that_holds_it_now(old: str) -> None:
+    new = slurmtf.MOVED_MODULES[old]
+    with pytest.warns(DeprecationWarning, match=re.escape(f"{old} is now {new}")):
+        module = importlib.import_module(old)
+    assert module is importlib.import_module(new)
+    assert module.__name__ == new
+    assert module.__spec__ is not None
+    assert module.__spec__.name == new
+
+
+def test_a_job_pickled_before_the_layout_change_still_loads() -> None:
+    submission = DelayedSubmission.load(PICKLED)
+    launcher = submission.function
+    assert isinstance(launcher, TaskLauncher)
+    spec = JobSpec.from_json(launcher.spec_json)
+    assert (spec.kind, spec.target, spec.nodes, spec.args) == (
+        "model",
+        "mnist",
+        2,
+        ("--train_steps=20",),
+    )
+    command = task_command(spec, launcher.params, "python3", job_id="42")
+    assert "--train_steps=20" in command
+
+
+def top_level_entries() -> set[str]:
+    package = ROOT / "slurmtf"
+    names = {p.stem if p.suffix == ".py" else p.name for p in package.iterdir()}
+    return {n for n in names if not n.startswith((".", "__")) and n != "py.typed"}
+
+
+def test_the_top_level_holds_at_most_twelve_modules() -> None:
+    modules = list((ROOT / "slurmtf").glob("*.py"))
+    assert len(modules) <= 12, sorted(p.name for p in modules)
+
+
+def test_the_architecture_diagram_shows_every_top_level_entry() -> None:
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    diagram = text[text.index("```mermaid") : text.index("```", text.index("```mermaid") + 3)]
+    missing = sorted(n for n in top_level_entries() if not re.search(rf"\b{n}\b", diagram))
+    assert not missing, f"not in docs/ARCHITECTURE.md's diagram: {missing}"
+
+
+def test_every_subpackage_says_what_lives_there_and_what_it_may_import() -> None:
+    for init in sorted((ROOT / "slurmtf").glob("*/__init__.py")):
+        doc = importlib.import_module(f"slurmtf.{init.parent.name}").__doc__ or ""
+        assert "May import" in doc, f"{init}: the docstring names no allowed imports"
