@@ -4,5 +4,6 @@ before training (``collectives``: flat memory over long runs; ``keras_compat``: 
 ``fit`` under MultiWorkerMirroredStrategy).
 
 May import: ``slurmtf.cluster`` and the vocabulary. Importing this package imports no
-TensorFlow; its modules do, when their functions run.
+TensorFlow; ``cluster_resolver`` does (it subclasses TensorFlow's ``ClusterResolver``,
+so ``slurmtf.resolver`` imports it lazily), the others only when their functions run.
 """
