@@ -10,10 +10,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from slurmtf import jobrecord
+from slurmtf.contracts import rank_error_line
 from slurmtf.events import last, read_events
 from slurmtf.jobrecord import JobPlace
 from slurmtf.runner import Runner
-from slurmtf.sweeptable import SweepRow, error_line, point_row
+from slurmtf.sweeptable import SweepRow, point_row
 from slurmtf.watch import job_records, locate
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?(?::(\d+))?$")
@@ -69,7 +70,7 @@ def point(job_id: str, task: int, slurm: tuple[str, int] | None, place: JobPlace
     error = None
     if not state.startswith("COMPLETED"):
         for rank in place.ranks():
-            error = error_line(_read(place.rank_log(rank, "err")))
+            error = rank_error_line(_read(place.rank_log(rank, "err"))) or None
             if error:
                 error = f"rank {rank}: {error}"
                 break

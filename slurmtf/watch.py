@@ -8,7 +8,6 @@ each rank's log, with a message saying so. Every Slurm command goes through one 
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from slurmtf.contracts import (
     SUBMITIT_LOG_NAME,
     base_state,
     is_final,
+    rank_error_line,
     rank_log_paths,
 )
 from slurmtf.errors import SlurmCommandError
@@ -267,20 +267,13 @@ def locate(job_id: str, runner: Runner, log_dir: str | None = None) -> JobPlace:
     return JobPlace(job_id, folder, SUBMITIT_LOG_NAME, "default")
 
 
-_ERROR = re.compile(r"HINT:|^\w+(Error|Exception)\b|^srun: error|^slurmstepd\S*: error|Killed")
-
-
 def last_error(path: Path) -> str | None:
-    """The last line of a rank's stderr that reads as an error, if any."""
-    found = None
+    """The line of a rank's stderr that says what went wrong (``rank_error_line``), if any."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return None
-    for line in text.splitlines():
-        if _ERROR.search(line):
-            found = line.strip()
-    return found
+    return rank_error_line(text) or None
 
 
 def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:

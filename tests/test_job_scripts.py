@@ -150,9 +150,13 @@ def test_a_rank_that_cannot_import_is_told_the_install_step(
     logs.mkdir()
     (logs / "srun.err").write_text("srun: error: node1: task 0: Exited with exit code 1\n")
     (logs / "rank0.err").write_text(f"Traceback (most recent call last):\n{error}\n")
+    bin_dir = tmp_path / "bin"  # `py`: the interpreter the job's end reads the error line with
+    bin_dir.mkdir()
+    (bin_dir / "py").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bin_dir / "py").chmod(0o755)
     script = f"""
         source {JOB_SH}
-        LOG_DIR={logs}; PYTHON=py; slurmtf_rc=1
+        PATH={bin_dir}:$PATH; LOG_DIR={logs}; PYTHON=py; slurmtf_rc=1
         declare -A slurmtf_offsets=()
         slurmtf_classify
         echo "$slurmtf_why"
