@@ -50,7 +50,7 @@ from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
 from slurmtf.gpus import apply_gpu_split
 from slurmtf.layout import ClusterLayout, build_layout
-from slurmtf.localstep import free_port_base
+from slurmtf.ports import free_port_base
 from slurmtf.resolver import export_tf_config
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from slurmtf.events import last, named, parse_events
-from slurmtf.localstep import LocalStep, free_port_base, node_names, scrubbed_env, start_rank
+from slurmtf.localstep import LocalStep, node_names, scrubbed_env, start_rank
+from slurmtf.ports import free_port_base
 from slurmtf.resolver import resolve
 
 

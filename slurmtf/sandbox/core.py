@@ -24,7 +24,7 @@ from pathlib import Path
 
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.firewall import rules as firewall_rules
-from slurmtf.ports import port_free
+from slurmtf.ports import ports_free
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox import daemons, links
 from slurmtf.sandbox.config import SandboxConfig
@@ -88,7 +88,7 @@ def _pick_ports(sandbox_dir: Path, count: int) -> int:
     step = cfgmod.MAX_NODES + 1
     for offset in range(0, high - low, step):
         base = low + (start - low + offset) % (high - low - step)
-        if all(port_free(base + i) for i in range(count)):
+        if ports_free(base, count):
             return base
     raise SandboxError(f"no {count} free consecutive ports in {low}-{high}")
 

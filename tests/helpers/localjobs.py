@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from slurmtf.events import named, read_events
-from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env, start_rank
+from slurmtf.localstep import LocalStep, scrubbed_env, start_rank
+from slurmtf.ports import free_port_base
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
