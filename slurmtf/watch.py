@@ -30,17 +30,8 @@ from slurmtf.errors import SlurmCommandError
 from slurmtf.events import Event, last, named, parse_events, read_events
 from slurmtf.jobrecord import JobPlace
 from slurmtf.runner import Runner, default_runner
+from slurmtf.scontrol import parse_records
 from slurmtf.training.reporting import format_seconds
-
-
-def parse_scontrol(text: str) -> list[dict[str, str]]:
-    """``scontrol -o show job`` output -> one dict per job record (``Key=Value`` words)."""
-    records = []
-    for line in text.splitlines():
-        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
-        if fields:
-            records.append(fields)
-    return records
 
 
 def exit_status(state: str, exit_code: str) -> int:
@@ -65,7 +56,7 @@ def job_records(job_id: str, runner: Runner) -> list[dict[str, str]] | None:
         if "Invalid job id" in exc.stderr:
             return None
         raise
-    return parse_scontrol(text)
+    return parse_records(text)
 
 
 def job_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
