@@ -191,7 +191,7 @@ class JobSpec:
             raise InputError(
                 "--log_dir", self.log_dir, "contains %", "slurmtf adds job and task ids itself"
             )
-        check_setup_lines(self.setup)  # bash -n: jobvalues.check_setup, at submit
+        check_setup_lines(self.setup)  # bash -n: jobvalues.check_setup_with_bash, at submit
         parse_extra([f"{k}={v}" if v else k for k, v in self.sbatch_extra])
         parse_preemption_signal(self.signal, "--signal")
         for arg in self.args:
@@ -328,7 +328,7 @@ def stage_setup(spec: JobSpec, python: str) -> list[str]:
     ]
 
 
-def check_setup(spec: JobSpec, python: str) -> list[str]:
+def check_first_setup(spec: JobSpec, python: str) -> list[str]:
     """Setup lines that run ``slurmtf check`` before the tasks start and requeue the job
     without an outlier node (slurmtf/job.sh's ``slurmtf_check_first``)."""
     if not spec.check_first:
@@ -378,8 +378,8 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
         params["exclusive"] = True
     ranged = range_parameters(spec)
     roles_line = [] if spec.jobs is None else [f"export SLURMTF_JOBS={shlex.quote(spec.jobs)}"]
-    setup = [*spec.setup, *roles_line, *restart_setup(spec, python), *check_setup(spec, python),
-             *stage_setup(spec, python)]  # fmt: skip
+    setup = [*spec.setup, *roles_line, *restart_setup(spec, python),
+             *check_first_setup(spec, python), *stage_setup(spec, python)]  # fmt: skip
     if setup:
         params["setup"] = setup
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}

@@ -108,7 +108,7 @@ SETUP_LINES = [
     "echo ok |",
 ]
 # Each of these would swallow the srun line (here-document) or make the whole script a
-# syntax error: check_setup must refuse them.
+# syntax error: check_setup_with_bash must refuse them.
 SETUP_LINES_OPEN = [
     "cat <<EOF",
     "cat <<'EOF'",
@@ -178,7 +178,7 @@ def check_rendering(fields: dict[str, Any], python: str) -> None:
     """Render ``fields``; if accepted, parse and run the script as described above."""
     _shims()
     try:
-        jobvalues.check_setup(fields.get("setup", ()))  # as `slurmtf submit` does
+        jobvalues.check_setup_with_bash(fields.get("setup", ()))  # as `slurmtf submit` does
         spec = jobspec.JobSpec(**fields)
         script = jobspec.render_sbatch(spec, python)
     except InputError as exc:
@@ -225,7 +225,7 @@ def test_a_setup_line_cannot_swallow_the_srun_line(line: str) -> None:
 @pytest.mark.parametrize("line", SETUP_LINES_OPEN)
 def test_a_setup_line_that_opens_a_block_is_refused_naming_it(line: str) -> None:
     with pytest.raises(InputError) as info:
-        jobvalues.check_setup((line,))
+        jobvalues.check_setup_with_bash((line,))
     assert str(info.value).startswith(f"--setup={line!r}"), info.value
 
 
