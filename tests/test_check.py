@@ -259,7 +259,7 @@ def test_submit_check_first_renders_the_check_before_training() -> None:
     script = out.getvalue()
     assert "CHECK_FIRST=1" in script
     assert script.index("slurmtf_submitit_setup") < script.index("slurmtf_check_first")
-    assert script.index("slurmtf_check_first") < script.index("srun")
+    assert script.index("slurmtf_check_first") < script.index("\nsrun ")
     out = io.StringIO()
     assert submit_cli.main(["--dry_run", "--model=mnist", "--nodes=4"], out=out) == 0
     assert "slurmtf_check_first" not in out.getvalue()
