@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtf.contracts import is_final
-from slurmtf.scontrol import parse_records
+from slurmtf.slurm.scontrol import parse_records
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_FLAGS = ("--resnet_size=50", "--dtype=bf16", "--enable_xla", "--use_synthetic_data")

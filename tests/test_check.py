@@ -23,8 +23,8 @@ from slurmtf.check.probe import (
     round_seconds,
 )
 from slurmtf.cli import check as cli
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.errors import SlurmCommandError
-from slurmtf.ports import free_port_base
 
 G = 1e9
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import ports
+from slurmtf.cluster import ports
 from slurmtf.errors import InputError
 from slurmtf.sandbox import config as c
 from slurmtf.sandbox import daemons, sacct

@@ -1,11 +1,11 @@
-"""``scontrol -o`` records: slurmtf.scontrol.parse_records, the one parser (status, sweeps,
+"""``scontrol -o`` records: slurmtf.slurm.scontrol.parse_records, the one parser (status, sweeps,
 the firewall's prolog, benchmarks)."""
 
 from __future__ import annotations
 
 import pytest
 
-from slurmtf.scontrol import parse_records
+from slurmtf.slurm.scontrol import parse_records
 
 
 @pytest.mark.parametrize(

@@ -41,7 +41,7 @@ import pytest
 from slurmtf.contracts import FINAL_STATES
 from slurmtf.sandbox import Sandbox
 from slurmtf.sandbox.daemons import log_tail
-from slurmtf.scontrol import parse_records
+from slurmtf.slurm.scontrol import parse_records
 from tests.prereqs import require
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 :class:`Cluster` / :class:`Rank` start and break ranks one by one (fault tests);
 :class:`Job` is a cluster whose ranks all start at once with the same model flags, to
-compare their results. Each rank's environment comes from :mod:`slurmtf.localstep`, as
+compare their results. Each rank's environment comes from :mod:`slurmtf.local.step`, as
 for ``--cluster=local``; event lines are read with :mod:`slurmtf.events`.
 """
 
@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
-from slurmtf.localstep import LocalStep, scrubbed_env, start_rank
-from slurmtf.ports import free_port_base
+from slurmtf.local.step import LocalStep, scrubbed_env, start_rank
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

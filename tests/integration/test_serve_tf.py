@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.localstep import LocalStep, scrubbed_env, start_rank
-from slurmtf.ports import free_port_base
+from slurmtf.cluster.ports import free_port_base
+from slurmtf.local.step import LocalStep, scrubbed_env, start_rank
 from tests.helpers.localjobs import PYTHON, REPO, SINGLE_THREADED
 from tests.prereqs import require
 

@@ -28,7 +28,7 @@ WINDOW_LOW = 12000
 WINDOW_HIGH = 32000  # exclusive; Linux hands out ephemeral ports from 32768
 SLOT_SIZE = 100
 DEFAULT_PORT = 11000
-# A step on this machine (slurmtf.localstep, benchmarks, tests) takes its ports here: above
+# A step on this machine (slurmtf.local.step, benchmarks, tests) takes its ports here: above
 # Linux's ephemeral range (32768-60999) and the per-job window, so that they never meet a
 # sandbox job's or a client socket's.
 LOCAL_PORT_RANGE = (61000, 65000)

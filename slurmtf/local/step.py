@@ -3,7 +3,7 @@
 ``--cluster=local``, the benchmarks and the tests run N ranks as local processes through
 the same resolver path as on a cluster. They all build the rank environment here
 (:class:`LocalStep`), start from the same scrubbed environment (:func:`scrubbed_env`),
-take ports from :func:`slurmtf.ports.free_port_base` and start ranks with
+take ports from :func:`slurmtf.cluster.ports.free_port_base` and start ranks with
 :func:`start_rank`.
 """
 
