@@ -29,8 +29,8 @@ from typing import Any
 from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import emit, parse_events
-from slurmtf.local.step import free_port_base
 
 MB = 1 << 20
 SIZES_MB = (1, 4, 16, 64, 256)

@@ -36,9 +36,9 @@ from typing import Any
 from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.errors import SlurmtfError
 from slurmtf.events import emit, parse_events
-from slurmtf.local.step import free_port_base
 from slurmtf.training.grad_reduce import GradReduce
 
 DONE = '"event": "breakdown"'

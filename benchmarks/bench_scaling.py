@@ -22,8 +22,8 @@ from typing import Any
 from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, parse_events
-from slurmtf.local.step import free_port_base
 
 DONE = '"event": "done"'  # every rank prints this JSON event line when training ends
 

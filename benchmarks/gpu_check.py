@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtf.contracts import is_final
+from slurmtf.slurm.scontrol import parse_records
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_FLAGS = ("--resnet_size=50", "--dtype=bf16", "--enable_xla", "--use_synthetic_data")
@@ -204,10 +205,8 @@ def job_state(job_id: str, runner: Runner) -> str:
     state = runner(["squeue", "-h", "-j", job_id, "-o", "%T"]).strip()
     if state:
         return state.splitlines()[0]
-    for word in runner(["scontrol", "-o", "show", "job", job_id]).split():
-        if word.startswith("JobState="):
-            return word.partition("=")[2]
-    return ""
+    records = parse_records(runner(["scontrol", "-o", "show", "job", job_id]))
+    return records[0].get("JobState", "") if records else ""
 
 
 def run_job(

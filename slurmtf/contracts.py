@@ -1,4 +1,5 @@
-"""What slurmtf's parts agree on: exit codes, log names, job states, the preemption signal.
+"""What slurmtf's parts agree on: exit codes, log names, job states, the preemption signal,
+which line of a rank's stderr says what went wrong.
 
 One home for each value that more than one part (CLIs, the per-task launcher, the
 training loop, the job scripts, ``slurmtf status``, benchmarks) must read the same way.
@@ -10,6 +11,7 @@ The job scripts are bash: they write ``75`` next to a comment naming
 from __future__ import annotations
 
 import math
+import re
 import signal
 from pathlib import Path
 
@@ -111,3 +113,39 @@ def format_seconds(seconds: float) -> str:
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
     return f"{h}h{m:02d}m{sec:02d}s" if h else f"{m}m{sec:02d}s"
+
+
+# A rank's own words first: a Python exception line or a slurmtf one-line error
+# (`NAME='value': problem. HINT: fix`); then Slurm's and a program's error lines.
+_OWN_ERROR = re.compile(
+    r"^([A-Za-z_]\w*\.)*[A-Za-z_]\w*(Error|Exception|Exit|Interrupt)(:.*)?$|HINT: "
+)
+_OTHER_ERROR = re.compile(r"^srun: error|^slurmstepd\S*: error|Killed|^\w+: error")
+# Never what went wrong: TensorFlow's and absl's info and warning lines.
+_CHATTER = re.compile(r"^[IW]\d{4} |^[0-9-]+ [0-9:.]+: [IW] |^WARNING:")
+
+
+def is_error_line(line: str) -> bool:
+    """Whether a line of a rank's stderr reads as an error (see :func:`rank_error_line`)."""
+    text = line.strip()
+    return bool(_OWN_ERROR.search(text) or _OTHER_ERROR.search(text))
+
+
+def rank_error_line(text: str, failed: bool = False) -> str:
+    """The line of a rank's stderr that says what went wrong: its last exception line or
+    slurmtf one-line error, else the last error line of srun, slurmstepd or a program;
+    ``""`` without one. For a rank known to have ``failed``, its last line that is not
+    TensorFlow's info or warning chatter (else its last line) stands in.
+
+    The one definition: ``slurmtf status``, the sweep table, the console's filter and the
+    job's end (slurmtf/job.sh ``slurmtf_error_line``) all read a rank's stderr with it.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    for pattern in (_OWN_ERROR, _OTHER_ERROR):
+        found = [line for line in lines if pattern.search(line)]
+        if found:
+            return found[-1]
+    if not failed:
+        return ""
+    plain = [line for line in lines if not _CHATTER.search(line)]
+    return (plain or lines or [""])[-1]

@@ -320,16 +320,17 @@ slurmtf_signal_of() {
     esac
 }
 
-# The line of a rank's error output that says what went wrong: the last Python exception
-# line or slurmtf one-line error (`NAME: ... HINT: ...`), else the last line that is not
-# a TensorFlow/absl info or warning line (`W0000 ...`, `... : W tensorflow/...`).
+# The line of a rank's error output that says what went wrong, as slurmtf.contracts'
+# rank_error_line defines it (the one definition; slurmtf status reads ranks with it too):
+# the package is the one this file belongs to. Without a Python to ask: the last line.
 slurmtf_error_line() {
-    local text="$1" line
-    line=$(grep -E -e '^([A-Za-z_][A-Za-z0-9_]*\.)*[A-Za-z_][A-Za-z0-9_]*(Error|Exception|Exit|Interrupt)(:.*)?$' \
-        -e 'HINT: ' <<<"$text" | tail -n 1)
-    [ -n "$line" ] || line=$(grep -v -E -e '^[[:space:]]*$' -e '^[IW][0-9]{4} ' \
-        -e '^[0-9-]+ [0-9:.]+: [IW] ' -e '^WARNING:' <<<"$text" | tail -n 1)
-    [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' <<<"$text" | tail -n 1)
+    local root line
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+    line=$("${PYTHON:-python3}" -c 'import sys
+sys.path.insert(0, sys.argv[1])
+from slurmtf.contracts import rank_error_line
+print(rank_error_line(sys.stdin.read(), failed=True), end="")' "$root" <<<"$1" 2>/dev/null) \
+        || line=$(grep -v '^[[:space:]]*$' <<<"$1" | tail -n 1)
     printf '%s' "$line"
 }
 

@@ -53,7 +53,7 @@ def spec_from_args(fv: Any, rest: Sequence[str]) -> JobSpec:
         target=target,
         args=tuple(rest),
         time_min=jobvalues.parse_time(fv.time),
-        setup=jobvalues.check_setup(fv.setup),
+        setup=jobvalues.check_setup_with_bash(fv.setup),
         sbatch_extra=jobvalues.parse_extra(fv.sbatch_extra),
         signal=signal_name(parse_preemption_signal(fv.signal, "--signal")),
         max_requeues=fv.max_restarts if fv.max_requeues is None else fv.max_requeues,

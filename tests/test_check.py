@@ -13,6 +13,7 @@ import pytest
 
 from slurmtf.check import verdict
 from slurmtf.check.mesh import Mesh, link_rates
+from slurmtf.check.outliers import outliers
 from slurmtf.check.probe import (
     bus_gbps,
     compute_window,
@@ -22,8 +23,8 @@ from slurmtf.check.probe import (
     round_seconds,
 )
 from slurmtf.cli import check as cli
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.errors import SlurmCommandError
-from slurmtf.local.step import free_port_base
 
 G = 1e9
 
@@ -96,6 +97,25 @@ def test_gpu_count_and_json() -> None:
 def test_suspects_are_measured_again() -> None:
     assert verdict.suspects([90.0, 20.0, 89.0, 91.0], 3.0) == {1}
     assert verdict.suspects([90.0, 40.0, 89.0, 91.0], 3.0) == set()
+
+
+@pytest.mark.parametrize(
+    ("values", "above", "found"),
+    [
+        ({"a": 1.0, "b": 10.0}, False, [("a", 10.0, 10.0)]),  # two are enough
+        ({"a": 1.0, "b": 10.0}, True, [("b", 1.0, 10.0)]),
+        ({"a": 90.0, "b": 20.0, "c": 89.0, "d": 91.0}, False, [("b", 90.0, 4.5)]),
+        ({"a": 30.0, "b": 90.0, "c": 90.0}, False, []),  # exactly 3x: not more than
+        ({"a": 0.0, "b": 5.0, "c": 5.0}, False, [("a", 5.0, float("inf"))]),
+        ({"a": 5.0, "b": 0.0, "c": 0.0}, True, []),  # the others' median is 0: no ratio
+        ({"a": 5.0}, False, []),
+    ],
+)
+def test_an_outlier_is_judged_against_the_median_of_the_others(
+    values: dict[str, float], above: bool, found: list[tuple[str, float, float]]
+) -> None:
+    got = outliers(values, 3.0, above=above)
+    assert [(o.key, o.median, o.times) for o in got] == found
 
 
 def test_two_nodes_cannot_blame_one() -> None:
@@ -239,7 +259,7 @@ def test_submit_check_first_renders_the_check_before_training() -> None:
     script = out.getvalue()
     assert "CHECK_FIRST=1" in script
     assert script.index("slurmtf_submitit_setup") < script.index("slurmtf_check_first")
-    assert script.index("slurmtf_check_first") < script.index("srun")
+    assert script.index("slurmtf_check_first") < script.index("\nsrun ")
     out = io.StringIO()
     assert submit_cli.main(["--dry_run", "--model=mnist", "--nodes=4"], out=out) == 0
     assert "slurmtf_check_first" not in out.getvalue()

@@ -6,9 +6,10 @@ create a canary file if any shell evaluated them. For each spec the renderer acc
 
 * ``bash -n`` parses the rendered script;
 * every ``#SBATCH`` line is one ``--key=value`` word for ``shlex`` with the value intact;
-* the script is RUN by bash with ``srun`` and ``module`` replaced by recorders: srun is
-  reached, receives exactly the argv slurmtf meant (log paths and folder byte for byte),
-  and no canary file appears.
+* the script is RUN by bash with ``srun``, ``module`` and slurmtf/job.sh replaced by
+  recorders: srun is reached, receives exactly the argv slurmtf meant (log paths and
+  folder byte for byte), job.sh's setup sees the Python path intact, and no canary file
+  appears.
 
 A spec the renderer refuses must fail with ``InputError`` naming the flag, with a HINT.
 ``SLURMTF_FUZZ_SBATCH_EXAMPLES`` sets the count (default 300; a few seconds).
@@ -54,6 +55,14 @@ with open({str(RECORD)!r}, "w") as f:
     json.dump(sys.argv[1:], f)
 """
 _MODULE = "#!/bin/sh\nexit 0\n"
+# Stands in for slurmtf/job.sh (SLURMTF_JOB_SH): records the interpreter the setup set.
+STUB_JOB_SH = WORK / "stub_job.sh"
+PYTHON_SEEN = WORK / "python.txt"
+_STUB = f"""slurmtf_submitit_setup() {{ printf '%s' "$PYTHON" > {shlex.quote(str(PYTHON_SEEN))}; }}
+slurmtf_check_first() {{ :; }}
+slurmtf_stage_data() {{ :; }}
+slurmtf_unstage() {{ :; }}
+"""
 
 
 def _shims() -> None:
@@ -109,7 +118,7 @@ SETUP_LINES = [
     "echo ok |",
 ]
 # Each of these would swallow the srun line (here-document) or make the whole script a
-# syntax error: check_setup must refuse them.
+# syntax error: check_setup_with_bash must refuse them.
 SETUP_LINES_OPEN = [
     "cat <<EOF",
     "cat <<'EOF'",
@@ -162,7 +171,9 @@ def _check_sbatch_lines(script: str) -> None:
 def _run(script: str) -> subprocess.CompletedProcess[str]:
     path = WORK / "job.sh"
     path.write_text(script)
-    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(WORK), "LC_ALL": "C.UTF-8"}
+    STUB_JOB_SH.write_text(_STUB)
+    env = {"PATH": f"{BIN}:/usr/bin:/bin", "HOME": str(WORK), "LC_ALL": "C.UTF-8",
+           "SLURMTF_JOB_SH": str(STUB_JOB_SH)}  # fmt: skip
     return subprocess.run(
         ["bash", str(path)],
         cwd=WORK,
@@ -179,7 +190,7 @@ def check_rendering(fields: dict[str, Any], python: str) -> None:
     """Render ``fields``; if accepted, parse and run the script as described above."""
     _shims()
     try:
-        jobvalues.check_setup(fields.get("setup", ()))  # as `slurmtf submit` does
+        jobvalues.check_setup_with_bash(fields.get("setup", ()))  # as `slurmtf submit` does
         spec = jobspec.JobSpec(**fields)
         script = jobspec.render_sbatch(spec, python)
     except InputError as exc:
@@ -189,6 +200,7 @@ def check_rendering(fields: dict[str, Any], python: str) -> None:
         return
     RECORD.unlink(missing_ok=True)
     CANARY.unlink(missing_ok=True)
+    PYTHON_SEEN.unlink(missing_ok=True)
     parsed = subprocess.run(
         ["bash", "-n"], input=script, capture_output=True, text=True, timeout=20, check=False
     )
@@ -203,6 +215,8 @@ def check_rendering(fields: dict[str, Any], python: str) -> None:
     assert argv[2] == f"{folder}/%j_%t_log.out", argv
     assert argv[-4:] == ["-u", "-m", "submitit.core._submit", folder], argv
     assert argv[-5] == python, f"python path split or changed: {argv}\n{script}"
+    if spec.max_requeues:  # job.sh's end is set up with the same interpreter
+        assert PYTHON_SEEN.read_text() == python, f"PYTHON changed:\n{script}"
 
 
 @FUZZ
@@ -226,7 +240,7 @@ def test_a_setup_line_cannot_swallow_the_srun_line(line: str) -> None:
 @pytest.mark.parametrize("line", SETUP_LINES_OPEN)
 def test_a_setup_line_that_opens_a_block_is_refused_naming_it(line: str) -> None:
     with pytest.raises(InputError) as info:
-        jobvalues.check_setup((line,))
+        jobvalues.check_setup_with_bash((line,))
     assert str(info.value).startswith(f"--setup={line!r}"), info.value
 
 

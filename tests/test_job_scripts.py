@@ -18,6 +18,7 @@ import pytest
 from slurmtf import cli
 from slurmtf.cli import job_scripts
 from slurmtf.spec import bundled as jobscripts
+from slurmtf.spec import jobspec
 from tests.prereqs import require
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,6 +34,45 @@ def test_the_package_links_to_the_checkouts_scripts_one_copy_each() -> None:
         assert link.is_symlink(), f"{link} must link to jobs/{name}, not copy it"
         assert link.resolve() == (REPO / "jobs" / name).resolve()
     assert [s.name for s in jobscripts.bundled()] == NAMES
+
+
+def test_every_script_loads_job_sh_with_the_one_canonical_block() -> None:
+    block = "\n".join(jobspec.SOURCE_JOB_SH) + "\n"
+    for script in jobscripts.bundled():
+        assert script.text.count(block) == 1, f"{script.name}: not jobspec.SOURCE_JOB_SH"
+        assert script.text.count(jobspec.FIND_JOB_SH) == 1, script.name  # no other lookup
+
+
+def load_job_sh(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the canonical block in bash from an empty folder; it prints the JOB_SH loaded."""
+    script = "\n".join([*jobspec.SOURCE_JOB_SH, 'echo "loaded $JOB_SH"'])
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "PYTHON"))}
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False,
+                          cwd=tmp_path, env={**clean, **env})  # fmt: skip
+
+
+def test_the_block_loads_the_named_then_the_checkouts_then_the_installed_job_sh(
+    tmp_path: Path,
+) -> None:
+    stub = tmp_path / "stub.sh"
+    stub.write_text("slurmtf_job_setup() { :; }\n")
+    named = load_job_sh(tmp_path, SLURMTF_JOB_SH=str(stub), SLURMTF_REPO=str(REPO))
+    assert named.stdout.strip() == f"loaded {stub}", named.stderr
+    checkout = load_job_sh(tmp_path, SLURMTF_REPO=str(REPO), PYTHON="/nonexistent/python")
+    assert checkout.stdout.strip() == f"loaded {REPO}/slurmtf/job.sh", checkout.stderr
+    installed = load_job_sh(tmp_path, PYTHON=sys.executable, PYTHONPATH=str(REPO))
+    assert installed.stdout.strip() == f"loaded {JOB_SH}", installed.stderr
+
+
+def test_the_block_names_the_pip_line_when_python_has_no_slurmtf(tmp_path: Path) -> None:
+    bare = tmp_path / "python"  # no site-packages, no PYTHONPATH: nothing installed
+    bare.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
+    bare.chmod(0o755)
+    done = load_job_sh(tmp_path, PYTHON=str(bare))
+    assert done.returncode == 2
+    assert "loaded" not in done.stdout
+    assert f"{bare} cannot import slurmtf. HINT: {bare} -m pip install" in done.stderr
+    assert "SLURMTF_REPO=<a checkout of slurmtf>" in done.stderr
 
 
 def test_list_says_what_each_script_is_for(capsys: pytest.CaptureFixture[str]) -> None:
@@ -151,9 +191,13 @@ def test_a_rank_that_cannot_import_is_told_the_install_step(
     logs.mkdir()
     (logs / "srun.err").write_text("srun: error: node1: task 0: Exited with exit code 1\n")
     (logs / "rank0.err").write_text(f"Traceback (most recent call last):\n{error}\n")
+    bin_dir = tmp_path / "bin"  # `py`: the interpreter the job's end reads the error line with
+    bin_dir.mkdir()
+    (bin_dir / "py").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    (bin_dir / "py").chmod(0o755)
     script = f"""
         source {JOB_SH}
-        LOG_DIR={logs}; PYTHON=py; slurmtf_rc=1
+        PATH={bin_dir}:$PATH; LOG_DIR={logs}; PYTHON=py; slurmtf_rc=1
         declare -A slurmtf_offsets=()
         slurmtf_classify
         echo "$slurmtf_why"

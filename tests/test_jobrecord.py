@@ -14,6 +14,7 @@ from slurmtf.cli import jobs as jobs_cli
 from slurmtf.contracts import SCRIPT_LOG_NAME
 from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor import status as watch
+from slurmtf.slurm.scontrol import parse_records
 from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm
 
 JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
@@ -90,7 +91,7 @@ def test_slurm_record_wins_while_slurm_knows_the_job(state_home: Path, tmp_path:
 
 def test_a_submitit_job_is_found_through_its_stdout(tmp_path: Path) -> None:
     show = f"JobId=5 JobState=PENDING StdOut={tmp_path}/5_0_log.out\n"
-    place = jobrecord.from_slurm("5", watch.parse_scontrol(show)[0])
+    place = jobrecord.from_slurm("5", parse_records(show)[0])
     assert place is not None
     assert place.rank_log(3, "err") == tmp_path / "5_3_log.err"
 

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import last, named, parse_events
-from slurmtf.local.step import LocalStep, free_port_base, node_names, scrubbed_env, start_rank
+from slurmtf.local.step import LocalStep, node_names, scrubbed_env, start_rank
 from slurmtf.resolver import resolve
 
 

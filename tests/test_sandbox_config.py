@@ -11,7 +11,6 @@ import pytest
 
 from slurmtf.cluster import ports
 from slurmtf.errors import InputError
-from slurmtf.local import step as localstep
 from slurmtf.sandbox import config as c
 from slurmtf.sandbox import daemons, sacct
 from slurmtf.sandbox.config import SandboxConfig
@@ -99,7 +98,7 @@ def test_no_job_of_a_sandbox_can_take_a_port_of_its_daemons() -> None:
 
 def test_daemon_job_and_local_step_port_ranges_are_apart() -> None:
     daemons_high = c.PORT_RANGE[1]
-    local_low, local_high = localstep.PORT_RANGE
+    local_low, local_high = ports.LOCAL_PORT_RANGE
     job_ports = range(ports.DEFAULT_PORT, ports.WINDOW_HIGH)
     assert daemons_high <= job_ports.start
     assert local_low >= job_ports.stop

@@ -212,20 +212,3 @@ def test_not_an_array_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert "JOB='7'" in err
     assert "HINT: " in err
     assert len(err.strip().splitlines()) == 1
-
-
-@pytest.mark.parametrize(
-    ("text", "line"),
-    [
-        ("Traceback:\n  x\nAssertionError: diverged\nsrun: error: node1: task 0: Exited\n",
-         "AssertionError: diverged"),
-        ("models.mnist: --lr=-1: is negative. HINT: positive\n",
-         "models.mnist: --lr=-1: is negative. HINT: positive"),
-        ("W0000 noise\nsrun: error: node1: task 0: Killed\n", "srun: error: node1: task 0: Killed"),
-        ("I0000 all fine\n", None),
-    ],
-)  # fmt: skip
-def test_error_line_prefers_the_points_own_words(text: str, line: str | None) -> None:
-    from slurmtf.monitor.sweep_rows import error_line
-
-    assert error_line(text) == line

@@ -7,7 +7,8 @@ A sample covers one interval (``--timing_every`` seconds) of one rank: its mean
 ``compute`` per step (step start to gradients ready), its mean ``wait`` per step (from
 there to the reduced gradients applied: the all-reduce, which waits for the slowest
 peer), and the rate its sends to each other node reached while the kernel had data in
-flight (Mbit/s). Two kinds of straggler, both judged against the median of the others:
+flight (Mbit/s). Two kinds of straggler, both judged against the median of the others
+(:mod:`slurmtf.check.outliers`, the rule ``slurmtf check`` uses too):
 
 * **compute**: a rank whose compute is more than :data:`COMPUTE_FACTOR` times the
   median of the other ranks'. What it costs the job: its extra compute, as a share of
@@ -33,6 +34,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from slurmtf.check.outliers import outliers
 
 COMPUTE_FACTOR = 1.5  # compute this many times the median of the others
 LINK_FACTOR = 3.0  # a node's fastest link this many times below the others' median
@@ -77,14 +80,14 @@ def find(samples: Sequence[RankSample]) -> Finding | None:
 
 
 def _compute_straggler(samples: Sequence[RankSample]) -> Finding | None:
-    slow = max(samples, key=lambda s: s.compute_s)
-    others = statistics.median(s.compute_s for s in samples if s is not slow)
+    found = outliers(dict(enumerate(s.compute_s for s in samples)), COMPUTE_FACTOR, above=True)
     step = statistics.median(s.step_s for s in samples)
-    if others <= 0 or step <= 0 or slow.compute_s < COMPUTE_FACTOR * others:
+    if not found or step <= 0:
         return None
-    cost = min((slow.compute_s - others) / step, 1.0)
-    ratio = slow.compute_s / others
-    detail = f"compute {slow.compute_s * 1e3:.0f} ms a step, {ratio:.1f}x the median"
+    worst = max(found, key=lambda o: o.value)
+    slow = samples[worst.key]
+    cost = min((slow.compute_s - worst.median) / step, 1.0)
+    detail = f"compute {slow.compute_s * 1e3:.0f} ms a step, {worst.times:.1f}x the median"
     return Finding(slow.rank, slow.node, "compute", cost, detail)
 
 
@@ -104,14 +107,15 @@ def _link_straggler(samples: Sequence[RankSample]) -> Finding | None:
     rates = node_link_rates(samples)
     if len(rates) < 3:  # with two nodes, one link: no way to tell which end is slow
         return None
-    node = min(rates, key=lambda n: rates[n])
-    median = statistics.median(r for n, r in rates.items() if n != node)
-    if rates[node] * LINK_FACTOR > median:
+    found = outliers(rates, LINK_FACTOR)
+    if not found:
         return None
+    worst = min(found, key=lambda o: o.value)
+    node = worst.key
     waiting = statistics.median(s.wait_s / s.step_s for s in samples if s.step_s > 0)
-    cost = waiting * (1.0 - rates[node] / median)
+    cost = waiting * (1.0 - worst.value / worst.median)
     rank = min(s.rank for s in samples if s.node == node) if _on(samples, node) else -1
-    detail = f"link {rates[node]:.0f} Mbit/s, {median / rates[node]:.1f}x below the median"
+    detail = f"link {worst.value:.0f} Mbit/s, {worst.times:.1f}x below the median"
     return Finding(rank, node, "link", cost, detail)
 
 

@@ -1,8 +1,9 @@
 """The verdict of ``slurmtf check``: per-node measurements in, outliers and a table out.
 
 Pure: no TensorFlow, no sockets. A node is an *outlier* when one of its figures (link
-out, link in, compute) is ``threshold`` times (default :data:`DEFAULT_THRESHOLD`) below
-the median of that figure over the allocation's nodes, or when it sees a different
+out, link in, compute) is more than ``threshold`` times (default :data:`DEFAULT_THRESHOLD`)
+below the median of that figure over the allocation's other nodes
+(:mod:`slurmtf.check.outliers`), or when it sees a different
 number of GPUs than most nodes. Link figures come from a matrix of TCP rates between
 every pair of ranks (``rates[src][dst]``, bits/s); a node's *out* is the median of what
 it sent to each other rank and its *in* the median of what it received, so a bad link
@@ -16,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from slurmtf.check.outliers import outliers
 from slurmtf.errors import InputError
 
 DEFAULT_THRESHOLD = 3.0
@@ -91,9 +93,8 @@ def median(values: Sequence[float]) -> float:
 
 
 def suspects(values: Sequence[float], threshold: float) -> set[int]:
-    """Indexes of the values more than ``threshold`` times below their median."""
-    mid = median(values) if values else 0.0
-    return {i for i, v in enumerate(values) if v * threshold < mid}
+    """Indexes of the values more than ``threshold`` times below the others' median."""
+    return {o.key for o in outliers(dict(enumerate(values)), threshold)}
 
 
 def link_figures(rates: Mapping[int, Mapping[int, float]], n: int) -> list[tuple[float, float]]:
@@ -142,17 +143,11 @@ def _row(f: NodeFigures, out_bps: float, in_bps: float) -> dict[str, Any]:
 def _below(
     rows: Sequence[dict[str, Any]], key: str, figure: str, threshold: float
 ) -> list[Outlier]:
-    values = [r[key] for r in rows if r[key] is not None]
-    if len(values) < 2:
-        return []
-    mid = median(values)
-    found = []
-    for row in rows:
-        value = row[key]
-        if value is not None and mid > 0 and value * threshold < mid:
-            factor = mid / value if value > 0 else float("inf")
-            found.append(Outlier(row["node"], row["rank"], figure, value, mid, factor))
-    return found
+    values = {i: r[key] for i, r in enumerate(rows) if r[key] is not None}
+    return [
+        Outlier(rows[o.key]["node"], rows[o.key]["rank"], figure, o.value, o.median, o.times)
+        for o in outliers(values, threshold)
+    ]
 
 
 def _gpu_outliers(rows: Sequence[dict[str, Any]]) -> list[Outlier]:

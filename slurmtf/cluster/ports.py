@@ -1,4 +1,5 @@
-"""Worker ports: the documented scheme (pure) and a check that a port is free (edge).
+"""Worker ports: the documented scheme (pure), a check that a port is free and free ports
+for a step on this machine (edge).
 
 Scheme (see docs/RESOLVER.md): rank ``r`` of a job listens on ``base + r``, so every
 rank of a job has its own port even when all ranks share one network stack. The base is
@@ -16,6 +17,7 @@ rank of a job has its own port even when all ranks share one network stack. The 
 from __future__ import annotations
 
 import errno
+import random
 import socket
 
 from slurmtf.errors import InputError, SlurmtfError
@@ -26,6 +28,10 @@ WINDOW_LOW = 12000
 WINDOW_HIGH = 32000  # exclusive; Linux hands out ephemeral ports from 32768
 SLOT_SIZE = 100
 DEFAULT_PORT = 11000
+# A step on this machine (slurmtf.local.step, benchmarks, tests) takes its ports here: above
+# Linux's ephemeral range (32768-60999) and the per-job window, so that they never meet a
+# sandbox job's or a client socket's.
+LOCAL_PORT_RANGE = (61000, 65000)
 
 _OVERRIDE_HINT = "set SLURMTF_PORT_BASE (or --port_base) to a free base between 1024 and 65535"
 
@@ -82,6 +88,26 @@ def port_free(port: int, host: str = "") -> bool:
     except PortInUseError:
         return False
     return True
+
+
+def ports_free(base: int, count: int, host: str = "") -> bool:
+    """True when ``count`` consecutive ports from ``base`` can all be bound right now."""
+    return all(port_free(base + i, host) for i in range(count))
+
+
+def free_port_base(
+    count: int, low: int = LOCAL_PORT_RANGE[0], high: int = LOCAL_PORT_RANGE[1]
+) -> int:
+    """A base port with ``count`` consecutive ports free right now, at a random place.
+
+    Random, so that tests and benchmarks running at once on one machine rarely collide.
+    """
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(low, high - count)
+        if ports_free(base, count):
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports in [{low}, {high})")
 
 
 def ensure_port_free(port: int, host: str = "") -> None:

@@ -29,6 +29,7 @@ from slurmtf.cluster.layout import check_address_template
 from slurmtf.cluster.ports import parse_port_base
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.firewall import rules
+from slurmtf.slurm.scontrol import parse_records
 
 NFT_PATHS = ("/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft")
 TIMEOUT_S = 10.0
@@ -113,8 +114,7 @@ def parse_het_job(text: str) -> tuple[list[str], int]:
     """Nodes and CPUs of every component in ``scontrol show job -o <het id>``."""
     nodes: dict[str, None] = {}
     cpus = 0
-    for line in text.splitlines():
-        fields = dict(item.partition("=")[::2] for item in line.split() if "=" in item)
+    for fields in parse_records(text):
         if fields.get("NodeList", "(null)") not in {"", "(null)"}:
             nodes.update(dict.fromkeys(expand_hostlist(fields["NodeList"], name="NodeList")))
         if fields.get("NumCPUs", "").isdigit():

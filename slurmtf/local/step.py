@@ -3,27 +3,22 @@
 ``--cluster=local``, the benchmarks and the tests run N ranks as local processes through
 the same resolver path as on a cluster. They all build the rank environment here
 (:class:`LocalStep`), start from the same scrubbed environment (:func:`scrubbed_env`),
-take ports from :func:`free_port_base` and start ranks with :func:`start_rank`.
+take ports from :func:`slurmtf.cluster.ports.free_port_base` and start ranks with
+:func:`start_rank`.
 """
 
 from __future__ import annotations
 
 import os
-import random
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmtf.cluster.ports import port_free
-
 # What a rank's environment never inherits from the caller's: the caller may itself run
 # in a Slurm job, and its TF_CONFIG / GPU binding would leak into every rank.
 SCRUBBED_PREFIXES = ("SLURM_", "SLURMD_", "SLURMTF_")
 SCRUBBED_NAMES = ("TF_CONFIG", "CUDA_VISIBLE_DEVICES")
-# Above Linux's ephemeral range (32768-60999) and the resolver's per-job window, so that
-# a local step's ports never meet a sandbox job's or a client socket's.
-PORT_RANGE = (61000, 65000)
 
 
 def is_scrubbed(name: str) -> bool:
@@ -109,19 +104,6 @@ class LocalStep:
         if self.port_base is not None:
             env["SLURMTF_PORT_BASE"] = str(self.port_base)
         return env | dict(self.extra)
-
-
-def free_port_base(count: int, low: int = PORT_RANGE[0], high: int = PORT_RANGE[1]) -> int:
-    """A base port with ``count`` consecutive ports free right now, at a random place.
-
-    Random, so that tests and benchmarks running at once on one machine rarely collide.
-    """
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(low, high - count)
-        if all(port_free(base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports in [{low}, {high})")
 
 
 def start_rank(

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any, TextIO
 
 from slurmtf.check import stragglers
-from slurmtf.contracts import format_seconds
+from slurmtf.contracts import format_seconds, is_error_line
 from slurmtf.events import Event, parse_events
 
 
@@ -138,11 +138,8 @@ def render_lines(lines: Iterable[str], renderer: Renderer | None = None) -> list
 
 
 # slurmtf's log lines (`HH:MM:SS rankN W ...`) at warning level and up, TensorFlow's
-# error-level lines (`E0000 ...`), a traceback's last line, Slurm's errors, our hints.
-_SHOWN = re.compile(
-    r"^\d\d:\d\d:\d\d rank\d+ [WEF] |^[EF]\d{4} |^srun: error|^slurmstepd|HINT:"
-    r"|^[\w.]*(Error|Exception)\b"
-)
+# error-level lines (`E0000 ...`); and every error line (contracts.is_error_line).
+_SHOWN = re.compile(r"^\d\d:\d\d:\d\d rank\d+ [WEF] |^[EF]\d{4} ")
 
 
 def shown_stderr(line: str, verbose: bool = False) -> bool:
@@ -151,7 +148,7 @@ def shown_stderr(line: str, verbose: bool = False) -> bool:
     Informational lines are left out: the progress they repeat comes from the events,
     and TensorFlow's (``I0000 ...``, ``Sharding callback duration``) are for debugging.
     """
-    return verbose or bool(_SHOWN.search(line))
+    return verbose or bool(_SHOWN.search(line)) or is_error_line(line)
 
 
 class Console:

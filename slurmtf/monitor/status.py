@@ -8,7 +8,6 @@ each rank's log, with a message saying so. Every Slurm command goes through one 
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from slurmtf.contracts import (
     base_state,
     format_seconds,
     is_final,
+    rank_error_line,
     rank_log_paths,
 )
 from slurmtf.errors import SlurmCommandError
@@ -32,17 +32,8 @@ from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor.console import Console, Renderer, render_lines, shown_stderr
 from slurmtf.monitor.records import JobPlace
 from slurmtf.slurm.runner import Runner, default_runner
+from slurmtf.slurm.scontrol import parse_records
 from slurmtf.spec import noderange
-
-
-def parse_scontrol(text: str) -> list[dict[str, str]]:
-    """``scontrol -o show job`` output -> one dict per job record (``Key=Value`` words)."""
-    records = []
-    for line in text.splitlines():
-        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
-        if fields:
-            records.append(fields)
-    return records
 
 
 def exit_status(state: str, exit_code: str) -> int:
@@ -67,7 +58,7 @@ def job_records(job_id: str, runner: Runner) -> list[dict[str, str]] | None:
         if "Invalid job id" in exc.stderr:
             return None
         raise
-    return parse_scontrol(text)
+    return parse_records(text)
 
 
 def job_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
@@ -269,20 +260,13 @@ def locate(job_id: str, runner: Runner, log_dir: str | None = None) -> JobPlace:
     return JobPlace(job_id, folder, SUBMITIT_LOG_NAME, "default")
 
 
-_ERROR = re.compile(r"HINT:|^\w+(Error|Exception)\b|^srun: error|^slurmstepd\S*: error|Killed")
-
-
 def last_error(path: Path) -> str | None:
-    """The last line of a rank's stderr that reads as an error, if any."""
-    found = None
+    """The line of a rank's stderr that says what went wrong (``rank_error_line``), if any."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return None
-    for line in text.splitlines():
-        if _ERROR.search(line):
-            found = line.strip()
-    return found
+    return rank_error_line(text) or None
 
 
 def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:

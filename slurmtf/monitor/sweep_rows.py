@@ -12,7 +12,6 @@ import csv
 import dataclasses
 import io
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -23,24 +22,6 @@ from slurmtf.events import Event, last, named
 # Columns besides the point's parameters; --sort takes any of them or a parameter name.
 METRICS = ("accuracy", "loss", "examples_per_sec", "step", "restarts")
 COLUMNS = ("task", "state", "restarts", "step", "loss", "accuracy", "examples_per_sec", "logs")
-
-
-# The point's own words first: a Python exception line or a slurmtf one-line error
-# (as slurmtf/job.sh's slurmtf_error_line), before srun's and slurmstepd's lines.
-_OWN_ERROR = re.compile(
-    r"^([A-Za-z_]\w*\.)*[A-Za-z_]\w*(Error|Exception|Exit|Interrupt)(:.*)?$|HINT: "
-)
-_OTHER_ERROR = re.compile(r"^srun: error|^slurmstepd\S*: error|Killed|^\w+: error")
-
-
-def error_line(text: str) -> str | None:
-    """The line of a rank's stderr that says why it failed: its last exception or
-    one-line error, else srun's last error line; ``None`` without either."""
-    lines = [line.strip() for line in text.splitlines()]
-    own = [line for line in lines if _OWN_ERROR.search(line)]
-    other = [line for line in lines if _OTHER_ERROR.search(line)]
-    found = own or other
-    return found[-1] if found else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,11 +9,12 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from slurmtf.contracts import rank_error_line
 from slurmtf.events import last, read_events
 from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor.records import JobPlace
 from slurmtf.monitor.status import job_records, locate
-from slurmtf.monitor.sweep_rows import SweepRow, error_line, point_row
+from slurmtf.monitor.sweep_rows import SweepRow, point_row
 from slurmtf.slurm.runner import Runner
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?(?::(\d+))?$")
@@ -69,7 +70,7 @@ def point(job_id: str, task: int, slurm: tuple[str, int] | None, place: JobPlace
     error = None
     if not state.startswith("COMPLETED"):
         for rank in place.ranks():
-            error = error_line(_read(place.rank_log(rank, "err")))
+            error = rank_error_line(_read(place.rank_log(rank, "err"))) or None
             if error:
                 error = f"rank {rank}: {error}"
                 break

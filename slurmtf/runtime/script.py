@@ -47,9 +47,9 @@ from typing import Any
 from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.gpu_plan import apply_gpu_split
 from slurmtf.cluster.layout import ClusterLayout, build_layout
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
 from slurmtf.events import emit
-from slurmtf.local.step import free_port_base
 from slurmtf.resolver import export_tf_config
 from slurmtf.runtime import allocator, teardown
 

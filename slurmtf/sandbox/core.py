@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from slurmtf.cluster.ports import port_free
+from slurmtf.cluster.ports import ports_free
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.firewall import rules as firewall_rules
 from slurmtf.sandbox import config as cfgmod
@@ -88,7 +88,7 @@ def _pick_ports(sandbox_dir: Path, count: int) -> int:
     step = cfgmod.MAX_NODES + 1
     for offset in range(0, high - low, step):
         base = low + (start - low + offset) % (high - low - step)
-        if all(port_free(base + i) for i in range(count)):
+        if ports_free(base, count):
             return base
     raise SandboxError(f"no {count} free consecutive ports in {low}-{high}")
 

@@ -191,7 +191,7 @@ class JobSpec:
             raise InputError(
                 "--log_dir", self.log_dir, "contains %", "slurmtf adds job and task ids itself"
             )
-        check_setup_lines(self.setup)  # bash -n: jobvalues.check_setup, at submit
+        check_setup_lines(self.setup)  # bash -n: jobvalues.check_setup_with_bash, at submit
         parse_extra([f"{k}={v}" if v else k for k, v in self.sbatch_extra])
         parse_preemption_signal(self.signal, "--signal")
         for arg in self.args:
@@ -286,17 +286,46 @@ class JobSpec:
         return cls(**fields)
 
 
-def restart_setup(spec: JobSpec, python: str) -> list[str]:
-    """Setup lines that hand the job's end to slurmtf/job.sh (found through ``python``):
-    a killed rank, a lost peer or node, a stall requeue the job within ``max_requeues``."""
+# How a job finds slurmtf/job.sh and loads it, the one definition: SLURMTF_JOB_SH, else a
+# checkout's (SLURMTF_REPO, else the submit directory), else the one $PYTHON imports; exit 2
+# with the pip line when it imports no slurmtf. Every jobs/*.sbatch holds these lines as
+# they are (tests/test_job_scripts.py compares) and the jobs `slurmtf submit` writes run
+# them after PYTHON=<its interpreter> (:func:`job_sh_setup`).
+FIND_JOB_SH = 'import pathlib, slurmtf; print(pathlib.Path(slurmtf.__file__).with_name("job.sh"))'
+SOURCE_JOB_SH = (
+    "# The shared part (run folders, srun, the job's end) is slurmtf/job.sh: SLURMTF_JOB_SH,",
+    "# else a checkout's (SLURMTF_REPO or the submit directory), else the installed",
+    "# package's (the one $PYTHON imports).",
+    'REPO="${SLURMTF_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"',
+    'JOB_SH="${SLURMTF_JOB_SH:-$REPO/slurmtf/job.sh}"',
+    'if [ ! -f "$JOB_SH" ]; then',
+    f'    JOB_SH=$("${{PYTHON:-python3}}" -c {shlex.quote(FIND_JOB_SH)}) || {{',
+    '        echo "${PYTHON:-python3} cannot import slurmtf. HINT: ${PYTHON:-python3} -m pip" \\',
+    '             "install \\"slurmtf[gpu]\\" (or [cpu]), or SLURMTF_REPO=<a checkout of slurmtf>"'
+    " >&2",
+    "        exit 2",
+    "    }",
+    "fi",
+    "# shellcheck source=../slurmtf/job.sh",
+    'source "$JOB_SH" || { echo "cannot read $JOB_SH (set SLURMTF_JOB_SH)" >&2; exit 2; }',
+)
+
+
+def job_sh_setup(spec: JobSpec, python: str) -> list[str]:
+    """Setup lines that load slurmtf/job.sh (:data:`SOURCE_JOB_SH`, through ``python``)
+    and call its parts the job asks for; none when it asks for none."""
+    calls = [*restart_setup(spec), *check_first_setup(spec), *stage_setup(spec)]
+    if not calls:
+        return []
+    return [f"PYTHON={shlex.quote(python)}", *SOURCE_JOB_SH, *calls]
+
+
+def restart_setup(spec: JobSpec) -> list[str]:
+    """Hand the job's end to slurmtf/job.sh: a killed rank, a lost peer or node, a stall
+    requeue the job within ``max_requeues``."""
     if not spec.max_requeues:
         return []
-    find = 'import pathlib, slurmtf; print(pathlib.Path(slurmtf.__file__).with_name("job.sh"))'
-    return [
-        f'if job_sh=$({shlex.quote(python)} -c {shlex.quote(find)}) && source "$job_sh"; then',
-        f"    slurmtf_submitit_setup {shlex.quote(str(spec.folder))} {spec.max_requeues}",
-        "else echo 'slurmtf: cannot load slurmtf/job.sh: failures will not be retried' >&2; fi",
-    ]
+    return [f"slurmtf_submitit_setup {shlex.quote(str(spec.folder))} {spec.max_requeues}"]
 
 
 def staged_source(spec: JobSpec) -> str:
@@ -312,34 +341,25 @@ def staged_source(spec: JobSpec) -> str:
     return str(Path(found[-1]).expanduser().absolute())
 
 
-def stage_setup(spec: JobSpec, python: str) -> list[str]:
-    """Setup lines that stage ``--data_dir`` once per node before the tasks start (and
-    remove the copies at the end): slurmtf/job.sh's ``slurmtf_stage_data``."""
+def stage_setup(spec: JobSpec) -> list[str]:
+    """Stage ``--data_dir`` once per node before the tasks start (and remove the copies at
+    the end): slurmtf/job.sh's ``slurmtf_stage_data``."""
     if not spec.stage_data:
         return []
-    find = 'import pathlib, slurmtf; print(pathlib.Path(slurmtf.__file__).with_name("job.sh"))'
     folder, src = shlex.quote(str(spec.folder)), shlex.quote(staged_source(spec))
     end = "" if spec.max_requeues else " && trap slurmtf_unstage EXIT"
-    return [
-        f'if job_sh=$({shlex.quote(python)} -c {shlex.quote(find)}) && source "$job_sh"; then',
-        f'    LOG_DIR="${{LOG_DIR:-{folder}}}"; STAGE_DATA=1; PYTHON={shlex.quote(python)}; '
-        f"slurmtf_stage_data {src}{end}",
-        "else echo 'slurmtf: cannot load slurmtf/job.sh to stage the data' >&2; exit 2; fi",
-    ]
+    return [f'LOG_DIR="${{LOG_DIR:-{folder}}}"; STAGE_DATA=1; slurmtf_stage_data {src}{end}']
 
 
-def check_setup(spec: JobSpec, python: str) -> list[str]:
-    """Setup lines that run ``slurmtf check`` before the tasks start and requeue the job
-    without an outlier node (slurmtf/job.sh's ``slurmtf_check_first``)."""
+def check_first_setup(spec: JobSpec) -> list[str]:
+    """Run ``slurmtf check`` before the tasks start and requeue the job without an outlier
+    node (slurmtf/job.sh's ``slurmtf_check_first``)."""
     if not spec.check_first:
         return []
-    find = 'import pathlib, slurmtf; print(pathlib.Path(slurmtf.__file__).with_name("job.sh"))'
     folder = shlex.quote(str(spec.folder))
     return [
-        f'if job_sh=$({shlex.quote(python)} -c {shlex.quote(find)}) && source "$job_sh"; then',
-        f'    LOG_DIR="${{LOG_DIR:-{folder}}}"; CHECK_FIRST=1; PYTHON={shlex.quote(python)}; '
-        f'slurmtf_budget="${{slurmtf_budget:-0}}"; slurmtf_check_first',
-        "else echo 'slurmtf: cannot load slurmtf/job.sh to check the nodes' >&2; fi",
+        f'LOG_DIR="${{LOG_DIR:-{folder}}}"; CHECK_FIRST=1; '
+        'slurmtf_budget="${slurmtf_budget:-0}"; slurmtf_check_first'
     ]
 
 
@@ -378,8 +398,7 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
         params["exclusive"] = True
     ranged = range_parameters(spec)
     roles_line = [] if spec.jobs is None else [f"export SLURMTF_JOBS={shlex.quote(spec.jobs)}"]
-    setup = [*spec.setup, *roles_line, *restart_setup(spec, python), *check_setup(spec, python),
-             *stage_setup(spec, python)]  # fmt: skip
+    setup = [*spec.setup, *roles_line, *job_sh_setup(spec, python)]
     if setup:
         params["setup"] = setup
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}

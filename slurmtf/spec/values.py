@@ -2,7 +2,7 @@
 options, setup lines and any text that reaches the sbatch script.
 
 Each function returns the clean value or raises :class:`InputError` naming the flag.
-Pure, except ``bash -n`` (parse only) in :func:`check_setup`, see :mod:`slurmtf.spec.shell`.
+Pure, except ``bash -n`` (parse only) in :func:`check_setup_with_bash` (:mod:`slurmtf.spec.shell`).
 """
 
 from __future__ import annotations
@@ -254,7 +254,7 @@ def check_setup_lines(lines: Sequence[str]) -> tuple[str, ...]:
     return tuple(lines)
 
 
-def check_setup(lines: Sequence[str]) -> tuple[str, ...]:
+def check_setup_with_bash(lines: Sequence[str]) -> tuple[str, ...]:
     """:func:`check_setup_lines`, then bash's own parse: each line one complete command.
 
     Runs ``bash -n`` (parse only), once, where the flags are read (``slurmtf submit``).

@@ -41,6 +41,7 @@ import pytest
 from slurmtf.contracts import FINAL_STATES
 from slurmtf.sandbox import Sandbox
 from slurmtf.sandbox.daemons import log_tail
+from slurmtf.slurm.scontrol import parse_records
 from tests.prereqs import require
 
 if TYPE_CHECKING:
@@ -124,7 +125,7 @@ class SlurmSandbox:
     def end_time(self, job_id: str) -> float:
         """When the job ended (epoch seconds; Slurm keeps whole seconds, rounded down)."""
         show = self.run(["scontrol", "-o", "show", "job", job_id])
-        stamp = show.stdout.split("EndTime=", 1)[1].split()[0]
+        stamp = parse_records(show.stdout)[0]["EndTime"]
         return datetime.datetime.fromisoformat(stamp).timestamp()
 
     def logs(self, job_id: str) -> str:

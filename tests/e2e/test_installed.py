@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
-from slurmtf.local.step import free_port_base
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import REPO, SlurmSandbox, require_sandbox_prereqs
 from tests.e2e.jobruns import SandboxJob, check_training

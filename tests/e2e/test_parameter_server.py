@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
-from slurmtf.local.step import free_port_base
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, rank_pids
 

@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
-from slurmtf.local.step import LocalStep, free_port_base, scrubbed_env, start_rank
+from slurmtf.local.step import LocalStep, scrubbed_env, start_rank
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
