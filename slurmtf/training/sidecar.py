@@ -215,20 +215,22 @@ class _Evaluator:
         import tensorflow as tf
 
         from slurmtf import events
-        from slurmtf.training import loop
         from slurmtf.training.export import Summaries
         from slurmtf.training.flags import check_batch_size
+        from slurmtf.training.plan import Plan
+        from slurmtf.training.process import fit_batch, set_up_process
+        from slurmtf.training.steps import make_eval_step
         from slurmtf.training.strategy import describe, make_strategy, plan_strategy
 
-        num_gpus, log_path = loop._set_up_process(config, info)
+        num_gpus, log_path = set_up_process(config, info)
         strategy = make_strategy(plan_strategy("auto", "auto", 1, num_gpus))
         roles = info.layout.roles or ()
         workers_replicas = training_tasks(roles) * max(info.planned_replicas, 1)
         # the workers' global batch
-        config, _ = loop._fit_batch(config, workers_replicas, max(training_tasks(roles), 1))
+        config, _ = fit_batch(config, workers_replicas, max(training_tasks(roles), 1))
         replicas = int(strategy.num_replicas_in_sync)
         per_replica = check_batch_size(config.batch_size, replicas)
-        plan = loop._Plan.of(spec, config)
+        plan = Plan.of(spec, config)
         events.emit(
             "cluster", rank=info.rank, role=EVALUATOR, num_workers=info.num_workers,
             workers=list(info.workers), strategy=describe(strategy), replicas=replicas,
@@ -240,13 +242,6 @@ class _Evaluator:
             model = spec.build_model()
             model(tf.zeros((1, *spec.input_shape)), training=False)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        replica_fn = loop._eval_replica(model)
-
-        def eval_step(iterator: Any) -> Any:
-            images, labels = next(iterator)
-            out = strategy.run(replica_fn, args=(images, labels))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
-
         batches = plan.eval_steps
 
         def pipeline(ctx: Any) -> Any:
@@ -257,7 +252,7 @@ class _Evaluator:
             spec, config, info, plan,
             checkpoint=tf.train.Checkpoint(model=model, step=step_var),
             step_var=step_var,
-            eval_step=tf.function(eval_step),
+            eval_step=make_eval_step(strategy, model),
             iterator=iter(strategy.distribute_datasets_from_function(pipeline)),
             summaries=Summaries(config.model_dir, True, splits=("eval",)),
         )  # fmt: skip
