@@ -21,22 +21,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from slurmtf.chief_watch import POLL_S, START_TIMEOUT_S, ChiefNeverStarted
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.contracts import EXIT_FAILURE
 from slurmtf.env import read_slurm_env
 from slurmtf.errors import InputError
 from slurmtf.layout import ClusterLayout, build_layout
 from slurmtf.resolver import export_tf_config
-from slurmtf.serve import (
-    POLL_S,
-    SERVER_ROLES,
-    START_TIMEOUT_S,
-    ChiefNeverStarted,
-    check_server_task,
-    chief_of,
-    start_server,
-    watch_chief,
-)
+from slurmtf.serve import SERVER_ROLES, check_server_task, chief_of, start_server, watch_chief
 
 PROGRAM = "slurmtf serve"
 
@@ -132,7 +124,8 @@ def _serve(layout: ClusterLayout, args: argparse.Namespace) -> None:
             chief, start_timeout=args.start_timeout, poll=args.poll, done_file=done_file
         )
     except ChiefNeverStarted as exc:
-        _exit(str(exc), EXIT_FAILURE)
+        hint = "run the training script on the chief task (slurmtf serve -- python SCRIPT does it)"
+        _exit(f"{exc}. HINT: {hint}, or raise --start_timeout", EXIT_FAILURE)
     _exit(f"stopping: {why}", 0)
 
 

@@ -30,12 +30,12 @@ from typing import Any
 
 from absl import logging
 
+from slurmtf.chief_watch import START_TIMEOUT_S, Chief, ChiefNeverStarted, ChiefWatch
 from slurmtf.errors import InputError
 
 EVALUATOR = "evaluator"
 TRAINING_ROLES = ("chief", "worker")
 POLL_S = 1.0  # between looks at the checkpoint state file and the chief's port
-MISSES = 2  # refused probes in a row before the chief counts as gone
 RESTORE_TRIES = 3  # a listed checkpoint that fails this often is skipped
 _CKPT = re.compile(r"ckpt-(\d+)$")
 _JOBS_HINT = "use SLURMTF_JOBS=worker:N,evaluator:1 (or --evaluator: the last task evaluates)"
@@ -115,50 +115,9 @@ def due(paths: Sequence[str], last: int | None) -> list[tuple[int, str]]:
     )
 
 
-class ChiefWatch:
-    """Whether the workers still run, by their chief's port; one probe per call."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        start_timeout: float,
-        *,
-        probe: Callable[[str, int], bool] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        from slurmtf.serve import answers
-
-        self.host, self.port = host, port
-        self._probe = probe or answers
-        self._clock = clock
-        self._deadline = clock() + start_timeout
-        self._start_timeout = start_timeout
-        self.seen = False
-        self._misses = 0
-
-    def gone(self) -> bool:
-        """True once the chief answered and then stopped answering; ``TimeoutError``
-        when it never answered within the start timeout."""
-        if self._probe(self.host, self.port):
-            self.seen, self._misses = True, 0
-            return False
-        if self.seen:
-            self._misses += 1
-            return self._misses >= MISSES
-        if self._clock() >= self._deadline:
-            raise TimeoutError(
-                f"the workers' chief at {self.host}:{self.port} did not answer within "
-                f"{self._start_timeout:g} s"
-            )
-        return False
-
-
-def chief_address(cluster: dict[str, list[str]]) -> tuple[str, int]:
-    """Host and port of the training cluster's chief (the chief, else worker 0)."""
-    address = (cluster.get("chief") or cluster["worker"])[0]
-    host, _, port = address.rpartition(":")
-    return host, int(port)
+def chief_address(cluster: dict[str, list[str]]) -> Chief:
+    """Where the training cluster's chief listens (the chief, else worker 0)."""
+    return Chief.at((cluster.get("chief") or cluster["worker"])[0])
 
 
 def listed_checkpoints(directory: Path) -> list[str]:
@@ -268,8 +227,8 @@ class _Evaluator:
         from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED
 
         if watch is None:
-            host, port = chief_address(self.info.layout.cluster())
-            watch = ChiefWatch(host, port, self.config.registration_timeout or 600.0)
+            chief = chief_address(self.info.layout.cluster())
+            watch = ChiefWatch(chief, self.config.registration_timeout or START_TIMEOUT_S)
         logging.info(
             "Evaluating the checkpoints of %s up to step %d", self.directory, self.plan.total
         )
@@ -289,7 +248,7 @@ class _Evaluator:
                 return self._done(0)
             try:
                 ending = watch.gone()  # one more look at the checkpoints, then leave
-            except TimeoutError as exc:
+            except ChiefNeverStarted as exc:
                 print(
                     f"{self.info.program}: {exc}. HINT: the evaluator waits for the workers "
                     "as long as --registration_timeout; read the workers' logs",
