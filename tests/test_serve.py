@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.chief_watch import MISSES, Chief, ChiefNeverStarted, answers
 from slurmtf.cli.serve import main
-from slurmtf.localstep import LocalStep, scrubbed_env
-from slurmtf.serve import watch_chief
+from slurmtf.local.step import LocalStep, scrubbed_env
+from slurmtf.runtime.chief_watch import MISSES, Chief, ChiefNeverStarted, answers
+from slurmtf.runtime.servers import watch_chief
 from tests.conftest import FakeSlurmEnv
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from slurmtf.chief_watch import Chief, ChiefWatch
+from slurmtf.cluster.roles import assign_roles, parse_jobs
 from slurmtf.errors import InputError
-from slurmtf.roles import assign_roles, parse_jobs
+from slurmtf.runtime.chief_watch import Chief, ChiefWatch
 from slurmtf.training import sidecar
 from tests.conftest import FakeSlurmEnv
 

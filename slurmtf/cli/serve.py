@@ -21,14 +21,20 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf.chief_watch import POLL_S, START_TIMEOUT_S, ChiefNeverStarted
 from slurmtf.cli import ArgumentParser, add_flag, run_command
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.layout import ClusterLayout, build_layout
 from slurmtf.contracts import EXIT_FAILURE
-from slurmtf.env import read_slurm_env
 from slurmtf.errors import InputError
-from slurmtf.layout import ClusterLayout, build_layout
 from slurmtf.resolver import export_tf_config
-from slurmtf.serve import SERVER_ROLES, check_server_task, chief_of, start_server, watch_chief
+from slurmtf.runtime.chief_watch import POLL_S, START_TIMEOUT_S, ChiefNeverStarted
+from slurmtf.runtime.servers import (
+    SERVER_ROLES,
+    check_server_task,
+    chief_of,
+    start_server,
+    watch_chief,
+)
 
 PROGRAM = "slurmtf serve"
 

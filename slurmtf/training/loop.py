@@ -18,14 +18,15 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf import events, teardown
+from slurmtf import events
+from slurmtf.runtime import teardown
 from slurmtf.training import checkpoints, progress_watch, sidecar
 from slurmtf.training.flags import TrainConfig
+from slurmtf.training.model_spec import ModelSpec, RunInfo
 from slurmtf.training.phases import Outcome, Training, weights_checksum
 from slurmtf.training.plan import Plan
 from slurmtf.training.preemption import PreemptionWatcher
 from slurmtf.training.process import fit_batch, log_dir, set_up_process
-from slurmtf.training.spec import ModelSpec, RunInfo
 from slurmtf.training.strategy import describe, make_strategy, plan_strategy, split_cpu
 
 __all__ = ["ModelSpec", "RunInfo", "run", "weights_checksum"]
@@ -50,7 +51,7 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
         if watch is not None:
             watch.stop()
     # Done or preempted after saving: every rank ends here, workers first, the leader
-    # last (a multi-worker process exits inside this call; see slurmtf.teardown).
+    # last (a multi-worker process exits inside this call; see slurmtf.runtime.teardown).
     teardown.leave_together(exit_code=code)
     return code
 

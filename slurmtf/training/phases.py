@@ -17,9 +17,9 @@ from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import TrainConfig
 from slurmtf.training.grad_reduce import GradReduce
+from slurmtf.training.model_spec import ModelSpec, RunInfo
 from slurmtf.training.plan import Plan, make_schedule
 from slurmtf.training.preemption import PreemptionWatcher
-from slurmtf.training.spec import ModelSpec, RunInfo
 from slurmtf.training.steps import Steps, no_state_sync
 
 

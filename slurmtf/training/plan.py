@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 from slurmtf.training.flags import TrainConfig, scaled_learning_rate
-from slurmtf.training.spec import ModelSpec
+from slurmtf.training.model_spec import ModelSpec
 
 
 @dataclasses.dataclass(frozen=True)

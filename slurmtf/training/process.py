@@ -8,7 +8,7 @@ from absl import logging
 
 from slurmtf.training import reporting
 from slurmtf.training.flags import TrainConfig, check_batch_size, fit_default_batch
-from slurmtf.training.spec import RunInfo
+from slurmtf.training.model_spec import RunInfo
 
 
 def log_dir(config: TrainConfig) -> str | None:

@@ -30,8 +30,8 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf.chief_watch import START_TIMEOUT_S, Chief, ChiefNeverStarted, ChiefWatch
 from slurmtf.errors import InputError
+from slurmtf.runtime.chief_watch import START_TIMEOUT_S, Chief, ChiefNeverStarted, ChiefWatch
 
 EVALUATOR = "evaluator"
 TRAINING_ROLES = ("chief", "worker")
@@ -61,7 +61,7 @@ def evaluator_jobs(num_tasks: int) -> str:
 def check_model_roles(roles: Sequence[str] | None, jobs: str) -> None:
     """The bundled models train chief/worker tasks, with at most one evaluator beside.
 
-    (Two evaluators are refused earlier, by :mod:`slurmtf.roles`.)
+    (Two evaluators are refused earlier, by :mod:`slurmtf.cluster.roles`.)
     """
     if roles is None:
         return
@@ -147,7 +147,7 @@ def run_evaluator(spec: Any, config: Any, info: Any) -> int:
     finally:
         watcher.uninstall()
     if info.layout.in_slurm and not info.layout.is_single_worker:
-        from slurmtf import teardown
+        from slurmtf.runtime import teardown
 
         teardown.leave_alone(code)  # a task of a job step: end now, as the workers do
     return code

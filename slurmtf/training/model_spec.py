@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from slurmtf.layout import ClusterLayout
+from slurmtf.cluster.layout import ClusterLayout
 
 # (input_context, per_replica_batch, skip_batches=0) -> dataset of (images, labels),
 # batched per replica and repeated; skip_batches positions it after a resume.
@@ -46,9 +46,9 @@ class RunInfo:
 
     layout: ClusterLayout
     program: str = "slurmtf"  # prefix of the one-line errors (e.g. models.mnist)
-    cuda_visible_devices: str | None = None  # as applied by slurmtf.gpus (None: unset)
+    cuda_visible_devices: str | None = None  # as applied by slurmtf.cluster.gpu_plan (None: unset)
     planned_replicas: int = 1  # GPUs this worker keeps (1 without GPUs)
-    gpu_plan: str = ""  # why: slurmtf.gpus.GpuPlan.message
+    gpu_plan: str = ""  # why: slurmtf.cluster.gpu_plan.GpuPlan.message
 
     @property
     def rank(self) -> int:

@@ -4,7 +4,7 @@ stopped when the chief's script ends.
 TensorFlow's parameter-server tutorial starts ``tf.distribute.Server`` on every ps and
 worker task and ``join()``s forever: nothing stops the servers, so the job runs to its
 time limit after the coordinator (the chief) is done. Here each server watches the
-chief's port instead (:func:`watch_chief`, through :mod:`slurmtf.chief_watch`): it
+chief's port instead (:func:`watch_chief`, through :mod:`slurmtf.runtime.chief_watch`): it
 waits, for a bounded time, for the chief's own server to come up
 (ParameterServerStrategy starts it on the chief's address), then ends as soon as that
 port stops answering, however the chief's script ended. A done file ends it too.
@@ -22,11 +22,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from slurmtf.chief_watch import POLL_S, START_TIMEOUT_S, Chief, ChiefWatch, answers
+from slurmtf.cluster.gpu_plan import apply_gpu_split
+from slurmtf.cluster.layout import ClusterLayout
+from slurmtf.cluster.ports import ensure_port_free
 from slurmtf.errors import InputError
-from slurmtf.gpus import apply_gpu_split
-from slurmtf.layout import ClusterLayout
-from slurmtf.ports import ensure_port_free
+from slurmtf.runtime.chief_watch import POLL_S, START_TIMEOUT_S, Chief, ChiefWatch, answers
 
 SERVER_ROLES = ("ps", "worker")
 _JOBS_HINT = "set SLURMTF_JOBS (or --jobs), e.g. chief:1,ps:2,worker, on every task of the step"
@@ -57,9 +57,9 @@ def watch_chief(
 ) -> str:
     """Block until the chief's script has ended; return why (one line).
 
-    Raises :class:`~slurmtf.chief_watch.ChiefNeverStarted` when the chief's port never
+    Raises :class:`~slurmtf.runtime.chief_watch.ChiefNeverStarted` when the chief's port never
     answered within ``start_timeout`` seconds. One probe per ``poll`` seconds
-    (:class:`~slurmtf.chief_watch.ChiefWatch`): bounded, no threads.
+    (:class:`~slurmtf.runtime.chief_watch.ChiefWatch`): bounded, no threads.
     """
     watch = ChiefWatch(chief, start_timeout, probe=probe, clock=clock)
     while True:
@@ -89,11 +89,11 @@ def start_server(layout: ClusterLayout) -> Any:
     check_server_task(layout)
     apply_gpu_split(layout)  # a ps hides the GPUs before TensorFlow reads them
     ensure_port_free(layout.port)
-    from slurmtf.tf_import import import_tensorflow_lean
+    from slurmtf.tf.lean_import import import_tensorflow_lean
 
     tf = import_tensorflow_lean()  # a server builds no Keras model
     # only now: tf_resolver imports TensorFlow itself, which would bring Keras in
-    from slurmtf.tf_resolver import SlurmtfClusterResolver
+    from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
 
     resolver = SlurmtfClusterResolver(layout)
     return tf.distribute.Server(
