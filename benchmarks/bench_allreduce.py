@@ -120,7 +120,7 @@ def measure_tcp(sizes: Sequence[int], iters: int, cpus: Sequence[Sequence[int] |
         cwd=harness.REPO,
         stdout=subprocess.PIPE,
         text=True,
-        preexec_fn=harness._pin(cpus[1]),  # noqa: PLW1509 - single-threaded parent
+        preexec_fn=harness.pin_to(cpus[1]),  # noqa: PLW1509 - single-threaded parent
     )
     try:
         assert server.stdout is not None
@@ -153,8 +153,9 @@ def measure_tcp(sizes: Sequence[int], iters: int, cpus: Sequence[Sequence[int] |
 
 
 # ---------------------------------------------------------------------------- all-reduce
-def _strategy() -> tuple[Any, JSONDict]:
-    """MultiWorkerMirroredStrategy (RING) through the slurmtf resolver."""
+def ring_strategy() -> tuple[Any, JSONDict]:
+    """MultiWorkerMirroredStrategy (RING) through the slurmtf resolver, and this rank's
+    ``rank`` and ``workers`` for its JSON line."""
     import tensorflow as tf
 
     from slurmtf.resolver import cluster_resolver, resolve
@@ -175,7 +176,7 @@ def allreduce_worker(sizes: Sequence[int], iters: int, warmup: int) -> int:
     """One rank: time ``all_reduce(SUM)`` of a float32 tensor of each size; print JSON."""
     import tensorflow as tf
 
-    strategy, info = _strategy()
+    strategy, info = ring_strategy()
 
     def replica_fn(v: Any) -> Any:
         # identity places the input on this replica's device; a bare function argument

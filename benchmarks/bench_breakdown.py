@@ -9,7 +9,7 @@ a burst of other load hits every phase (median of the per-call times, slowest ra
 - **all-reduce**: slurmtf's gradient all-reduce alone, of tensors shaped like the
   model's gradients, with its CPU time (the process's user + system seconds: the
   collective's copies and sums run on the core that computes);
-- **step**: the real training step (``slurmtf.training.loop``: input, compute,
+- **step**: the real training step (``slurmtf.training.steps``: input, compute,
   all-reduce, update) for each gradient-reduction setting (``--settings``).
 
 ``exposed`` = step - compute is the part of the all-reduce the step did not hide;
@@ -71,12 +71,12 @@ def worker(
     import keras
     import tensorflow as tf
 
-    from benchmarks.bench_allreduce import _strategy
+    from benchmarks.bench_allreduce import ring_strategy
     from slurmtf.training import grad_reduce
-    from slurmtf.training.loop import _Steps
+    from slurmtf.training.steps import Steps
 
     build_model, INPUT_SHAPE = _model(model_name)
-    strategy, info = _strategy()
+    strategy, info = ring_strategy()
     replicas = strategy.num_replicas_in_sync
     images = tf.random.uniform((batch, *INPUT_SHAPE))
     labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32)
@@ -122,7 +122,7 @@ def worker(
             return grad_reduce.all_reduce([tf.identity(g) for g in fake], spec)[0]
 
         phases["all-reduce", label] = local(reduce_replica)
-        train = _Steps(strategy, *built(spec), batch * replicas, False, reduce=spec)
+        train = Steps(strategy, *built(spec), batch * replicas, False, reduce=spec)
         iterator = iter(
             strategy.experimental_distribute_dataset(data.unbatch().batch(batch * replicas))
         )

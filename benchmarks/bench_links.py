@@ -37,10 +37,10 @@ def worker(sizes: Sequence[int], iters: int, dtypes: Sequence[str]) -> int:
     """One rank under srun: time the gradient all-reduce of each size and dtype."""
     import tensorflow as tf
 
-    from benchmarks.bench_allreduce import _strategy
+    from benchmarks.bench_allreduce import ring_strategy
     from slurmtf.training.grad_reduce import GradReduce, all_reduce
 
-    strategy, info = _strategy()
+    strategy, info = ring_strategy()
 
     def make_step(spec: GradReduce) -> Any:
         def replica_fn(v: Any) -> Any:

@@ -227,7 +227,7 @@ def run_workers(
         try:
             for rank, (argv, env, cpus) in enumerate(zip(argvs, envs, cpu_sets, strict=True)):
                 procs.append(
-                    start_rank(argv, env, outs[rank], errs[rank], cwd=REPO, preexec_fn=_pin(cpus))
+                    start_rank(argv, env, outs[rank], errs[rank], cwd=REPO, preexec_fn=pin_to(cpus))
                 )
             _wait_all(procs, outs, start + timeout, done_marker, exit_grace)
         finally:
@@ -284,7 +284,8 @@ def _file_has(path: Path, needle: bytes) -> bool:
         return False
 
 
-def _pin(cpus: Sequence[int] | None) -> Any:
+def pin_to(cpus: Sequence[int] | None) -> Any:
+    """A ``preexec_fn`` that pins the child to ``cpus`` (``None``: no pinning, no function)."""
     if cpus is None:
         return None
     chosen = set(cpus)

@@ -135,11 +135,11 @@ def _hooked(probe: Probe, phase: str, method: Callable[..., Any]) -> Callable[..
 
 
 def main(argv: list[str]) -> int:
-    from slurmtf.training import loop
+    from slurmtf.training.phases import Training
 
     probe = Probe(os.environ.get("MEMPROBE_OUT", f"/tmp/memprobe-{os.getpid()}.jsonl"))
-    loop._Training.evaluate = _hooked(probe, "eval", loop._Training.evaluate)  # type: ignore[method-assign]
-    loop._Training.save = _hooked(probe, "save", loop._Training.save)  # type: ignore[method-assign]
+    Training.evaluate = _hooked(probe, "eval", Training.evaluate)  # type: ignore[method-assign]
+    Training.save = _hooked(probe, "save", Training.save)  # type: ignore[method-assign]
     model = importlib.import_module(f"models.{argv[0]}")
     code: int = model.main(argv[1:])
     return code

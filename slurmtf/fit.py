@@ -48,9 +48,9 @@ def _rank(strategy: Any) -> int:
     return int(task_id) if task_id is not None else 0
 
 
-def _preemption_checkpoint_class() -> Any:  # noqa: C901 - one class body, see below
-    # Over 60 lines on purpose: a class body whose base (Keras 3's or tf_keras's
-    # BackupAndRestore) is known only once TensorFlow is imported, at first use.
+def _preemption_checkpoint_class() -> Any:
+    """``PreemptionCheckpoint`` on the ``BackupAndRestore`` of the ``tf.keras`` in use
+    (Keras 3's or tf_keras's, known only once TensorFlow is imported); built once each."""
     import tensorflow as tf
 
     base = tf.keras.callbacks.BackupAndRestore
@@ -62,64 +62,77 @@ def _preemption_checkpoint_class() -> Any:  # noqa: C901 - one class body, see b
 
         keras_compat.enable_multiworker_fit()  # chief-only backup files
 
-    class PreemptionCheckpoint(base):  # type: ignore[misc, valid-type]
+    class PreemptionCheckpoint(_ExitOnPreemption, base):  # type: ignore[misc, valid-type]
         """``BackupAndRestore`` that exits 75 on the preemption signal (module doc)."""
-
-        def __init__(
-            self, backup_dir: str, *, signal: str = "USR2", check_every: int = 1, **kwargs: Any
-        ) -> None:
-            if check_every < 1:
-                from slurmtf.errors import InputError
-
-                raise InputError("check_every", check_every, "must be at least 1", "pass 1")
-            super().__init__(backup_dir, **kwargs)
-            self._watcher = PreemptionWatcher(signal)
-            self._check_every = check_every
-            self._batches = 0
-            self._epoch = 0
-            self._agree: Any = None
-
-        def on_train_begin(self, logs: Any = None) -> None:
-            self._watcher.install()
-            super().on_train_begin(logs)
-            strategy = self.model.distribute_strategy
-            # Keras 3 resumes at model._initial_epoch; tf_keras keeps it elsewhere (null).
-            known = hasattr(self.model, "_initial_epoch")
-            initial = int(self.model._initial_epoch or 0) if known else None
-            events.emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
-
-        def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
-            self._epoch = epoch
-            super().on_epoch_begin(epoch, logs)
-
-        def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-            super().on_train_batch_end(batch, logs)
-            self._batches += 1
-            if self._batches % self._check_every == 0 and self._preempted():
-                strategy = self.model.distribute_strategy
-                events.emit("preempted", rank=_rank(strategy), epoch=self._epoch, batch=batch)
-                self._watcher.uninstall()
-                raise SystemExit(EXIT_PREEMPTED)
-
-        def on_train_end(self, logs: Any = None) -> None:
-            self._watcher.uninstall()
-            super().on_train_end(logs)
-
-        def _preempted(self) -> bool:
-            """Whether any worker got the signal: one small all-reduce across the job."""
-            strategy = self.model.distribute_strategy
-            if strategy.num_replicas_in_sync == 1:
-                return self._watcher.requested
-            if self._agree is None:
-
-                @tf.function  # type: ignore[untyped-decorator]
-                def agree(flag: Any) -> Any:
-                    per_replica = strategy.run(tf.identity, args=(flag,))
-                    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-
-                self._agree = agree
-            flag = tf.constant(1.0 if self._watcher.requested else 0.0)
-            return float(self._agree(flag)) > 0
 
     _classes[key] = PreemptionCheckpoint
     return PreemptionCheckpoint
+
+
+# The Keras callback the mixin below goes with; for mypy only (at run time: object).
+_Callback: Any = object
+
+
+class _ExitOnPreemption(_Callback):  # type: ignore[misc]
+    """The preemption half of ``PreemptionCheckpoint``, placed before its
+    ``BackupAndRestore`` base: every hook calls the base's, then acts on the signal."""
+
+    model: Any  # set by Keras
+
+    def __init__(
+        self, backup_dir: str, *, signal: str = "USR2", check_every: int = 1, **kwargs: Any
+    ) -> None:
+        if check_every < 1:
+            from slurmtf.errors import InputError
+
+            raise InputError("check_every", check_every, "must be at least 1", "pass 1")
+        super().__init__(backup_dir, **kwargs)
+        self._watcher = PreemptionWatcher(signal)
+        self._check_every = check_every
+        self._batches = 0
+        self._epoch = 0
+        self._agree: Any = None
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._watcher.install()
+        super().on_train_begin(logs)
+        strategy = self.model.distribute_strategy
+        # Keras 3 resumes at model._initial_epoch; tf_keras keeps it elsewhere (null).
+        known = hasattr(self.model, "_initial_epoch")
+        initial = int(self.model._initial_epoch or 0) if known else None
+        events.emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._epoch = epoch
+        super().on_epoch_begin(epoch, logs)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        super().on_train_batch_end(batch, logs)
+        self._batches += 1
+        if self._batches % self._check_every == 0 and self._preempted():
+            strategy = self.model.distribute_strategy
+            events.emit("preempted", rank=_rank(strategy), epoch=self._epoch, batch=batch)
+            self._watcher.uninstall()
+            raise SystemExit(EXIT_PREEMPTED)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._watcher.uninstall()
+        super().on_train_end(logs)
+
+    def _preempted(self) -> bool:
+        """Whether any worker got the signal: one small all-reduce across the job."""
+        import tensorflow as tf
+
+        strategy = self.model.distribute_strategy
+        if strategy.num_replicas_in_sync == 1:
+            return self._watcher.requested
+        if self._agree is None:
+
+            @tf.function  # type: ignore[untyped-decorator]
+            def agree(flag: Any) -> Any:
+                per_replica = strategy.run(tf.identity, args=(flag,))
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+            self._agree = agree
+        flag = tf.constant(1.0 if self._watcher.requested else 0.0)
+        return float(self._agree(flag)) > 0

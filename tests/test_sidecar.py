@@ -8,6 +8,7 @@ import pytest
 
 from slurmtf.cluster.roles import assign_roles, parse_jobs
 from slurmtf.errors import InputError
+from slurmtf.runtime.chief_watch import Chief, ChiefWatch
 from slurmtf.training import sidecar
 from tests.conftest import FakeSlurmEnv
 
@@ -83,8 +84,8 @@ def test_training_tasks_and_the_chief() -> None:
     assert sidecar.training_tasks(("worker", "worker", "evaluator")) == 2
     assert sidecar.training_tasks(("chief", "worker", "evaluator")) == 2
     cluster = {"worker": ["node1:100", "node2:101"], "evaluator": ["node3:102"]}
-    assert sidecar.chief_address(cluster) == ("node1", 100)
-    assert sidecar.chief_address({**cluster, "chief": ["node9:99"]}) == ("node9", 99)
+    assert sidecar.chief_address(cluster) == Chief("node1", 100)
+    assert sidecar.chief_address({**cluster, "chief": ["node9:99"]}) == Chief("node9", 99)
     assert sidecar.has_evaluator(("worker", "evaluator"))
     assert not sidecar.has_evaluator(("worker", "worker"))
     assert not sidecar.has_evaluator(None)
@@ -96,23 +97,6 @@ class _Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-def test_chief_watch_gone_after_two_misses_once_seen() -> None:
-    answers = iter([False, True, True, False, True, False, False])
-    clock = _Clock()
-    watch = sidecar.ChiefWatch("node1", 1, 60.0, probe=lambda h, p: next(answers), clock=clock)
-    # not started yet, started, running, one blip, back, then gone for good
-    assert [watch.gone() for _ in range(7)] == [False] * 6 + [True]
-
-
-def test_chief_watch_bounded_when_the_chief_never_answers() -> None:
-    clock = _Clock()
-    watch = sidecar.ChiefWatch("node1", 7, 30.0, probe=lambda h, p: False, clock=clock)
-    assert watch.gone() is False
-    clock.now = 30.0
-    with pytest.raises(TimeoutError, match=r"chief at node1:7 did not answer within 30 s"):
-        watch.gone()
 
 
 def _placement(out: str) -> dict[str, object]:
@@ -247,10 +231,10 @@ def _done(out: str) -> dict[str, object]:
     return event
 
 
-def _watch(answers: list[bool], clock: _Clock | None = None) -> sidecar.ChiefWatch:
+def _watch(answers: list[bool], clock: _Clock | None = None) -> ChiefWatch:
     found = iter(answers)
-    return sidecar.ChiefWatch(
-        "node1", 1, 30.0, probe=lambda h, p: next(found, False), clock=clock or _Clock()
+    return ChiefWatch(
+        Chief("node1", 1), 30.0, probe=lambda h, p: next(found, False), clock=clock or _Clock()
     )
 
 

@@ -122,78 +122,116 @@ def compute_gflops(tf: Any, device: str, seconds: float) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    """This rank's part of the check, phase by phase; rank 0 prints the ``check`` event."""
     from slurmtf.resolver import resolve
 
-    t0 = time.monotonic()
-    phases: dict[str, float] = {}
+    clock = _Clock()
     layout = resolve()
     n, rank = layout.num_workers, layout.task_index
-    mesh = Mesh(rank, layout.workers, timeout=args.timeout)
-    try:
-        rounds = min(args.link_rounds, n - 1)
-        seconds = args.link_seconds or round_seconds(rounds)
-        rates = link_rates(mesh, rounds, seconds) if n > 1 else {}
-        phases["links"] = time.monotonic() - t0
-        tf = import_tensorflow_lean()
-        gpus = _gpu_names(tf)
-        gathered = mesh.allgather([gpus, socket.gethostname()])
-        phases["import"] = time.monotonic() - t0
-    finally:
-        mesh.close()
-    devices, implementation = plan_devices(gpus)
+    links, tf, gathered = _links_then_tensorflow(layout.workers, rank, args, clock)
+    devices, implementation = plan_devices(gathered[rank][0])
     strategy = _strategy(tf, implementation)
-    phases["strategy"] = time.monotonic() - t0
+    clock.done("strategy")
     gather = _Gather(tf, strategy, rank, n)
     nbytes = int(args.allreduce_mb * MB)
     slowest = max(gather(allreduce_seconds(tf, strategy, nbytes, args.iters)))
     busbw = bus_gbps(nbytes, slowest, strategy.num_replicas_in_sync)
-    phases["allreduce"] = time.monotonic() - t0
-    names = [g[0] for g in gathered]
+    clock.done("allreduce")
     turn, turns = host_turns([g[1] for g in gathered], rank)
     window = compute_window(turns)
-
-    def in_turns(measure: bool) -> float:
-        best = 0.0
-        for t in range(turns):  # ranks on one host take turns: they share its CPUs
-            if t == turn and measure:
-                best = min(compute_gflops(tf, d, window) for d in devices)
-            gather(0.0)  # a barrier
-        return best
-
-    every = gather(in_turns(True))
-    # A rank that looks slow measures again and keeps its better figure: a burst of other
-    # work on its host is not a slow node; a slow node is slow twice.
-    suspect = verdict.suspects(every, args.threshold)
-    if suspect:
-        again = gather(in_turns(rank in suspect))
-        every = [max(a, b) for a, b in zip(every, again, strict=True)]
-    phases["compute"] = time.monotonic() - t0
+    every = _compute(
+        tf, gather, devices=devices, turns=(turn, turns), window=window, rank=rank,
+        threshold=args.threshold,
+    )  # fmt: skip
+    clock.done("compute")
     if rank != 0:
         return 0
     figures = [
         verdict.NodeFigures(
             rank=r,
             node=layout.nodes[r],
-            device=device_label(names[r]),
-            gpus=tuple(names[r]),
+            device=device_label(gathered[r][0]),
+            gpus=tuple(gathered[r][0]),
             compute_gflops=every[r],
             allreduce_gbps=busbw,
         )
         for r in range(n)
     ]
-    matrix = {str(s): {str(d): v for d, v in row.items()} for s, row in rates.items()}
+    rates, link_seconds = links
     extra = {
-        "seconds": time.monotonic() - t0,
+        "seconds": time.monotonic() - clock.t0,
         "implementation": implementation,
         "allreduce_mb": args.allreduce_mb,
-        "link_seconds": seconds,
+        "link_seconds": link_seconds,
         "compute_window_s": window,
-        "rates_bps": matrix,
-        "phases_s": phases,
+        "rates_bps": {str(s): {str(d): v for d, v in row.items()} for s, row in rates.items()},
+        "phases_s": clock.phases,
     }
-    result = verdict.judge(figures, rates, args.threshold, extra)
-    emit("check", **result.to_json())
+    emit("check", **verdict.judge(figures, rates, args.threshold, extra).to_json())
     return 0
+
+
+class _Clock:
+    """Seconds from the start to the end of each phase (the event's ``phases_s``)."""
+
+    def __init__(self) -> None:
+        self.t0 = time.monotonic()
+        self.phases: dict[str, float] = {}
+
+    def done(self, phase: str) -> None:
+        self.phases[phase] = time.monotonic() - self.t0
+
+
+def _links_then_tensorflow(
+    workers: Sequence[str], rank: int, args: argparse.Namespace, clock: _Clock
+) -> tuple[tuple[dict[int, dict[int, float]], float], Any, list[Any]]:
+    """Over the TCP mesh: the link rates (and the seconds of a round), then, once
+    TensorFlow is imported, every rank's GPU names and host."""
+    n = len(workers)
+    mesh = Mesh(rank, workers, timeout=args.timeout)
+    try:
+        rounds = min(args.link_rounds, n - 1)
+        seconds = args.link_seconds or round_seconds(rounds)
+        rates = link_rates(mesh, rounds, seconds) if n > 1 else {}
+        clock.done("links")
+        tf = import_tensorflow_lean()
+        gathered = mesh.allgather([_gpu_names(tf), socket.gethostname()])
+        clock.done("import")
+    finally:
+        mesh.close()
+    return (rates, seconds), tf, gathered
+
+
+def _compute(
+    tf: Any,
+    gather: _Gather,
+    *,
+    devices: Sequence[str],
+    turns: tuple[int, int],
+    window: float,
+    rank: int,
+    threshold: float,
+) -> list[float]:
+    """Every rank's GFLOP/s. Ranks on one host take turns (``turns``: this rank's turn,
+    their number): they share its CPUs. A rank that looks slow measures again and keeps
+    its better figure: a burst of other work on its host is not a slow node; a slow node
+    is slow twice."""
+    turn, count = turns
+
+    def in_turns(measure: bool) -> float:
+        best = 0.0
+        for t in range(count):
+            if t == turn and measure:
+                best = min(compute_gflops(tf, d, window) for d in devices)
+            gather(0.0)  # a barrier
+        return best
+
+    every = gather(in_turns(True))
+    suspect = verdict.suspects(every, threshold)
+    if suspect:
+        again = gather(in_turns(rank in suspect))
+        every = [max(a, b) for a, b in zip(every, again, strict=True)]
+    return every
 
 
 class _Gather:

@@ -27,11 +27,9 @@ from slurmtf.cluster.layout import ClusterLayout, build_layout
 from slurmtf.contracts import EXIT_FAILURE
 from slurmtf.errors import InputError
 from slurmtf.resolver import export_tf_config
+from slurmtf.runtime.chief_watch import POLL_S, START_TIMEOUT_S, ChiefNeverStarted
 from slurmtf.runtime.servers import (
-    POLL_S,
     SERVER_ROLES,
-    START_TIMEOUT_S,
-    ChiefNeverStarted,
     check_server_task,
     chief_of,
     start_server,
@@ -132,7 +130,8 @@ def _serve(layout: ClusterLayout, args: argparse.Namespace) -> None:
             chief, start_timeout=args.start_timeout, poll=args.poll, done_file=done_file
         )
     except ChiefNeverStarted as exc:
-        _exit(str(exc), EXIT_FAILURE)
+        hint = "run the training script on the chief task (slurmtf serve -- python SCRIPT does it)"
+        _exit(f"{exc}. HINT: {hint}, or raise --start_timeout", EXIT_FAILURE)
     _exit(f"stopping: {why}", 0)
 
 

@@ -131,6 +131,15 @@ def _resources(group: argparse._ArgumentGroup) -> None:
 
 
 def _job(group: argparse._ArgumentGroup) -> None:
+    _script_lines(group)
+    _sweep(group)
+    _data_and_nodes(group)
+    _names_and_logs(group)
+    _restarts(group)
+
+
+def _script_lines(group: argparse._ArgumentGroup) -> None:
+    """What the job script adds: shell lines, sbatch options."""
     repeat = {"action": "append", "default": []}
     add_flag(
         group,
@@ -144,10 +153,15 @@ def _job(group: argparse._ArgumentGroup) -> None:
         **repeat,
         help="another sbatch option as KEY=VALUE, e.g. mail-type=END (repeatable)",
     )
+
+
+def _sweep(group: argparse._ArgumentGroup) -> None:
+    """One array task per point of a grid or a random search."""
     add_flag(
         group,
         "sweep",
-        **repeat,
+        action="append",
+        default=[],
         help="NAME=V1,V2,...: one array task per grid point; NAME=log:LOW:HIGH, "
         "uniform:LOW:HIGH or int:LOW:HIGH: a range for --samples (repeatable)",
     )
@@ -173,6 +187,10 @@ def _job(group: argparse._ArgumentGroup) -> None:
         default=256,
         help="array tasks running at once (default 256)",
     )
+
+
+def _data_and_nodes(group: argparse._ArgumentGroup) -> None:
+    """Before training: the data staged to each node, the nodes checked."""
     add_flag(
         group,
         "stage_data",
@@ -187,6 +205,9 @@ def _job(group: argparse._ArgumentGroup) -> None:
         help="run `slurmtf check` on the job's nodes first; an outlier node: requeue the job "
         "without it (one restart of --max_restarts), or stop when none is left (docs/CHECK.md)",
     )
+
+
+def _names_and_logs(group: argparse._ArgumentGroup) -> None:
     add_flag(group, "job_name", default="slurmtf", help="job name (default slurmtf)")
     add_flag(
         group,
@@ -195,6 +216,10 @@ def _job(group: argparse._ArgumentGroup) -> None:
         help="folder (shared by the nodes) for per-rank logs and job files "
         f"(default {DEFAULT_LOG_DIR})",
     )
+
+
+def _restarts(group: argparse._ArgumentGroup) -> None:
+    """The preemption signal and how often the job is requeued."""
     add_flag(
         group,
         "signal",

@@ -113,8 +113,24 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
     The hostfile of ``--distribution=arbitrary`` (``SLURM_HOSTFILE``) is read here too,
     so that the rest of the package never touches the file system.
     """
-    # Over 60 lines on purpose: one line per variable, the one reader of the environment
-    # reads as a table of what slurmtf uses.
+    get = _getter(environ)
+    env = SlurmEnv(
+        **_allocation(get, environ),
+        **_task(get),
+        **_placement(get),
+        **_gpus(get),
+        **_settings(get),
+        **_het_groups(get),
+    )
+    if env.scope == "none":
+        log.debug("no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: not in a Slurm step")
+    else:
+        log.debug("Slurm %s variables used: %s", env.scope, ", ".join(env.sources))
+    return env
+
+
+def _getter(environ: Mapping[str, str]) -> Callable[[str], str | None]:
+    """A reader of one variable: an older name Slurm still sets stands in for a missing one."""
 
     def get(name: str) -> str | None:
         value = environ.get(name)
@@ -122,6 +138,12 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
             value = environ.get(_OLD_NAMES[name])
         return value
 
+    return get
+
+
+def _allocation(get: Callable[[str], str | None], environ: Mapping[str, str]) -> dict[str, Any]:
+    """The step's node list, tasks per node and task count (else the job's), and the
+    variable each came from."""
     scope, names = _scope(get)
 
     def actual(name: str) -> str:
@@ -130,51 +152,69 @@ def read_slurm_env(environ: Mapping[str, str] = os.environ) -> SlurmEnv:
         return old if old is not None and name not in environ and old in environ else name
 
     nodelist_var, tasks_var, num_var = (actual(name) for name in names)
+    return {
+        "scope": scope,
+        "nodelist": get(nodelist_var),
+        "nodelist_var": nodelist_var,
+        "tasks_per_node": get(tasks_var),
+        "tasks_per_node_var": tasks_var,
+        "num_tasks": get(num_var),
+        "num_tasks_var": num_var,
+    }
+
+
+def _task(get: Callable[[str], str | None]) -> dict[str, Any]:
+    """This task (its rank, on its node) and its job (ids, restarts)."""
+    return {
+        "procid": get("SLURM_PROCID"),
+        "localid": get("SLURM_LOCALID"),
+        "nodeid": get("SLURM_NODEID"),
+        "nodename": get("SLURMD_NODENAME"),
+        "job_id": get("SLURM_JOB_ID") or get("SLURM_JOBID"),
+        "array_job_id": get("SLURM_ARRAY_JOB_ID"),
+        "array_task_id": get("SLURM_ARRAY_TASK_ID"),
+        "het_job_id": get("SLURM_HET_JOB_ID"),
+        "het_job_offset": get("SLURM_HET_JOB_OFFSET"),
+        "restart_count": get("SLURM_RESTART_COUNT"),
+    }
+
+
+def _placement(get: Callable[[str], str | None]) -> dict[str, Any]:
+    """How Slurm distributes the tasks; the hostfile's text under ``arbitrary``."""
     distribution = get("SLURM_DISTRIBUTION")
     hostfile = get("SLURM_HOSTFILE")
     hostfile_text = None
     if hostfile is not None and _node_level(distribution) == "arbitrary":
         hostfile_text = _read_hostfile(hostfile)
+    return {
+        "distribution": distribution,
+        "plane_size": get("SLURM_DIST_PLANESIZE"),
+        "hostfile": hostfile,
+        "hostfile_text": hostfile_text,
+    }
+
+
+def _gpus(get: Callable[[str], str | None]) -> dict[str, Any]:
+    """The GPUs Slurm gives the step (else the job) and the node, and how to split them."""
     only_job_gpus = get("SLURM_STEP_GPUS") is None and get("SLURM_JOB_GPUS") is not None
     slurm_gpus_var = "SLURM_JOB_GPUS" if only_job_gpus else "SLURM_STEP_GPUS"
-    env = SlurmEnv(
-        scope=scope,
-        nodelist=get(nodelist_var),
-        nodelist_var=nodelist_var,
-        tasks_per_node=get(tasks_var),
-        tasks_per_node_var=tasks_var,
-        num_tasks=get(num_var),
-        num_tasks_var=num_var,
-        procid=get("SLURM_PROCID"),
-        localid=get("SLURM_LOCALID"),
-        nodeid=get("SLURM_NODEID"),
-        nodename=get("SLURMD_NODENAME"),
-        job_id=get("SLURM_JOB_ID") or get("SLURM_JOBID"),
-        array_job_id=get("SLURM_ARRAY_JOB_ID"),
-        array_task_id=get("SLURM_ARRAY_TASK_ID"),
-        het_job_id=get("SLURM_HET_JOB_ID"),
-        het_job_offset=get("SLURM_HET_JOB_OFFSET"),
-        restart_count=get("SLURM_RESTART_COUNT"),
-        distribution=distribution,
-        plane_size=get("SLURM_DIST_PLANESIZE"),
-        hostfile=hostfile,
-        hostfile_text=hostfile_text,
-        port_base=get("SLURMTF_PORT_BASE"),
-        address_template=get("SLURMTF_ADDRESS_TEMPLATE"),
-        cuda_visible_devices=get("CUDA_VISIBLE_DEVICES"),
-        slurm_gpus=get(slurm_gpus_var),
-        slurm_gpus_var=slurm_gpus_var,
-        gpus_on_node=get("SLURM_GPUS_ON_NODE"),
-        job_gpus=get("SLURM_JOB_GPUS"),
-        gpu_split=get("SLURMTF_GPU_SPLIT"),
-        jobs=get("SLURMTF_JOBS"),
-        **_het_groups(get),
-    )
-    if scope == "none":
-        log.debug("no SLURM_STEP_NODELIST or SLURM_JOB_NODELIST: not in a Slurm step")
-    else:
-        log.debug("Slurm %s variables used: %s", scope, ", ".join(env.sources))
-    return env
+    return {
+        "cuda_visible_devices": get("CUDA_VISIBLE_DEVICES"),
+        "slurm_gpus": get(slurm_gpus_var),
+        "slurm_gpus_var": slurm_gpus_var,
+        "gpus_on_node": get("SLURM_GPUS_ON_NODE"),
+        "job_gpus": get("SLURM_JOB_GPUS"),
+        "gpu_split": get("SLURMTF_GPU_SPLIT"),
+    }
+
+
+def _settings(get: Callable[[str], str | None]) -> dict[str, Any]:
+    """slurmtf's own variables: ports, addresses, roles."""
+    return {
+        "port_base": get("SLURMTF_PORT_BASE"),
+        "address_template": get("SLURMTF_ADDRESS_TEMPLATE"),
+        "jobs": get("SLURMTF_JOBS"),
+    }
 
 
 def _het_groups(get: Callable[[str], str | None]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from slurmtf.cluster import ports, roles
 from slurmtf.cluster.env import SlurmEnv
@@ -183,9 +183,35 @@ def build_layout(
     base = None if port_base is None else ports.parse_port_base(port_base, port_base_name)
     if address_template is not None:
         check_address_template(address_template, address_template_name)
+    common = _task_values(env, address_template)
+    key = _port_key(env)
+    if env.nodelist is None:
+        why = "SLURM_JOB_ID is set but no node list" if env.in_slurm else "not in a Slurm job"
+        common["roles"] = None if spec is None else roles.assign_roles(spec, 1)
+        return _single(base, key, node=LOCAL_HOST, reason=f"{why}: one local worker", common=common)
+
+    step = _place_step(env, env.nodelist, spec)
+    common |= step.values
+    ntasks = len(step.ranks)
+    if ntasks == 1:
+        node = step.hosts[step.ranks[step.task]]
+        return _single(base, key, node=node, reason="a one-task step", common=common)
+    if base is None:
+        base = ports.derive_port_base(key, ntasks, env.num_tasks_var)
+    else:
+        ports.check_port_range(base, ntasks, port_base_name)
+    workers = _workers(step.hosts, step.ranks, base, address_template)
+    nodes = tuple(map(step.hosts.__getitem__, step.ranks))
+    return ClusterLayout(
+        workers=workers, nodes=nodes, task_index=step.task, port_base=base, **common
+    )
+
+
+def _task_values(env: SlurmEnv, address_template: str | None) -> dict[str, Any]:
+    """The layout's values that need no node list: the job, its GPUs, the restarts."""
     cuda = parse_visible_devices(env.cuda_visible_devices)
     node_ids = node_gpus(env.slurm_gpus, env.slurm_gpus_var, env.gpus_on_node, env.job_gpus)
-    common: dict[str, Any] = {
+    return {
         "job_id": env.job_id,
         "in_slurm": env.in_slurm,
         "address_template": address_template,
@@ -196,13 +222,22 @@ def build_layout(
         "restart_count": _count(env.restart_count, "SLURM_RESTART_COUNT"),
         "sources": env.sources,
     }
-    key = _port_key(env)
-    if env.nodelist is None:
-        why = "SLURM_JOB_ID is set but no node list" if env.in_slurm else "not in a Slurm job"
-        common["roles"] = None if spec is None else roles.assign_roles(spec, 1)
-        return _single(base, key, node=LOCAL_HOST, reason=f"{why}: one local worker", common=common)
 
-    hosts, index_of = _hosts(env.nodelist, env.nodelist_var)
+
+class _Step(NamedTuple):
+    """The step's nodes, each rank's node (an index into them), this task's rank, and
+    the layout's values the placement gives."""
+
+    hosts: list[str]
+    ranks: tuple[int, ...]
+    task: int
+    values: dict[str, Any]
+
+
+def _place_step(env: SlurmEnv, nodelist: str, spec: roles.JobsSpec | None) -> _Step:
+    """Place every rank of the step on its node; check this task against Slurm's ids;
+    give ranks their roles (from ``spec``, if any)."""
+    hosts, index_of = _hosts(nodelist, env.nodelist_var)
     counts = _task_counts(env, len(hosts))
     ntasks = sum(counts)
     task = _procid(env, ntasks)
@@ -211,7 +246,7 @@ def build_layout(
     me = ranks[task]
     local_id = ranks[:task].count(me)
     _cross_check(env, hosts[me], local_id, task, placed)
-    common |= {
+    values = {
         "distribution": placed.distribution,
         "local_id": local_id,
         "local_tasks": counts[me],
@@ -220,16 +255,7 @@ def build_layout(
         if spec is None
         else roles.assign_roles(spec, ntasks, placed.components, placed.het_size),
     }
-    if ntasks == 1:
-        return _single(base, key, node=hosts[me], reason="a one-task step", common=common)
-
-    if base is None:
-        base = ports.derive_port_base(key, ntasks, env.num_tasks_var)
-    else:
-        ports.check_port_range(base, ntasks, port_base_name)
-    workers = _workers(hosts, ranks, base, address_template)
-    nodes = tuple(map(hosts.__getitem__, ranks))
-    return ClusterLayout(workers=workers, nodes=nodes, task_index=task, port_base=base, **common)
+    return _Step(hosts, ranks, task, values)
 
 
 def _hosts(nodelist: str, name: str) -> tuple[list[str], dict[str, int]]:

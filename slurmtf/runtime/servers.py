@@ -4,50 +4,31 @@ stopped when the chief's script ends.
 TensorFlow's parameter-server tutorial starts ``tf.distribute.Server`` on every ps and
 worker task and ``join()``s forever: nothing stops the servers, so the job runs to its
 time limit after the coordinator (the chief) is done. Here each server watches the
-chief's port instead (:func:`watch_chief`): it waits, for a bounded time, for the
-chief's own server to come up (ParameterServerStrategy starts it on the chief's
-address), then ends as soon as that port stops answering, however the chief's script
-ended. A done file ends it too. Everything comes from the layout (roles, addresses,
-ports); TensorFlow is imported only in :func:`start_server`.
+chief's port instead (:func:`watch_chief`, through :mod:`slurmtf.runtime.chief_watch`): it
+waits, for a bounded time, for the chief's own server to come up
+(ParameterServerStrategy starts it on the chief's address), then ends as soon as that
+port stops answering, however the chief's script ended. A done file ends it too.
+Everything comes from the layout (roles, addresses, ports); TensorFlow is imported only
+in :func:`start_server`.
 
 Front end: ``slurmtf serve`` / ``python -m slurmtf.serve`` (:mod:`slurmtf.cli.serve`).
 """
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from slurmtf.cluster.gpu_plan import apply_gpu_split
 from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.cluster.ports import ensure_port_free
-from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.errors import InputError
+from slurmtf.runtime.chief_watch import POLL_S, START_TIMEOUT_S, Chief, ChiefWatch, answers
 
 SERVER_ROLES = ("ps", "worker")
-START_TIMEOUT_S = 600.0
-POLL_S = 1.0
-# Misses in a row before the chief counts as gone: one refused connect may be a blip.
-MISSES = 2
 _JOBS_HINT = "set SLURMTF_JOBS (or --jobs), e.g. chief:1,ps:2,worker, on every task of the step"
-
-
-class ChiefNeverStarted(SlurmtfError):
-    """The chief's server did not answer within the start timeout."""
-
-
-@dataclass(frozen=True)
-class Chief:
-    """Where the chief's server listens."""
-
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"{self.host}:{self.port}"
 
 
 def chief_of(layout: ClusterLayout) -> Chief:
@@ -60,17 +41,7 @@ def chief_of(layout: ClusterLayout) -> Chief:
             "gives the step no chief, whose end would stop the servers",
             _JOBS_HINT,
         )
-    host, _, port = layout.cluster()["chief"][0].rpartition(":")
-    return Chief(host, int(port))
-
-
-def answers(host: str, port: int, timeout: float = 1.0) -> bool:
-    """True when something accepts a TCP connection on ``host:port`` right now."""
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
+    return Chief.at(layout.cluster()["chief"][0])
 
 
 def watch_chief(
@@ -85,26 +56,16 @@ def watch_chief(
 ) -> str:
     """Block until the chief's script has ended; return why (one line).
 
-    Raises :class:`ChiefNeverStarted` when the chief's port never answered within
-    ``start_timeout`` seconds. One probe per ``poll`` seconds: bounded, no threads.
+    Raises :class:`~slurmtf.runtime.chief_watch.ChiefNeverStarted` when the chief's port never
+    answered within ``start_timeout`` seconds. One probe per ``poll`` seconds
+    (:class:`~slurmtf.runtime.chief_watch.ChiefWatch`): bounded, no threads.
     """
-    deadline = clock() + start_timeout
-    seen, misses = False, 0
+    watch = ChiefWatch(chief, start_timeout, probe=probe, clock=clock)
     while True:
         if done_file is not None and done_file.exists():
             return f"the done file {done_file} exists"
-        if probe(chief.host, chief.port):
-            seen, misses = True, 0
-        elif seen:
-            misses += 1
-            if misses >= MISSES:
-                return f"the chief's server at {chief} stopped answering: its script ended"
-        elif clock() >= deadline:
-            raise ChiefNeverStarted(
-                f"the chief's server at {chief} did not answer within {start_timeout:g}s. "
-                "HINT: run the training script on the chief task (slurmtf serve -- python "
-                "SCRIPT does it), or raise --start_timeout"
-            )
+        if watch.gone():
+            return f"the chief's server at {chief} stopped answering: its script ended"
         sleep(poll)
 
 

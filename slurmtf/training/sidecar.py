@@ -31,11 +31,11 @@ from typing import Any
 from absl import logging
 
 from slurmtf.errors import InputError
+from slurmtf.runtime.chief_watch import START_TIMEOUT_S, Chief, ChiefNeverStarted, ChiefWatch
 
 EVALUATOR = "evaluator"
 TRAINING_ROLES = ("chief", "worker")
 POLL_S = 1.0  # between looks at the checkpoint state file and the chief's port
-MISSES = 2  # refused probes in a row before the chief counts as gone
 RESTORE_TRIES = 3  # a listed checkpoint that fails this often is skipped
 _CKPT = re.compile(r"ckpt-(\d+)$")
 _JOBS_HINT = "use SLURMTF_JOBS=worker:N,evaluator:1 (or --evaluator: the last task evaluates)"
@@ -115,50 +115,9 @@ def due(paths: Sequence[str], last: int | None) -> list[tuple[int, str]]:
     )
 
 
-class ChiefWatch:
-    """Whether the workers still run, by their chief's port; one probe per call."""
-
-    def __init__(
-        self,
-        host: str,
-        port: int,
-        start_timeout: float,
-        *,
-        probe: Callable[[str, int], bool] | None = None,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        from slurmtf.runtime.servers import answers
-
-        self.host, self.port = host, port
-        self._probe = probe or answers
-        self._clock = clock
-        self._deadline = clock() + start_timeout
-        self._start_timeout = start_timeout
-        self.seen = False
-        self._misses = 0
-
-    def gone(self) -> bool:
-        """True once the chief answered and then stopped answering; ``TimeoutError``
-        when it never answered within the start timeout."""
-        if self._probe(self.host, self.port):
-            self.seen, self._misses = True, 0
-            return False
-        if self.seen:
-            self._misses += 1
-            return self._misses >= MISSES
-        if self._clock() >= self._deadline:
-            raise TimeoutError(
-                f"the workers' chief at {self.host}:{self.port} did not answer within "
-                f"{self._start_timeout:g} s"
-            )
-        return False
-
-
-def chief_address(cluster: dict[str, list[str]]) -> tuple[str, int]:
-    """Host and port of the training cluster's chief (the chief, else worker 0)."""
-    address = (cluster.get("chief") or cluster["worker"])[0]
-    host, _, port = address.rpartition(":")
-    return host, int(port)
+def chief_address(cluster: dict[str, list[str]]) -> Chief:
+    """Where the training cluster's chief listens (the chief, else worker 0)."""
+    return Chief.at((cluster.get("chief") or cluster["worker"])[0])
 
 
 def listed_checkpoints(directory: Path) -> list[str]:
@@ -215,20 +174,22 @@ class _Evaluator:
         import tensorflow as tf
 
         from slurmtf import events
-        from slurmtf.training import loop
         from slurmtf.training.export import Summaries
         from slurmtf.training.flags import check_batch_size
+        from slurmtf.training.plan import Plan
+        from slurmtf.training.process import fit_batch, set_up_process
+        from slurmtf.training.steps import make_eval_step
         from slurmtf.training.strategy import describe, make_strategy, plan_strategy
 
-        num_gpus, log_path = loop._set_up_process(config, info)
+        num_gpus, log_path = set_up_process(config, info)
         strategy = make_strategy(plan_strategy("auto", "auto", 1, num_gpus))
         roles = info.layout.roles or ()
         workers_replicas = training_tasks(roles) * max(info.planned_replicas, 1)
         # the workers' global batch
-        config, _ = loop._fit_batch(config, workers_replicas, max(training_tasks(roles), 1))
+        config, _ = fit_batch(config, workers_replicas, max(training_tasks(roles), 1))
         replicas = int(strategy.num_replicas_in_sync)
         per_replica = check_batch_size(config.batch_size, replicas)
-        plan = loop._Plan.of(spec, config)
+        plan = Plan.of(spec, config)
         events.emit(
             "cluster", rank=info.rank, role=EVALUATOR, num_workers=info.num_workers,
             workers=list(info.workers), strategy=describe(strategy), replicas=replicas,
@@ -240,13 +201,6 @@ class _Evaluator:
             model = spec.build_model()
             model(tf.zeros((1, *spec.input_shape)), training=False)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
-        replica_fn = loop._eval_replica(model)
-
-        def eval_step(iterator: Any) -> Any:
-            images, labels = next(iterator)
-            out = strategy.run(replica_fn, args=(images, labels))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
-
         batches = plan.eval_steps
 
         def pipeline(ctx: Any) -> Any:
@@ -257,7 +211,7 @@ class _Evaluator:
             spec, config, info, plan,
             checkpoint=tf.train.Checkpoint(model=model, step=step_var),
             step_var=step_var,
-            eval_step=tf.function(eval_step),
+            eval_step=make_eval_step(strategy, model),
             iterator=iter(strategy.distribute_datasets_from_function(pipeline)),
             summaries=Summaries(config.model_dir, True, splits=("eval",)),
         )  # fmt: skip
@@ -273,8 +227,8 @@ class _Evaluator:
         from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED
 
         if watch is None:
-            host, port = chief_address(self.info.layout.cluster())
-            watch = ChiefWatch(host, port, self.config.registration_timeout or 600.0)
+            chief = chief_address(self.info.layout.cluster())
+            watch = ChiefWatch(chief, self.config.registration_timeout or START_TIMEOUT_S)
         logging.info(
             "Evaluating the checkpoints of %s up to step %d", self.directory, self.plan.total
         )
@@ -294,7 +248,7 @@ class _Evaluator:
                 return self._done(0)
             try:
                 ending = watch.gone()  # one more look at the checkpoints, then leave
-            except TimeoutError as exc:
+            except ChiefNeverStarted as exc:
                 print(
                     f"{self.info.program}: {exc}. HINT: the evaluator waits for the workers "
                     "as long as --registration_timeout; read the workers' logs",

@@ -1,0 +1,273 @@
+"""The phases of one training run: build the model and restore (:meth:`Training.build`),
+train (:meth:`Training.train`), evaluate, save, and finish with the ``done`` event."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from absl import logging
+
+from slurmtf import events
+from slurmtf.contracts import EXIT_PREEMPTED
+from slurmtf.training import reporting, sidecar, steptiming
+from slurmtf.training.checkpoints import Checkpointer
+from slurmtf.training.export import Summaries, export_saved_model
+from slurmtf.training.flags import TrainConfig
+from slurmtf.training.grad_reduce import GradReduce
+from slurmtf.training.model_spec import ModelSpec, RunInfo
+from slurmtf.training.plan import Plan, make_schedule
+from slurmtf.training.preemption import PreemptionWatcher
+from slurmtf.training.steps import Steps, no_state_sync
+
+
+@dataclasses.dataclass
+class Outcome:
+    """Where training stopped: the step, the first and last loss, and why."""
+
+    step: int
+    first_loss: float | None = None
+    last_loss: float | None = None
+    preempted: bool = False
+
+
+@dataclasses.dataclass
+class Training:
+    """Model, optimizer, checkpoints and compiled steps of one run, and its phases."""
+
+    spec: ModelSpec
+    config: TrainConfig
+    info: RunInfo
+    strategy: Any
+    plan: Plan
+    per_replica: int
+    watcher: PreemptionWatcher
+    watch: Any
+    model: Any
+    schedule: Any
+    step_var: Any
+    ckpt: Checkpointer
+    steps: Steps
+    summaries: Summaries
+    sync_state: Callable[[], None]
+    restored: Any
+    start: int
+    timing: steptiming.StepTiming
+    eval_iterator: Any = None  # built at the first evaluation
+    # False beside an evaluator task: save at the evaluation cadence, evaluate nowhere.
+    evaluates: bool = True
+
+    @classmethod
+    def build(
+        cls,
+        spec: ModelSpec,
+        config: TrainConfig,
+        info: RunInfo,
+        *,
+        strategy: Any,
+        plan: Plan,
+        per_replica: int,
+        watcher: PreemptionWatcher,
+        watch: Any,
+    ) -> Training:
+        """Build the model and optimizer under the strategy, restore the last checkpoint."""
+        import keras
+        import tensorflow as tf
+
+        with strategy.scope():
+            model = spec.build_model()
+            model(tf.zeros((1, *spec.input_shape)), training=False)
+            schedule = make_schedule(
+                plan.learning_rate, plan.warmup, plan.boundaries, spec.decay_factor
+            )
+            optimizer = spec.make_optimizer(schedule)
+            if config.dtype == "fp16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            optimizer.build(model.trainable_variables)
+            step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        ckpt = Checkpointer(
+            config.model_dir,
+            info.is_chief,
+            {"model": model, "optimizer": optimizer, "step": step_var},
+            config.keep_checkpoints,
+        )
+        restored = ckpt.restore_latest()
+        start = int(step_var.numpy())
+        reduce = GradReduce(config.allreduce_dtype, config.bytes_per_pack)
+        replicas = int(strategy.num_replicas_in_sync)
+        timing = steptiming.from_layout(
+            info.layout, replicas, config.timing_every, config.straggler_window
+        )
+        steps = Steps(
+            strategy, model, optimizer, config.batch_size, config.enable_xla, reduce=reduce,
+            link_columns=len(timing.link_nodes),
+        )  # fmt: skip
+        sync_state = steps.state_sync() if spec.replica_local_state else no_state_sync
+        steps.check_same_step(start)
+        evaluates = not sidecar.has_evaluator(info.layout.roles)
+        splits = ("train", "eval") if evaluates else ("train",)
+        summaries = Summaries(config.model_dir, info.is_chief, splits)
+        return cls(
+            spec, config, info, strategy, plan, per_replica, watcher, watch,
+            model, schedule, step_var, ckpt, steps, summaries, sync_state, restored, start,
+            timing,
+            evaluates=evaluates,
+        )  # fmt: skip
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Evaluate on ``plan.eval_steps`` batches; the chief reports it."""
+        self.sync_state()
+        iterator = self._eval_iterator()
+        totals = [0.0, 0.0, 0.0]
+        for _ in range(self.plan.eval_steps):
+            self.watch.enter("eval", step)
+            out = self.steps.eval_step(iterator).numpy()
+            self.watch.finished(step, is_train_step=False)
+            totals = [a + float(b) for a, b in zip(totals, out, strict=True)]
+        count = max(totals[2], 1)
+        result = {"loss": totals[0] / count, "accuracy": totals[1] / count}
+        if self.info.is_chief:
+            epoch = step / self.plan.steps_per_epoch
+            events.emit("eval", step=step, epoch=epoch, examples=int(totals[2]), **result)
+        self.summaries.scalars("eval", step, result)
+        logging.info(
+            "eval at step %d: loss %.4f accuracy %.4f%s",
+            step,
+            result["loss"],
+            result["accuracy"],
+            " (SYNTHETIC data)" if self.config.synthetic else "",
+        )
+        return result
+
+    def _eval_iterator(self) -> Any:
+        """One iterator for every evaluation, built at the first (docs/SOAK.md: a new
+        pipeline per evaluation churned the heap). Each pipeline is cut to the batches
+        one evaluation takes and repeated, so every evaluation sees the same batches a
+        fresh iterator would."""
+        if self.eval_iterator is None:
+            spec, per_replica, eval_steps = self.spec, self.per_replica, self.plan.eval_steps
+
+            def pipeline(ctx: Any) -> Any:
+                batches = eval_steps * (ctx.num_replicas_in_sync // ctx.num_input_pipelines)
+                return spec.eval_dataset(ctx, per_replica).take(batches).repeat()
+
+            self.eval_iterator = iter(self.strategy.distribute_datasets_from_function(pipeline))
+        return self.eval_iterator
+
+    def train(self) -> Outcome:
+        """Train from ``start`` to ``plan.total`` (or the preemption signal, or the
+        ``--stop_threshold``), evaluating and saving on the way."""
+        import tensorflow as tf
+
+        config, total, start = self.config, self.plan.total, self.start
+        iterator = self._train_iterator()
+        progress = reporting.Progress(total, config.batch_size, config.log_every, start)
+        outcome = Outcome(start)
+        t_start = time.monotonic()
+        while outcome.step < total:
+            self.watch.enter("step", outcome.step)
+            flag = tf.constant(1.0 if self.watcher.requested else 0.0)
+            extra = tf.constant(self.timing.extra_input())
+            out = self.steps.train_step(iterator, flag, extra).numpy()
+            outcome.step += 1
+            step = outcome.step
+            self.watch.finished(step)
+            self.timing.add(out[3:], step)
+            outcome.last_loss = float(out[0])
+            if outcome.first_loss is None:
+                outcome.first_loss = outcome.last_loss
+            progress.update(outcome.last_loss, float(out[1]))
+            if progress.due(step):
+                self._report(progress, step)
+            if out[2] > 0:
+                outcome.preempted = True
+                break
+            if self._evaluate_and_save(step):
+                break
+        logging.info("%d steps in %.1f s", outcome.step - start, time.monotonic() - t_start)
+        return outcome
+
+    def _train_iterator(self) -> Any:
+        spec, per_replica, start = self.spec, self.per_replica, self.start
+        return iter(
+            self.strategy.distribute_datasets_from_function(
+                lambda ctx: spec.train_dataset(
+                    ctx,
+                    per_replica,
+                    # each step takes one batch per replica this pipeline feeds
+                    skip_batches=start * (ctx.num_replicas_in_sync // ctx.num_input_pipelines),
+                )
+            )
+        )
+
+    def _report(self, progress: reporting.Progress, step: int) -> None:
+        """Progress on the chief (other ranks: to their log file only), summaries."""
+        values = progress.report(step)
+        if self.info.is_chief:
+            events.emit("progress", step=step, total=self.plan.total, **values)
+        lr = float(self.schedule(step))
+        self.summaries.scalars("train", step, {**values, "learning_rate": lr})
+
+    def _evaluate_and_save(self, step: int) -> bool:
+        """Evaluate and save when due; True when ``--stop_threshold`` is reached."""
+        config, plan = self.config, self.plan
+        save = step == plan.total or bool(
+            config.checkpoint_every and step % config.checkpoint_every == 0
+        )
+        if step % plan.eval_every == 0 or step == plan.total:
+            save = True  # beside an evaluator task, it evaluates this checkpoint
+            result = self.evaluate(step) if self.evaluates else None
+            threshold = config.stop_threshold
+            if result is not None and threshold is not None and result["accuracy"] >= threshold:
+                logging.info("Reached --stop_threshold=%s; stopping", threshold)
+                self.save(step)
+                return True
+        if save:
+            self.save(step)
+        return False
+
+    def save(self, step: int) -> None:
+        """Save a checkpoint at ``step`` (the chief writes); the watchdog sees the save."""
+        self.sync_state()
+        self.watch.enter("save", step)
+        self.step_var.assign(step)
+        self.ckpt.save(step)
+        self.watch.finished(step, is_train_step=False)
+
+    def finish(self, outcome: Outcome) -> int:
+        """Save when preempted, export on the chief, the ``done`` event; the exit code."""
+        if outcome.preempted:
+            self.save(outcome.step)
+            logging.warning(
+                "Preempted at step %d: checkpoint saved, exiting %d", outcome.step, EXIT_PREEMPTED
+            )
+        elif self.config.export_dir and self.info.is_chief:
+            with self.watch.paused():
+                export_saved_model(
+                    self.config.export_dir, self.spec.build_model, self.model, self.spec.input_shape
+                )
+        self.done(outcome)
+        return EXIT_PREEMPTED if outcome.preempted else 0
+
+    def done(self, outcome: Outcome) -> None:
+        """The ``done`` event every rank prints (weights checksum included)."""
+        events.emit(
+            "done",
+            rank=self.info.rank,
+            step=outcome.step,
+            start_step=self.start,
+            first_loss=outcome.first_loss,
+            last_loss=outcome.last_loss,
+            weights_checksum=weights_checksum(self.model),
+            restart_count=self.info.restart_count,
+            preempted=outcome.preempted,
+        )
+
+
+def weights_checksum(model: Any) -> float:
+    """Sum of all weights in float64: equal models give equal sums."""
+    import numpy as np
+
+    return float(sum(np.asarray(w, dtype=np.float64).sum() for w in model.get_weights()))
