@@ -1,0 +1,1 @@
+"""What runs inside the allocation: the launchers and the decision after each step."""
