@@ -288,13 +288,15 @@ class JobSpec:
 
 def restart_setup(spec: JobSpec, python: str) -> list[str]:
     """Setup lines that hand the job's end to slurmtf/job.sh (found through ``python``):
-    a killed rank, a lost peer or node, a stall requeue the job within ``max_requeues``."""
+    a killed rank, a lost peer or node, a stall restart the step in place, a preemption
+    requeues the job, within the one budget ``max_requeues`` (``--max_restarts``)."""
     if not spec.max_requeues:
         return []
     find = 'import pathlib, slurmtf; print(pathlib.Path(slurmtf.__file__).with_name("job.sh"))'
     return [
         f'if job_sh=$({shlex.quote(python)} -c {shlex.quote(find)}) && source "$job_sh"; then',
-        f"    slurmtf_submitit_setup {shlex.quote(str(spec.folder))} {spec.max_requeues}",
+        f"    slurmtf_submitit_setup {shlex.quote(str(spec.folder))} {spec.max_requeues} "
+        f"{shlex.quote(python)}",
         "else echo 'slurmtf: cannot load slurmtf/job.sh: failures will not be retried' >&2; fi",
     ]
 

@@ -30,6 +30,7 @@ from slurmtf.errors import SlurmCommandError
 from slurmtf.events import Event, last, named, parse_events, read_events
 from slurmtf.jobrecord import JobPlace
 from slurmtf.runner import Runner, default_runner
+from slurmtf.runtime.attempts import in_place, read_record, recovered_attempt
 from slurmtf.training.reporting import format_seconds
 
 
@@ -272,21 +273,46 @@ _ERROR = re.compile(r"HINT:|^\w+(Error|Exception)\b|^srun: error|^slurmstepd\S*:
 
 def last_error(path: Path) -> str | None:
     """The last line of a rank's stderr that reads as an error, if any."""
+    found = last_error_at(path)
+    return found[0] if found else None
+
+
+def last_error_at(path: Path) -> tuple[str, int] | None:
+    """The last error line of a rank's stderr and the byte offset where it starts."""
     found = None
     try:
-        text = path.read_text(errors="replace")
+        data = path.read_bytes()
     except OSError:
         return None
-    for line in text.splitlines():
+    offset = 0
+    for raw in data.splitlines(keepends=True):
+        line = raw.decode(errors="replace")
         if _ERROR.search(line):
-            found = line.strip()
+            found = (line.strip(), offset)
+        offset += len(raw)
     return found
+
+
+def error_lines(place: JobPlace, records: list[Event]) -> list[str]:
+    """Each rank's last error line; one from an attempt that a restart or requeue
+    followed says so (``recovered``)."""
+    lines = []
+    for rank in place.ranks():
+        found = last_error_at(place.rank_log(rank, "err"))
+        if not found:
+            continue
+        error, offset = found
+        attempt = recovered_attempt(records, rank, offset)
+        where = f" (attempt {attempt}, recovered)" if attempt is not None else ""
+        lines.append(f"  last error, rank {rank}{where}: {error[:300]}")
+    return lines
 
 
 def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
     """State, restarts, progress (step/total, examples/s, ETA), the straggler (chief's
     ``straggler`` events, slurmtf.stragglers), logs, last error."""
     fields = slurm_record(job_id, runner)
+    records = read_record(place.log_dir, job_id)  # restarts in place, requeues (job.sh)
     chief_events = read_events(place.rank_log(0))
     starts = named(chief_events, "cluster")
     done = named(chief_events, "done")
@@ -294,7 +320,7 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
         state = (
             f"{fields.get('JobState', 'UNKNOWN')} (exit {fields.get('ExitCode', '?')}) [scontrol]"
         )
-        restarts = fields.get("Restarts", "0")
+        restarts = str(int(fields.get("Restarts", "0") or 0) + in_place(records))
     elif done:
         how = "preempted" if done[-1].get("preempted") else "finished"
         state = f"no longer known to Slurm; rank 0 logged '{how}' at step {done[-1].get('step')}"
@@ -319,11 +345,9 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
     straggler = stragglers.status_line(chief_events)
     if straggler is not None:
         lines.append(f"  {straggler}")
+    lines.extend(f"  {r['line']}" for r in records[-3:] if r.get("line"))
     lines.extend(log_lines(place))
-    for rank in place.ranks():
-        error = last_error(place.rank_log(rank, "err"))
-        if error:
-            lines.append(f"  last error, rank {rank}: {error[:300]}")
+    lines.extend(error_lines(place, records))
     return lines
 
 

@@ -40,6 +40,7 @@ def _parser() -> ArgumentParser:
     add_flag(parser, "excluded", default="", help="nodes left out already (comma-separated)")
     add_flag(parser, "minimum", type=int, help="fewest nodes to train on [all of --nodes]")
     add_flag(parser, "outliers", default="", help="--check_first's outlier nodes (comma-separated)")
+    add_flag(parser, "python", default="python3", help="the job's interpreter (for hints)")
     add_flag(parser, "probe_timeout", type=float, default=15.0, help="seconds per node probe")
     return parser
 
@@ -69,7 +70,7 @@ def _body(args: argparse.Namespace) -> int:
     step = Step(
         args.job_id, args.status, args.max_restarts, args.requeues,
         Nodes(allocated, excluded, minimum), args.probe_timeout,
-        tuple(n for n in args.outliers.split(",") if n),
+        tuple(n for n in args.outliers.split(",") if n), args.python,
     )  # fmt: skip
     sys.stdout.write(decide_step(step, files))
     return 0

@@ -81,7 +81,7 @@ def glob_escape(text: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", text)
 
 
-def read_attempt(status: int, files: LogFiles) -> Attempt:
+def read_attempt(status: int, files: LogFiles, python: str = "python3") -> Attempt:
     """The evidence of the attempt that just ended with srun's ``status``."""
     srun_text = files.new_text(files.srun_err) if files.srun_err else ""
     endings = tuple(
@@ -90,7 +90,7 @@ def read_attempt(status: int, files: LogFiles) -> Attempt:
     events = {r: parse_events(files.new_text(files.rank_file(r, "out"))) for r in files.ranks()}
     failed = tuple(dict.fromkeys(_NODE_FAILURE.findall(srun_text)))
     firsts = dict.fromkeys(e.ranks[0] for e in endings if e.ranks)
-    errors = {r: own_error(files.new_text(files.rank_file(r, "err"))) for r in firsts}
+    errors = {r: own_error(files.new_text(files.rank_file(r, "err")), python) for r in firsts}
     return Attempt(status, endings, events, errors, failed)
 
 
@@ -185,6 +185,7 @@ class Step:
     nodes: Nodes = dataclasses.field(default_factory=Nodes)
     probe_timeout: float = 15.0
     outliers: tuple[str, ...] = ()  # --check_first's verdict, before any step ran
+    python: str = "python3"  # the job's interpreter, named in an install hint
 
 
 def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) -> str:
@@ -194,7 +195,7 @@ def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) ->
     if step.outliers:
         decision = after_check(step.outliers, budget, step.nodes)
         return _recorded(decision, step, files, budget.used, None)
-    attempt = read_attempt(step.status, files)
+    attempt = read_attempt(step.status, files, step.python)
     decision = decide(attempt, budget, step.nodes)
     if decision.action in ("restart", "requeue") and attempt.lost_nodes():
         suspects = attempt.lost_nodes()
@@ -212,11 +213,41 @@ def _recorded(
     if decision.action != "done":
         record = {"time": round(time.time(), 3), "job_id": step.job_id, "attempt": attempt}
         record.update(action=decision.action, why=decision.why, status=decision.status)
-        record.update(exclude=list(decision.exclude), line=line)
+        record.update(exclude=list(decision.exclude), line=line, ends=_err_sizes(files))
         if decision.action == "restart":
             record.update(restart=decision.restart, seconds=seconds)
         write_record(record_path(files.log_dir, step.job_id), record)
     return shell_lines(decision, line)
+
+
+def _err_sizes(files: LogFiles) -> dict[str, int]:
+    """Where the attempt ended in each rank's error log: what comes before it is an
+    earlier attempt's (``slurmtf status`` says so of its last error)."""
+    sizes = {}
+    for rank in files.ranks():
+        try:
+            sizes[str(rank)] = files.rank_file(rank, "err").stat().st_size
+        except OSError:
+            continue
+    return sizes
+
+
+def recovered_attempt(records: Sequence[Mapping[str, Any]], rank: int, offset: int) -> int | None:
+    """The attempt a line at ``offset`` of ``rank``'s error log belongs to, when a restart
+    or requeue followed that attempt (it was recovered); else ``None``."""
+    for record in records:
+        ends = record.get("ends") or {}
+        end = ends.get(str(rank)) if isinstance(ends, dict) else None
+        again = record.get("action") in ("restart", "requeue")
+        if again and isinstance(end, int) and offset < end:
+            attempt = record.get("attempt")
+            return attempt if isinstance(attempt, int) else None
+    return None
+
+
+def in_place(records: Sequence[Mapping[str, Any]]) -> int:
+    """How many restarts in place the job's record holds."""
+    return sum(1 for r in records if r.get("action") == "restart")
 
 
 def _since_failure(files: LogFiles) -> float | None:
