@@ -259,7 +259,7 @@ slurmtf_place() {
 slurmtf_requeue() {
     # `scontrol requeue` ends this script with SIGTERM: finish the update first.
     trap '' TERM
-    command scontrol requeue "$SLURM_JOB_ID" || { echo "scontrol requeue failed" >&2; return 1; }
+    scontrol requeue "$SLURM_JOB_ID" || { echo "scontrol requeue failed" >&2; return 1; }
     if [ -n "${slurmtf_exclude:-}" ]; then
         local old exclude="$slurmtf_exclude"
         old=$(scontrol show job "$SLURM_JOB_ID" | grep -o "ExcNodeList=[^ ]*" | cut -d= -f2)
