@@ -4,15 +4,17 @@
 #
 #   all tasks exit 0                    -> the job ends COMPLETED
 #   preempted (exit 75 after a save)    -> requeue (same job id), resume from the checkpoint
-#   a rank died, a peer was lost, a     -> requeue and resume from the last complete
-#   stall was detected, a node is gone     checkpoint; a node that stopped answering (slurmd
-#                                          gone, every process frozen) or whose rank froze
-#                                          (heartbeats stopped) is excluded first
+#   a rank died, a peer was lost, a     -> restart in place: a new srun step in the same
+#   stall was detected, a node is gone     allocation resumes from the last complete
+#                                          checkpoint; a node that stopped answering is
+#                                          left out (srun --exclude), or, when too few
+#                                          nodes remain, the job is requeued without it
 #   bad flags (exit 2), a model error   -> no retry; the last line says why
 #
-# Every requeue, whatever its cause, counts against one budget: MAX_RESTARTS (default 3;
-# MAX_REQUEUES, its former name, is read when MAX_RESTARTS is unset), compared with
-# Slurm's SLURM_RESTART_COUNT, so the budget holds across restarts.
+# The decision is Python's (`slurmtf recovery`, slurmtf/runtime/recovery.py). Restarts in
+# place and requeues count against one budget: MAX_RESTARTS (default 3; MAX_REQUEUES, its
+# former name, is read when MAX_RESTARTS is unset), kept in $LOG_DIR/recovery-<job>.jsonl
+# with Slurm's SLURM_RESTART_COUNT, so the budget holds across requeues.
 #
 # Functions (the batch script calls them in this order):
 #   slurmtf_job_setup NAME              REPO, RUN, MODEL_DIR, LOG_DIR, PYTHON, srun_tasks,
