@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import launch, watch
 from slurmtf.cli import jobs as jobs_cli
+from slurmtf.monitor import status as watch
+from slurmtf.runtime import launcher as launch
 from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm, scontrol
 
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
+from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.errors import InputError
-from slurmtf.hostlists import expand_hostlist
 from slurmtf.runtime.attempts import LogFiles, Step, decide_step, read_record, restarts_so_far
 from slurmtf.runtime.recovery import Nodes
 

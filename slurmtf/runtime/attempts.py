@@ -25,7 +25,7 @@ from typing import Any
 
 from slurmtf.errors import SlurmCommandError
 from slurmtf.events import parse_events
-from slurmtf.runner import Runner, default_runner
+from slurmtf.monitor.sweep_rows import error_line
 from slurmtf.runtime.recovery import (
     Attempt,
     Budget,
@@ -35,7 +35,7 @@ from slurmtf.runtime.recovery import (
     after_check,
     decide,
 )
-from slurmtf.sweeptable import error_line
+from slurmtf.slurm.runner import Runner, default_runner
 
 RECORD_NAME = "recovery-{job}.jsonl"
 _NODE_FAILURE = re.compile(r"Node failure on (\S+)")

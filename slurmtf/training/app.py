@@ -14,10 +14,11 @@ from collections.abc import Callable, Sequence
 
 from absl import flags
 
-from slurmtf import allocator, events
+from slurmtf import events
 from slurmtf.cli import report_error
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.runtime import allocator
 from slurmtf.training import sidecar
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
@@ -59,11 +60,11 @@ def resolve_info(program: str = "slurmtf", *, evaluator: bool = False) -> RunInf
 
     ``evaluator`` (``--evaluator``): the step's last task is a sidecar evaluator, unless
     ``SLURMTF_JOBS`` already names one. Narrows ``CUDA_VISIBLE_DEVICES`` to this task's
-    GPUs (:func:`slurmtf.gpus.apply_gpu_split`) before TensorFlow starts; raises
+    GPUs (:func:`slurmtf.cluster.gpu_plan.apply_gpu_split`) before TensorFlow starts; raises
     ``InputError`` when two workers would share a GPU.
     """
-    from slurmtf.env import read_slurm_env
-    from slurmtf.gpus import apply_gpu_split
+    from slurmtf.cluster.env import read_slurm_env
+    from slurmtf.cluster.gpu_plan import apply_gpu_split
     from slurmtf.resolver import resolve
 
     layout = resolve()
@@ -81,7 +82,7 @@ def resolve_info(program: str = "slurmtf", *, evaluator: bool = False) -> RunInf
     sidecar.check_model_roles(layout.roles, jobs)
     plan = apply_gpu_split(layout)
     if not layout.is_single_worker:
-        from slurmtf.ports import ensure_port_free
+        from slurmtf.cluster.ports import ensure_port_free
 
         ensure_port_free(layout.port)
     return RunInfo(

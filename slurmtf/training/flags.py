@@ -12,7 +12,7 @@ from typing import Any
 from absl import flags
 
 from slurmtf.errors import InputError
-from slurmtf.noderange import split_counts
+from slurmtf.spec.noderange import split_counts
 
 STRATEGIES = ("auto", "off", "one_device", "mirrored", "multi_worker_mirrored")
 ALL_REDUCE = ("auto", "ring", "nccl")
