@@ -4,15 +4,17 @@
 #
 #   all tasks exit 0                    -> the job ends COMPLETED
 #   preempted (exit 75 after a save)    -> requeue (same job id), resume from the checkpoint
-#   a rank died, a peer was lost, a     -> requeue and resume from the last complete
-#   stall was detected, a node is gone     checkpoint; a node that stopped answering (slurmd
-#                                          gone, every process frozen) or whose rank froze
-#                                          (heartbeats stopped) is excluded first
+#   a rank died, a peer was lost, a     -> restart in place: a new srun step in the same
+#   stall was detected, a node is gone     allocation resumes from the last complete
+#                                          checkpoint; a node that stopped answering is
+#                                          left out (srun --exclude), or, when too few
+#                                          nodes remain, the job is requeued without it
 #   bad flags (exit 2), a model error   -> no retry; the last line says why
 #
-# Every requeue, whatever its cause, counts against one budget: MAX_RESTARTS (default 3;
-# MAX_REQUEUES, its former name, is read when MAX_RESTARTS is unset), compared with
-# Slurm's SLURM_RESTART_COUNT, so the budget holds across restarts.
+# The decision is Python's (`slurmtf recovery`, slurmtf/runtime/recovery.py). Restarts in
+# place and requeues count against one budget: MAX_RESTARTS (default 3; MAX_REQUEUES, its
+# former name, is read when MAX_RESTARTS is unset), kept in $LOG_DIR/recovery-<job>.jsonl
+# with Slurm's SLURM_RESTART_COUNT, so the budget holds across requeues.
 #
 # Functions (the batch script calls them in this order):
 #   slurmtf_job_setup NAME              REPO, RUN, MODEL_DIR, LOG_DIR, PYTHON, srun_tasks,
@@ -40,11 +42,11 @@ slurmtf_job_setup() {
     PYTHON="${PYTHON:-python3}"
     export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
     mkdir -p "$MODEL_DIR" "$LOG_DIR"
-    slurmtf_restarts="${SLURM_RESTART_COUNT:-0}"
+    slurmtf_restarts="${SLURM_RESTART_COUNT:-0}"  # Slurm's requeues
     slurmtf_budget="${MAX_RESTARTS:-${MAX_REQUEUES:-3}}"
     slurmtf_job_record
     slurmtf_srun_err="$LOG_DIR/srun.err"
-    slurmtf_snapshot
+    slurmtf_start_attempt
     slurmtf_step_tasks
     # Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+) unless
     # the job chose a binding itself (--gpus-per-task, --gpu-bind); the model checks it.
@@ -55,7 +57,7 @@ slurmtf_job_setup() {
             && [ "${SLURM_GPUS_ON_NODE:-0}" -ge "$per_node" ]; then
         gpu_bind=(--gpu-bind="per_task:$((SLURM_GPUS_ON_NODE / per_node))")
     fi
-    echo "$(date -Is) job ${SLURM_JOB_ID:-local} restart $slurmtf_restarts of" \
+    echo "$(date -Is) job ${SLURM_JOB_ID:-local} restart $slurmtf_attempt of" \
          "$slurmtf_budget: ${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-}" \
          "x ${slurmtf_tasks_per_node:-${SLURM_NTASKS_PER_NODE:-?}} task(s)," \
          "model_dir $MODEL_DIR, per-rank logs $LOG_DIR"
@@ -70,7 +72,7 @@ slurmtf_step_tasks() {
     srun_tasks=()
     slurmtf_tasks_per_node=""
     [ -z "${SLURM_NTASKS:-}" ] || return 0
-    local gpus="${SLURM_GPUS_ON_NODE:-0}" nodes="${SLURM_JOB_NUM_NODES:-1}"
+    local gpus="${SLURM_GPUS_ON_NODE:-0}" nodes="${slurmtf_train_nodes:-${SLURM_JOB_NUM_NODES:-1}}"
     [[ "$gpus" =~ ^[0-9]+$ ]] && [ "$gpus" -gt 0 ] || gpus=1
     local per_node="${TASKS_PER_NODE:-$gpus}"
     if ! [[ "$per_node" =~ ^[1-9][0-9]*$ ]]; then
@@ -133,19 +135,13 @@ EOF_PY
     echo "$(date -Is) model $MODEL from $found"
 }
 
-# A hint for a rank's last error line when it could not import slurmtf, its models or
-# TensorFlow: which install step is missing (empty for any other error).
-slurmtf_install_hint() {
-    local missing
-    missing=$(grep -o -m 1 -E "No module named '[A-Za-z_]+" <<<"$1" | sed "s/.*'//")
-    case "$missing" in
-        slurmtf | slurmtf_models | tensorflow)
-            printf ". HINT: %s on the nodes has no %s: %s -m %s" "${PYTHON:-python3}" \
-                "$missing" "${PYTHON:-python3}" "$slurmtf_install_line" ;;
-        models)
-            printf ". HINT: models/ is in a checkout only (SLURMTF_REPO); installed, the %s" \
-                "models are slurmtf_models: write the job scripts again (slurmtf job-scripts DIR)" ;;
-    esac
+# slurmtf_attempt: this attempt's number, restarts in place + requeues so far (the job's
+# record in LOG_DIR and Slurm's SLURM_RESTART_COUNT); Slurm's count when it cannot be read.
+slurmtf_start_attempt() {
+    slurmtf_attempt="${slurmtf_restarts:-0}"
+    slurmtf_exclude_args=()
+    eval "$("${PYTHON:-python3}" -m slurmtf.cli recovery start --log_dir="$LOG_DIR" \
+        --job_id="${SLURM_JOB_ID:-local}" --requeues="${slurmtf_restarts:-0}" 2>/dev/null)"
 }
 
 # Where this attempt's output starts in each log (they are appended to).
@@ -187,11 +183,25 @@ slurmtf_json_escape() {
     printf '%s' "${s//$'\n'/\\n}"
 }
 
+# The training step, kept in slurmtf_step to be run again in the same allocation.
 slurmtf_job_srun() {
-    srun --kill-on-bad-exit="${slurmtf_kill_on_bad_exit:-1}" --open-mode=append \
-        "${srun_tasks[@]}" "${gpu_bind[@]}" \
+    slurmtf_step=(slurmtf_srun_ranks "$@")
+    slurmtf_run_step
+}
+
+slurmtf_srun_ranks() {
+    command srun --kill-on-bad-exit="${slurmtf_kill_on_bad_exit:-1}" --open-mode=append \
+        "${srun_tasks[@]}" "${slurmtf_exclude_args[@]}" "${gpu_bind[@]}" \
          --output="$LOG_DIR/rank%t.out" --error="$LOG_DIR/rank%t.err" \
          "$@" 2> >(tee -a "${slurmtf_srun_err:-$LOG_DIR/srun.err}" >&2)
+}
+
+# One attempt of the step: the ranks see its number as SLURM_RESTART_COUNT (restarts in
+# place + requeues), so their events and checkpoints name it. Sets slurmtf_rc.
+slurmtf_run_step() {
+    [ "${slurmtf_attempt:-0}" -eq 0 ] || export SLURM_RESTART_COUNT="$slurmtf_attempt"
+    slurmtf_snapshot
+    "${slurmtf_step[@]}"
     slurmtf_rc=$?
     wait  # for tee
     echo "$(date -Is) srun exited $slurmtf_rc"
@@ -200,212 +210,61 @@ slurmtf_job_srun() {
 # A ParameterServerStrategy job (jobs/parameter_server.sbatch): the chief's script
 # decides. A task that fails does not stop the others (--kill-on-bad-exit=0): a worker
 # killed by a signal is tolerated, as TensorFlow's ClusterCoordinator runs its functions
-# on the other workers (slurmtf_tolerate_workers); when the chief's script ends, however
-# it ends, the servers stop by themselves (slurmtf serve). A ps or chief failure ends the
-# chief's script with an error, and slurmtf_job_end requeues the job as for any rank.
+# on the other workers (their `serving` events say they are workers); when the chief's
+# script ends, however it ends, the servers stop by themselves (slurmtf serve). A ps or
+# chief killed or crashed restarts the step in place, as for any rank.
 # In a heterogeneous job the step spans every component (srun --het-group=0-N).
 slurmtf_ps_srun() {
     local het=()
     if [[ "${SLURM_HET_SIZE:-}" =~ ^[0-9]+$ ]] && [ "$SLURM_HET_SIZE" -gt 1 ]; then
         het=(--het-group="0-$((SLURM_HET_SIZE - 1))")
     fi
-    slurmtf_kill_on_bad_exit=0 slurmtf_job_srun "${het[@]}" "$@"
+    slurmtf_kill_on_bad_exit=0
+    slurmtf_job_srun "${het[@]}" "$@"
 }
 
-# Called by slurmtf_job_end (so for `slurmtf submit --jobs` too; in other jobs no task is
-# a `slurmtf serve` worker). After a step that did not end with 0, the worker servers
-# (their log says `slurmtf serve: worker ...`) that srun reports killed by a signal are
-# tolerated: the chief's script ran their work on the other workers. When they are all
-# srun reports, the attempt counts as a success; otherwise the attempt is judged by the
-# other tasks' endings alone (slurmtf_srun_err then holds just those), so that a chief
-# that failed after a worker was killed is judged by its own ending, not the worker's.
-slurmtf_tolerate_workers() {
-    [ "$slurmtf_rc" -ne 0 ] || return 0
-    local line task ranks reason sig rank all_workers tolerated=() others=()
-    while IFS= read -r line; do
-        task=$(grep -o -m 1 -E "tasks? [0-9][0-9,-]*: " <<<"$line")
-        reason="${line#*"$task"}"
-        ranks=$(slurmtf_task_ranks "${task%: }")
-        sig=$(slurmtf_signal_of "$reason")
-        all_workers=1
-        for rank in $ranks; do
-            slurmtf_new "$(slurmtf_rank_file "$rank" err)" \
-                | grep -q "^slurmtf serve: worker [0-9]* serving" || all_workers=0
-        done
-        if [ -z "$ranks" ] || [ "$all_workers" -eq 0 ] \
-                || [[ -z "$sig" || "$sig" == "a signal ("* ]]; then
-            others+=("$line")
-            continue
-        fi
-        for rank in $ranks; do tolerated+=("rank $rank ($sig)"); done
-    done < <(slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}" \
-        | grep -E "tasks? [0-9][0-9,-]*: ")
-    [ "${#tolerated[@]}" -gt 0 ] || return 0
-    local named
-    named=$(printf '%s, ' "${tolerated[@]}")
-    named="${named%, }"
-    if [ "${#others[@]}" -gt 0 ]; then
-        slurmtf_log "tolerated the loss of worker $named; judging the attempt by" \
-            "the other tasks"
-        slurmtf_srun_err="$LOG_DIR/srun-judged.err"
-        printf '%s\n' "${others[@]}" >"$slurmtf_srun_err"
-        slurmtf_offsets[$slurmtf_srun_err]=0
-        return 0
-    fi
-    slurmtf_log "tolerated the loss of worker $named: the chief's script" \
-        "completed without it (ClusterCoordinator ran its work on the other workers)"
-    slurmtf_rc=0
+# What follows a step is decided in Python (`slurmtf recovery decide`, slurmtf.runtime.
+# recovery) from srun's status and messages and the ranks' event lines of this attempt;
+# it prints shell assignments: slurmtf_action (done|restart|requeue|stop), slurmtf_line
+# (the job log's line), slurmtf_status, slurmtf_exclude, slurmtf_next_restart, slurmtf_note.
+slurmtf_decide() {
+    local args=() f out
+    for f in "${!slurmtf_offsets[@]}"; do args+=(--offset="$f=${slurmtf_offsets[$f]}"); done
+    [ -z "${SLURMTF_MIN_NODES:-}" ] || args+=(--minimum="$SLURMTF_MIN_NODES")
+    out=$("${PYTHON:-python3}" -m slurmtf.cli recovery decide --log_dir="$LOG_DIR" \
+        --job_id="${SLURM_JOB_ID:-local}" --requeues="${slurmtf_restarts:-0}" \
+        --status="${slurmtf_rc:-0}" --max_restarts="${slurmtf_budget:-0}" \
+        --prefix="$slurmtf_rank_prefix" --suffix="$slurmtf_rank_suffix" \
+        --srun_err="${slurmtf_srun_err:-$LOG_DIR/srun.err}" --nodes="${SLURM_JOB_NODELIST:-}" \
+        --excluded="${slurmtf_exclude:-}" --probe_timeout="${SLURMTF_NODE_PROBE_S:-15}" \
+        --python="${PYTHON:-python3}" \
+        "${args[@]}" "$@") || return 1
+    eval "$out"
 }
 
-# The ranks of srun's `task 4`, `tasks 3-4` or `tasks 1,3-4`, one per line.
-slurmtf_task_ranks() {
-    local list="${1#task}" part
-    list="${list#s}"
-    for part in ${list//,/ }; do
-        if [[ "$part" =~ ^([0-9]+)-([0-9]+)$ ]]; then
-            seq "${BASH_REMATCH[1]}" "${BASH_REMATCH[2]}"
-        elif [[ "$part" =~ ^[0-9]+$ ]]; then
-            echo "$part"
-        fi
-    done
-}
-
-# What this attempt appended to FILE.
-slurmtf_new() {
-    local f="$1"
-    [ -e "$f" ] || return 0
-    tail -c "+$(( ${slurmtf_offsets[$f]:-0} + 1 ))" "$f"
-}
-
-# From srun's messages on stdin, its words for the first task that failed (`task 1:
-# Killed`); the others were stopped by --kill-on-bad-exit.
-slurmtf_first_failure() { grep -m 1 -o -E "tasks? [0-9]+[^:]*: .*"; }
-
-# Exit 75 from srun or from the first task it saw end (the job scripts), or rank 0's own word: the models' and fit's
-# `preempted` events, or slurmtf submit's launcher reporting its child's exit 75 (the
-# launcher itself exits 0 then, so that srun stops no one).
-slurmtf_preempted() {
-    [ "$slurmtf_rc" -eq 75 ] && return 0
-    # The first task srun saw end exited 75; srun then stopped the others (kill-on-bad-exit).
-    slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}" | slurmtf_first_failure \
-        | grep -q -E ": Exited with exit code 75$" && return 0
-    slurmtf_new "$(slurmtf_rank_file 0 out)" | grep -q -E -e '"event": "preempted"' \
-        -e '"preempted": true' -e '"event": "exit", "rank": 0, "status": 75[,}]'
-}
-
-# The signal that ended a task, from srun's words for it: the signal's own text when the
-# task died by it (`Killed`, `Segmentation fault (core dumped)`), or `Exited with exit
-# code 128+N` when a launcher between srun and the model (slurmtf submit's) reported it.
-# Prints e.g. SIGKILL, or nothing for a task that exited by itself.
-slurmtf_signal_of() {
-    local reason="$1" code
-    case "$reason" in
-        "Exited with exit code "*)
-            code="${reason##* }"
-            if [[ "$code" =~ ^[0-9]+$ ]] && [ "$code" -gt 128 ] && [ "$code" -le 192 ]; then
-                printf 'SIG%s' "$(kill -l "$((code - 128))" 2>/dev/null || echo "$((code - 128))")"
-            fi ;;
-        Killed*) printf SIGKILL ;;
-        Terminated*) printf SIGTERM ;;
-        Segmentation*) printf SIGSEGV ;;
-        Aborted*) printf SIGABRT ;;
-        "Bus error"*) printf SIGBUS ;;
-        "Floating point"*) printf SIGFPE ;;
-        "Illegal instruction"*) printf SIGILL ;;
-        Interrupt*) printf SIGINT ;;
-        Hangup*) printf SIGHUP ;;
-        "User defined signal 1"*) printf SIGUSR1 ;;
-        "User defined signal 2"*) printf SIGUSR2 ;;
-        *) printf 'a signal (%s)' "$reason" ;;
-    esac
-}
-
-# The line of a rank's error output that says what went wrong, as slurmtf.contracts'
-# rank_error_line defines it (the one definition; slurmtf status reads ranks with it too):
-# the package is the one this file belongs to. Without a Python to ask: the last line.
-slurmtf_error_line() {
-    local root line
-    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-    line=$("${PYTHON:-python3}" -c 'import sys
-sys.path.insert(0, sys.argv[1])
-from slurmtf.contracts import rank_error_line
-print(rank_error_line(sys.stdin.read(), failed=True), end="")' "$root" <<<"$1" 2>/dev/null) \
-        || line=$(grep -v '^[[:space:]]*$' <<<"$1" | tail -n 1)
-    printf '%s' "$line"
-}
-
-# Sets slurmtf_why (why this attempt failed), slurmtf_retry (1: a restart may fix it)
-# and slurmtf_bad_nodes (nodes to avoid next time). srun names the task that failed
-# first; the others were stopped by --kill-on-bad-exit and say nothing about the cause.
-# What happened decides, not which wrapper reported it: a task ended by a signal (the
-# OOM killer's SIGKILL, a segfault), directly or as exit 128+N through a launcher, was
-# killed and is retried; exit 2 never is; an exit with the rank's own error is not.
-slurmtf_classify() {
-    slurmtf_retry=0
-    slurmtf_bad_nodes=()
-    local srun_text first rank reason text f sig lost=() frozen=0
-    local peer="a peer failed, stalled or timed out" stall="no training step finished for"
-    srun_text=$(slurmtf_new "${slurmtf_srun_err:-$LOG_DIR/srun.err}")
-    if grep -q -E "Exited with exit code 2$" <<<"$srun_text" || [ "$slurmtf_rc" -eq 2 ]; then
-        slurmtf_why="bad flags or settings (exit 2): a restart cannot fix them"
-        return
-    fi
-    for f in "$LOG_DIR/$slurmtf_rank_prefix"*"$slurmtf_rank_suffix.err"; do
-        [ -e "$f" ] || continue
-        text=$(slurmtf_new "$f")
-        # "lost rank 1 (node2:12001)": the node of a rank that died, froze or went quiet.
-        mapfile -t -O "${#lost[@]}" lost < <(grep -o "lost rank [0-9]* ([^:)]*" <<<"$text" \
-            | sed 's/.*(//')
-        if grep -v -e "$peer" -e "$stall" <<<"$text" | grep -q -i "heartbeat"; then
-            frozen=1  # TensorFlow's coordination service: a task stopped sending heartbeats
-        fi
-    done
-    first=$(slurmtf_first_failure <<<"$srun_text")
-    rank=$(slurmtf_task_ranks "${first%%: *}" | head -n 1)
-    reason="${first#*: }"
-    sig=""
-    [ -n "$rank" ] && sig=$(slurmtf_signal_of "$reason")
-    if [ -n "$sig" ]; then
-        slurmtf_why="rank $rank was killed by $sig"
-    elif [ -n "$rank" ]; then
-        text=$(slurmtf_new "$(slurmtf_rank_file "$rank" err)")
-        if ! grep -q -e "$peer" -e "$stall" <<<"$text"; then
-            slurmtf_why="rank $rank failed with its own error (exit code ${reason##* }):"
-            slurmtf_why+=" $(slurmtf_error_line "$text")"
-            slurmtf_why+=$(slurmtf_install_hint "$text")
-            return
-        fi
-        slurmtf_why="rank $rank lost a peer or saw a stall"
-    elif grep -q "Node failure" <<<"$srun_text" || [ "$slurmtf_rc" -ge 128 ]; then
-        slurmtf_why="srun exited $slurmtf_rc ($(grep -m 1 -o "Node failure.*" <<<"$srun_text"))"
+# The next step's nodes: the allocation without slurmtf_exclude (srun --exclude), as many
+# nodes as are left.
+slurmtf_place() {
+    slurmtf_exclude_args=()
+    [ -n "${slurmtf_exclude:-}" ] || return 0
+    local left
+    left=$(( ${SLURM_JOB_NUM_NODES:-1} - $(tr ',' '\n' <<<"$slurmtf_exclude" | grep -c .) ))
+    slurmtf_train_nodes="$left"
+    slurmtf_exclude_args=(--exclude="$slurmtf_exclude")
+    if [ "${#srun_tasks[@]}" -gt 0 ]; then
+        slurmtf_step_tasks
     else
-        slurmtf_why="srun exited $slurmtf_rc without a lost peer, node or killed task"
-        return
+        slurmtf_exclude_args+=(--nodes="$left")
     fi
-    slurmtf_retry=1
-    local node
-    for node in $(printf '%s\n' "${lost[@]}" | sort -u); do
-        if [ "$frozen" = "1" ] || ! slurmtf_node_answers "$node"; then
-            slurmtf_bad_nodes+=("$node")
-        fi
-    done
-}
-
-# Whether NODE's slurmd still starts a task of this job (a dead or frozen one does not).
-slurmtf_node_answers() {
-    timeout -s KILL "${SLURMTF_NODE_PROBE_S:-15}" \
-        srun --nodes=1 --ntasks=1 --nodelist="$1" --time=1 --output=/dev/null \
-             --error=/dev/null true >/dev/null 2>&1
 }
 
 slurmtf_requeue() {
     # `scontrol requeue` ends this script with SIGTERM: finish the update first.
     trap '' TERM
     scontrol requeue "$SLURM_JOB_ID" || { echo "scontrol requeue failed" >&2; return 1; }
-    if [ "${#slurmtf_bad_nodes[@]}" -gt 0 ]; then
-        local old exclude
+    if [ -n "${slurmtf_exclude:-}" ]; then
+        local old exclude="$slurmtf_exclude"
         old=$(scontrol show job "$SLURM_JOB_ID" | grep -o "ExcNodeList=[^ ]*" | cut -d= -f2)
-        exclude=$(printf '%s\n' "${slurmtf_bad_nodes[@]}" | paste -sd,)
         [ -n "$old" ] && [ "$old" != "(null)" ] && exclude="$old,$exclude"
         scontrol update JobId="$SLURM_JOB_ID" ExcNodeList="$exclude" \
             && slurmtf_log "the restarted job avoids node(s) $exclude"
@@ -413,49 +272,49 @@ slurmtf_requeue() {
     return 0
 }
 
+# After the step: done (exit 0), a new step in the same allocation (restart in place,
+# again until done or stopped), a requeue (exit 0 after `scontrol requeue`), or a stop
+# with the last failure's status and line.
 slurmtf_job_end() {
-    slurmtf_tolerate_workers
-    if [ "$slurmtf_rc" -eq 0 ] && ! slurmtf_preempted; then
-        slurmtf_unstage
-        exit 0
-    fi
-    local what status="$slurmtf_rc"
-    if slurmtf_preempted; then
-        what="preempted after saving a checkpoint"
-        slurmtf_why="$what"
-        slurmtf_retry=1
-        slurmtf_bad_nodes=()
-        status=75
-    else
-        slurmtf_classify
-        what="failed: $slurmtf_why"
-    fi
-    if [ "$slurmtf_retry" = "1" ]; then
-        if [ "$slurmtf_restarts" -lt "$slurmtf_budget" ]; then
-            slurmtf_log "$what: requeueing job $SLURM_JOB_ID" \
-                "(restart $((slurmtf_restarts + 1)) of $slurmtf_budget, MAX_RESTARTS)"
-            slurmtf_requeue && exit 0
-        else
-            slurmtf_log "$what; not requeued: already restarted $slurmtf_restarts" \
-                "time(s) (MAX_RESTARTS=$slurmtf_budget)" >&2
-        fi
-    else
-        slurmtf_log "$what; not requeued" >&2
-    fi
-    [ "$status" -eq 0 ] && status=1
-    slurmtf_unstage  # not when requeued above: a restart on this node reuses the copy
-    exit "$status"
+    while slurmtf_decide; do
+        [ -z "$slurmtf_note" ] || slurmtf_log "$slurmtf_note"
+        case "$slurmtf_action" in
+            done)
+                [ "$slurmtf_why" = completed ] || slurmtf_log "$slurmtf_line"
+                slurmtf_unstage
+                exit 0 ;;
+            restart)
+                slurmtf_log "$slurmtf_line"
+                slurmtf_attempt="$slurmtf_next_restart"
+                slurmtf_place
+                slurmtf_run_step ;;
+            requeue)
+                slurmtf_log "$slurmtf_line"
+                slurmtf_requeue && exit 0
+                slurmtf_unstage  # not when requeued: a restart on this node reuses the copy
+                exit "$slurmtf_status" ;;
+            *)
+                slurmtf_log "$slurmtf_line" >&2
+                slurmtf_unstage
+                exit "$slurmtf_status" ;;
+        esac
+    done
+    slurmtf_log "srun exited $slurmtf_rc; ${PYTHON:-python3} -m slurmtf.cli recovery" \
+        "could not decide what follows, so no restart. HINT: $slurmtf_install_line" >&2
+    [ "$slurmtf_rc" -eq 0 ] && exit 1
+    exit "$slurmtf_rc"
 }
 
 # CHECK_FIRST=1 (`slurmtf submit --check_first`): before training, `slurmtf check` over
-# the job's nodes (docs/CHECK.md). An outlier node (check exit 1): the job is requeued
-# without it (ExcNodeList), one restart of the MAX_RESTARTS budget; with the budget spent
-# it stops (exit 1) instead of training on it. A check that could not run is logged and
-# training goes ahead.
+# the job's nodes (docs/CHECK.md). An outlier node (check exit 1) is left out of the
+# training step (srun --exclude) while enough nodes remain (SLURMTF_MIN_NODES, by default
+# all of them), else the job is requeued without it (ExcNodeList); either costs one
+# restart of the MAX_RESTARTS budget; with the budget spent the job stops (exit 1) instead
+# of training on it. A check that could not run is logged and training goes ahead.
 slurmtf_check_first() {
     [ "${CHECK_FIRST:-0}" = "1" ] || return 0
     local py="${PYTHON:-python3}" rc=0 bad
-    local json="$LOG_DIR/check-${SLURM_JOB_ID:-local}-${slurmtf_restarts:-0}.json"
+    local json="$LOG_DIR/check-${SLURM_JOB_ID:-local}-${slurmtf_attempt:-0}.json"
     "$py" -m slurmtf.cli check --json="$json" || rc=$?
     [ "$rc" -eq 0 ] && return 0
     if [ "$rc" -ne 1 ] || [ ! -s "$json" ]; then
@@ -463,16 +322,20 @@ slurmtf_check_first() {
         return 0
     fi
     bad=$("$py" -c 'import json, sys
-print("\n".join(sorted({o["node"] for o in json.load(open(sys.argv[1]))["outliers"]})))' "$json")
-    mapfile -t slurmtf_bad_nodes <<< "$bad"
-    slurmtf_log "check_first: outlier node(s) $(echo "$bad" | paste -sd,) ($json)" >&2
+print(",".join(sorted({o["node"] for o in json.load(open(sys.argv[1]))["outliers"]})))' "$json")
+    slurmtf_log "check_first: outlier node(s) $bad ($json)" >&2
+    if slurmtf_decide --outliers="$bad" && [ "$slurmtf_action" = restart ]; then
+        slurmtf_log "$slurmtf_line"
+        slurmtf_attempt="$slurmtf_next_restart"
+        slurmtf_place
+        return 0
+    fi
     trap - EXIT
-    if [ "${slurmtf_restarts:-0}" -lt "${slurmtf_budget:-0}" ]; then
-        slurmtf_log "requeueing job $SLURM_JOB_ID without them" \
-            "(restart $((${slurmtf_restarts:-0} + 1)) of ${slurmtf_budget:-0}, MAX_RESTARTS)"
+    if [ "${slurmtf_action:-}" = requeue ]; then
+        slurmtf_log "$slurmtf_line"
         slurmtf_requeue && exit 0
     fi
-    slurmtf_log "not training on an outlier node (MAX_RESTARTS=${slurmtf_budget:-0} spent)" >&2
+    slurmtf_log "${slurmtf_line:-not training on an outlier node}" >&2
     exit 1
 }
 
@@ -481,15 +344,26 @@ print("\n".join(sorted({o["node"] for o in json.load(open(sys.argv[1]))["outlier
 slurmtf_submitit_setup() {
     LOG_DIR="$1"
     slurmtf_budget="$2"
+    PYTHON="${3:-${PYTHON:-python3}}"
     slurmtf_restarts="${SLURM_RESTART_COUNT:-0}"
     slurmtf_rank_prefix="${SLURM_JOB_ID:-local}_"
     slurmtf_rank_suffix="_log"
     slurmtf_logs_pattern="{job}_{rank}_log.{kind}"
     slurmtf_srun_err="$(slurmtf_rank_file 0 err)"  # the batch script's stderr too
-    slurmtf_snapshot  # (`slurmtf submit` records the job itself)
-    export SLURMTF_JOB_SH=1  # slurmtf.launch: on exit 75 this script requeues, not rank 0
+    slurmtf_start_attempt  # (`slurmtf submit` records the job itself)
+    export SLURMTF_JOB_SH=1  # slurmtf.launch: on exit 75 this script decides, not rank 0
+    # submitit's script runs its step as `srun ... -m submitit.core._submit FOLDER`: this
+    # function stands in for that srun, so that the step can run again in place (the same
+    # pickled job, the same log files) on the nodes slurmtf_place leaves.
+    srun() {
+        slurmtf_step=(slurmtf_srun_submitit "$@")
+        slurmtf_run_step
+        return "$slurmtf_rc"
+    }
     trap 'slurmtf_rc=$?; trap - EXIT; slurmtf_job_end' EXIT
 }
+
+slurmtf_srun_submitit() { command srun "${slurmtf_exclude_args[@]}" "$@"; }
 
 # STAGE_DATA=1: before training, each node copies the data set SRC once (one task per
 # node) to its local scratch ($STAGE_DIR, $SLURM_TMPDIR or $TMPDIR) and verifies it
@@ -510,7 +384,7 @@ slurmtf_stage_data() {
     local err="$LOG_DIR/stage-${SLURM_JOB_ID:-local}.err"
     slurmtf_staged_src="$src"
     slurmtf_log "staging $src to the local scratch of $nodes node(s)"
-    if ! srun --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 --kill-on-bad-exit=1 \
+    if ! command srun --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 --kill-on-bad-exit=1 \
             --error="$err" "${PYTHON:-python3}" -m slurmtf.cli data stage "$src"
     then
         why=$(grep -E '^slurmtf data stage: ' "$err" | tail -n 1)
@@ -526,7 +400,7 @@ slurmtf_stage_data() {
 slurmtf_unstage() {
     [ -n "${slurmtf_staged_src:-}" ] || return 0
     local nodes="${SLURM_JOB_NUM_NODES:-1}"
-    srun --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 --output=/dev/null \
+    command srun --nodes="$nodes" --ntasks="$nodes" --ntasks-per-node=1 --output=/dev/null \
         "${PYTHON:-python3}" -m slurmtf.cli data unstage \
         || slurmtf_log "could not remove the staged copies of $slurmtf_staged_src" >&2
     slurmtf_staged_src=""

@@ -173,9 +173,9 @@ def test_an_interpreter_without_slurmtf_gets_the_pip_line(tmp_path: Path) -> Non
     ("error", "hint"),
     [
         ("ModuleNotFoundError: No module named 'tensorflow'",
-         'has no tensorflow: py -m pip install "slurmtf[gpu]"'),
+         'has no tensorflow: python3 -m pip install "slurmtf[gpu]"'),
         ("ModuleNotFoundError: No module named 'slurmtf'",
-         'has no slurmtf: py -m pip install "slurmtf[gpu]"'),
+         'has no slurmtf: python3 -m pip install "slurmtf[gpu]"'),
         ("py: Error while finding module specification for 'slurmtf_models.mnist' "
          "(ModuleNotFoundError: No module named 'slurmtf_models')", "has no slurmtf_models"),
         ("py: Error while finding module specification for 'models.mnist' "
@@ -191,20 +191,16 @@ def test_a_rank_that_cannot_import_is_told_the_install_step(
     logs.mkdir()
     (logs / "srun.err").write_text("srun: error: node1: task 0: Exited with exit code 1\n")
     (logs / "rank0.err").write_text(f"Traceback (most recent call last):\n{error}\n")
-    bin_dir = tmp_path / "bin"  # `py`: the interpreter the job's end reads the error line with
-    bin_dir.mkdir()
-    (bin_dir / "py").write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
-    (bin_dir / "py").chmod(0o755)
     script = f"""
         source {JOB_SH}
-        PATH={bin_dir}:$PATH; LOG_DIR={logs}; PYTHON=py; slurmtf_rc=1
+        LOG_DIR={logs}; PYTHON=python3; slurmtf_rc=1; SLURM_JOB_ID=7
         declare -A slurmtf_offsets=()
-        slurmtf_classify
+        slurmtf_decide
         echo "$slurmtf_why"
     """
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
     why = done.stdout.strip()
-    assert why.startswith("rank 0 failed with its own error (exit code 1): ")
+    assert why.startswith("failed: rank 0 failed with its own error (exit code 1): "), why
     assert error.split(": ", 1)[-1] in why
     if hint:
         assert ". HINT: " in why

@@ -1,8 +1,9 @@
 """slurmtf/job.sh, the shared part of the batch scripts: what a failed attempt leads to.
 
-Each case writes the logs an attempt leaves (srun's own messages, each rank's stderr),
-sources the real script in bash and runs ``slurmtf_classify`` with a fake node probe;
-then ``slurmtf_job_end`` with a recording ``scontrol``. No Slurm, no TensorFlow.
+Each case writes the logs an attempt leaves (srun's own messages, each rank's stderr and
+event lines), sources the real script in bash and runs ``slurmtf_decide`` (the real
+``slurmtf recovery``) with a fake ``srun`` that probes nodes; then ``slurmtf_job_end``
+with a recording ``scontrol`` and a fake step. No Slurm, no TensorFlow.
 """
 
 from __future__ import annotations
@@ -15,13 +16,31 @@ from typing import Any
 import pytest
 
 JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
-PEER = (
-    "models.mnist: a peer failed, stalled or timed out - lost rank 1 (node2:12001) "
-    "(UnavailableError): x. HINT: ... --heartbeat_timeout ..."
+PEER = json.dumps({"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]})
+HEARTBEAT = json.dumps(
+    {"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}], "heartbeat": True}
 )
-HEARTBEAT = "E0000 coordination_service.cc] Task /job:worker/replica:0/task:1 heartbeat timeout"
-STALL = "models.mnist: no training step finished for 31 s on rank 0 (limit 30 s ...)"
+STALL = json.dumps({"event": "stalled", "message": "no training step finished for 31 s"})
 TRACE = "Traceback (most recent call last):\n  File x\nValueError: bad shape (3, 4)"
+
+
+def write_logs(tmp_path: Path, srun: str, ranks: dict[int, str], dead: str = "") -> Path:
+    """The attempt's logs (event lines to rank N.out, other text to rank N.err) and a fake
+    ``srun`` on PATH whose node probe fails for ``dead``."""
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / "srun.err").write_text(srun)
+    for rank, text in ranks.items():
+        lines = text.splitlines()
+        events = [x for x in lines if x.startswith("{")]
+        (logs / f"rank{rank}.out").write_text("".join(x + "\n" for x in events))
+        (logs / f"rank{rank}.err").write_text("\n".join(x for x in lines if x not in events) + "\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "srun"
+    fake.write_text(f'#!/bin/bash\n[[ " $* " != *" --nodelist={dead} "* ]] || [ -z "{dead}" ]\n')
+    fake.chmod(0o755)
+    return logs
 
 
 def classify(
@@ -31,20 +50,17 @@ def classify(
     rc: int,
     dead: str = "",
 ) -> dict[str, str]:
-    logs = tmp_path / "logs"
-    logs.mkdir(exist_ok=True)
-    (logs / "srun.err").write_text(srun)
-    for rank, text in ranks.items():
-        (logs / f"rank{rank}.err").write_text(text + "\n")
+    logs = write_logs(tmp_path, srun, ranks, dead)
     script = f"""
         source {JOB_SH}
-        LOG_DIR={logs}
+        PATH={tmp_path / "bin"}:$PATH; LOG_DIR={logs}; SLURM_JOB_ID=7; PYTHON=python3
+        slurmtf_budget=3
         declare -A slurmtf_offsets=()
         slurmtf_rc={rc}
-        slurmtf_node_answers() {{ [ "$1" != "{dead}" ]; }}
-        slurmtf_classify
-        echo "retry=$slurmtf_retry"
-        echo "bad=${{slurmtf_bad_nodes[*]}}"
+        slurmtf_decide
+        [[ "$slurmtf_action" = restart || "$slurmtf_action" = requeue ]] && echo retry=1 \
+            || echo retry=0
+        echo "bad=${{slurmtf_exclude//,/ }}"
         echo "why=$slurmtf_why"
     """
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
@@ -152,19 +168,19 @@ def test_a_failed_attempt_is_classified(tmp_path: Path, case: tuple[Any, ...]) -
 def end(
     tmp_path: Path, restarts: int, budget: str, srun: str, ranks: dict[int, str]
 ) -> tuple[int, str, str]:
-    logs = tmp_path / "logs"
-    logs.mkdir(exist_ok=True)
-    (logs / "srun.err").write_text(srun)
-    for rank, text in ranks.items():
-        (logs / f"rank{rank}.err").write_text(text + "\n")
+    logs = write_logs(tmp_path, srun, ranks, dead="node2")
     calls = tmp_path / "calls"
     script = f"""
         source {JOB_SH}
+        PATH={tmp_path / "bin"}:$PATH; PYTHON=python3
         LOG_DIR={logs}; SLURM_JOB_ID=77; slurmtf_restarts={restarts}; slurmtf_budget={budget}
+        SLURM_JOB_NODELIST='node[1-2]'; SLURM_JOB_NUM_NODES=2
         declare -A slurmtf_offsets=()
         slurmtf_rc=1
         scontrol() {{ echo "$*" >> {calls}; [ "$1" != show ] || echo "ExcNodeList=(null)"; }}
-        slurmtf_node_answers() {{ false; }}
+        slurmtf_step=(fake_step)
+        fake_step() {{ echo "step again: $* ${{slurmtf_exclude_args[*]}}" \
+            "SLURM_RESTART_COUNT=$SLURM_RESTART_COUNT"; return 0; }}
         slurmtf_job_end
     """
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
@@ -186,16 +202,35 @@ def test_a_retryable_failure_requeues_and_excludes_the_dead_node(tmp_path: Path)
 def test_the_budget_stops_restarts_and_says_so(tmp_path: Path) -> None:
     status, out, calls = end(tmp_path, 3, "3", PEER_FIRST, {0: PEER})
     assert status == 1, out
-    assert "not requeued: already restarted 3 time(s) (MAX_RESTARTS=3)" in out
+    assert "not restarted: already restarted 3 time(s) (MAX_RESTARTS=3)" in out
     assert calls == ""
 
 
-def test_a_killed_rank_through_the_launcher_requeues(tmp_path: Path) -> None:
+def test_a_killed_rank_restarts_the_step_in_place(tmp_path: Path) -> None:
+    """Through the launcher (exit 137) as directly: a new step in the same allocation,
+    the ranks told the attempt, no requeue; the restart is in the job's record."""
     srun = "srun: error: node2: task 1: Exited with exit code 137\n"
-    status, out, calls = end(tmp_path, 0, "2", srun, {0: PEER, 1: WARNINGS})
+    status, out, calls = end(tmp_path, 0, "2", srun, {0: "", 1: WARNINGS})
     assert status == 0, out
-    assert "failed: rank 1 was killed by SIGKILL: requeueing job 77 (restart 1 of 2" in out, out
-    assert calls.splitlines()[0] == "requeue 77", calls
+    assert "restart 1 of 2 in place (MAX_RESTARTS), " in out, out
+    assert "s after rank 1 was killed by SIGKILL" in out, out
+    assert "step again:" in out, out
+    assert "SLURM_RESTART_COUNT=1" in out, out
+    assert calls == "", calls
+    text = (tmp_path / "logs" / "recovery-77.jsonl").read_text()
+    (record,) = [json.loads(x) for x in text.splitlines()]
+    assert (record["action"], record["restart"]) == ("restart", 1), record
+
+
+def test_restarts_in_place_count_against_the_budget_across_requeues(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    (logs / "recovery-77.jsonl").write_text('{"action": "restart"}\n{"action": "restart"}\n')
+    srun = "srun: error: node2: task 1: Killed\n"
+    status, out, calls = end(tmp_path, 1, "3", srun, {})  # and Slurm requeued it once
+    assert status == 1, out  # the failed attempt's status (the fake srun exited 1)
+    assert "not restarted: already restarted 3 time(s) (MAX_RESTARTS=3)" in out, out
+    assert calls == ""
 
 
 def test_a_preempted_rank_that_srun_saw_first_is_a_preemption(tmp_path: Path) -> None:
@@ -214,12 +249,12 @@ def test_a_model_error_is_not_retried(tmp_path: Path) -> None:
     status, out, calls = end(tmp_path, 0, "3", OWN_FIRST, {1: TRACE})
     assert status == 1, out
     assert "rank 1 failed with its own error" in out, out
-    assert "not requeued" in out, out
+    assert "not restarted" in out, out
     assert calls == ""
 
 
 def check_first(
-    tmp_path: Path, check_rc: int, outliers: list[str], restarts: int
+    tmp_path: Path, check_rc: int, outliers: list[str], restarts: int, nodes: str = "node[2-3]"
 ) -> tuple[int, str, str]:
     """``slurmtf_check_first`` with a fake ``slurmtf check`` (writes its JSON verdict)."""
     logs = tmp_path / "logs"
@@ -229,7 +264,7 @@ def check_first(
     verdict = json.dumps({"outliers": [{"node": n} for n in outliers]})
     fake.write_text(
         "#!/bin/bash\n"
-        'if [ "$1" = -m ]; then\n'
+        'if [ "$1 $2 $3" = "-m slurmtf.cli check" ]; then\n'
         f"  json=${{4#--json=}}; [ {check_rc} -eq 2 ] || echo '{verdict}' > \"$json\"\n"
         f"  exit {check_rc}\nfi\n"
         'exec python3 "$@"\n'
@@ -238,7 +273,7 @@ def check_first(
     script = f"""
         source {JOB_SH}
         LOG_DIR={logs}; SLURM_JOB_ID=77; slurmtf_restarts={restarts}; slurmtf_budget=2
-        CHECK_FIRST=1; PYTHON={fake}
+        CHECK_FIRST=1; PYTHON={fake}; SLURM_JOB_NODELIST='{nodes}'; SLURMTF_MIN_NODES=2
         scontrol() {{ echo "$*" >> {calls}; [ "$1" != show ] || echo "ExcNodeList=(null)"; }}
         slurmtf_check_first
         echo training
@@ -248,12 +283,21 @@ def check_first(
     return done.returncode, done.stdout + done.stderr, recorded
 
 
+def test_check_first_leaves_the_outlier_out_in_place_with_a_spare(tmp_path: Path) -> None:
+    status, out, calls = check_first(tmp_path, 1, ["node3"], restarts=0, nodes="node[1-3]")
+    assert status == 0, out
+    assert "training" in out.splitlines(), out
+    assert "restart 1 of 2 in place (MAX_RESTARTS) after check_first found outlier" in out, out
+    assert "node3 left out" in out, out
+    assert calls == ""
+
+
 def test_check_first_requeues_without_the_outlier_node(tmp_path: Path) -> None:
     status, out, calls = check_first(tmp_path, 1, ["node3"], restarts=0)
     assert status == 0, out
     assert "training" not in out.splitlines()
     assert "check_first: outlier node(s) node3" in out
-    assert "requeueing job 77 without them (restart 1 of 2, MAX_RESTARTS)" in out
+    assert "outlier node(s) node3: requeueing job 77 (restart 1 of 2, MAX_RESTARTS)" in out
     assert calls.splitlines() == ["requeue 77", "show job 77", "update JobId=77 ExcNodeList=node3"]
 
 
@@ -278,12 +322,12 @@ def test_check_first_healthy_or_not_run_trains(tmp_path: Path, rc: int, said: st
 
 
 # A parameter-server job (jobs/parameter_server.sbatch, submit --jobs): rank 0 the chief.
-SERVING = "slurmtf serve: {role} serving at node{node}:1570{rank}; it stops when the chief ends"
+SERVING = '{{"event": "serving", "rank": {rank}, "role": "{role}", "task_id": 0}}'
 PS_RANKS = {
     0: "",
-    1: SERVING.format(role="ps 0", node=1, rank=1),
-    3: SERVING.format(role="worker 0", node=2, rank=3),
-    4: SERVING.format(role="worker 1", node=3, rank=4),
+    1: SERVING.format(role="ps", rank=1),
+    3: SERVING.format(role="worker", rank=3),
+    4: SERVING.format(role="worker", rank=4),
 }
 
 
@@ -316,14 +360,15 @@ def test_workers_killed_while_the_chief_completes_are_tolerated(tmp_path: Path, 
         ),
     ],
 )
-def test_a_ps_or_chief_failure_requeues_a_parameter_server_job(
+def test_a_ps_or_chief_failure_restarts_a_parameter_server_job_in_place(
     tmp_path: Path, srun: str, why: str
 ) -> None:
     status, out, calls = end(tmp_path, 0, "3", srun, PS_RANKS)
     assert status == 0, out
-    assert f"failed: {why}: requeueing job 77 (restart 1 of 3, MAX_RESTARTS)" in out, out
+    assert "restart 1 of 3 in place (MAX_RESTARTS), " in out, out
+    assert f" s after {why}" in out, out
     assert ("tolerated the loss of worker rank 4" in out) == ("task 4" in srun), out
-    assert calls.splitlines()[0] == "requeue 77", calls
+    assert calls == "", calls
 
 
 def test_a_chief_error_after_a_killed_worker_stops_the_job(tmp_path: Path) -> None:

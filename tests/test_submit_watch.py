@@ -10,7 +10,6 @@ import pytest
 
 from slurmtf.cli import jobs as jobs_cli
 from slurmtf.monitor import status as watch
-from slurmtf.resolver import resolve
 from slurmtf.runtime import launcher as launch
 from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm, scontrol
 
@@ -122,18 +121,6 @@ def test_follow_exits_with_the_job_status(tmp_path: Path) -> None:
     fake = FakeSlurm({"scontrol": [scontrol("FAILED", "75:0")]})
     out = io.StringIO()
     assert watch.follow("7", tmp_path, 1, runner=fake, out=out, sleep=lambda _: None) == 75
-
-
-def test_requeue_until_max(capsys: pytest.CaptureFixture[str]) -> None:
-    fake = FakeSlurm({"scontrol": [(0, "", "")]})
-    env = {"SLURM_JOB_ID": "9", "SLURM_RESTART_COUNT": "1"}
-    assert launch.requeue(resolve(env), 3, fake) is True
-    assert fake.calls == [["scontrol", "requeue", "9"]]
-    assert launch.requeue(resolve({**env, "SLURM_RESTART_COUNT": "3"}), 3, fake) is False
-    assert len(fake.calls) == 1
-    events = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [e["done"] for e in events] == [True, False]
-    assert events[0]["next_restart_count"] == 2
 
 
 def test_job_id_of_array_task() -> None:

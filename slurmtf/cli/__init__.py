@@ -38,6 +38,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("slurmtf.cli.serve", "run a ps/worker server until the chief's script ends"),
 }
 
+# Used by the job scripts (slurmtf/job.sh), not listed: name -> module.
+HIDDEN: dict[str, str] = {"recovery": "slurmtf.cli.recovery"}
+
 # Subcommands whose module takes the subcommand name as its first argument.
 _PASS_NAME = {"status", "logs", "cancel"}
 
@@ -102,6 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(usage())
         return 0
     name, rest = args[0], args[1:]
+    if name in HIDDEN:
+        hidden: int = importlib.import_module(HIDDEN[name]).main(rest)
+        return hidden
     if name not in SUBCOMMANDS:
         print(
             f"slurmtf: unknown command {name!r}. HINT: one of {', '.join(SUBCOMMANDS)}",

@@ -26,6 +26,7 @@ from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.layout import ClusterLayout, build_layout
 from slurmtf.contracts import EXIT_FAILURE
 from slurmtf.errors import InputError
+from slurmtf.events import emit
 from slurmtf.resolver import export_tf_config
 from slurmtf.runtime.chief_watch import POLL_S, START_TIMEOUT_S, ChiefNeverStarted
 from slurmtf.runtime.servers import (
@@ -118,6 +119,7 @@ def _serve(layout: ClusterLayout, args: argparse.Namespace) -> None:
         signal.signal(preemption, signal.SIG_IGN)
     start_server(layout)
     signal.signal(signal.SIGTERM, lambda *_: _exit(f"{layout.task_type} got SIGTERM", 143))
+    emit("serving", rank=layout.task_index, role=layout.task_type, task_id=layout.task_id)
     print(
         f"{PROGRAM}: {layout.task_type} {layout.task_id} serving at "
         f"{layout.workers[layout.task_index]}; it stops when the chief at {chief} ends",

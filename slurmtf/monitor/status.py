@@ -31,6 +31,7 @@ from slurmtf.events import Event, last, named, parse_events, read_events
 from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor.console import Console, Renderer, render_lines, shown_stderr
 from slurmtf.monitor.records import JobPlace
+from slurmtf.runtime.attempts import in_place, read_record, recovered_attempt
 from slurmtf.slurm.runner import Runner, default_runner
 from slurmtf.slurm.scontrol import parse_records
 from slurmtf.spec import noderange
@@ -262,17 +263,43 @@ def locate(job_id: str, runner: Runner, log_dir: str | None = None) -> JobPlace:
 
 def last_error(path: Path) -> str | None:
     """The line of a rank's stderr that says what went wrong (``rank_error_line``), if any."""
+    found = last_error_at(path)
+    return found[0] if found else None
+
+
+def last_error_at(path: Path) -> tuple[str, int] | None:
+    """The line of a rank's stderr that says what went wrong (``rank_error_line``) and
+    the byte offset where it starts."""
     try:
         text = path.read_text(errors="replace")
     except OSError:
         return None
-    return rank_error_line(text) or None
+    line = rank_error_line(text)
+    if not line:
+        return None
+    return line, len(text[: text.rfind(line)].encode())
+
+
+def error_lines(place: JobPlace, records: list[Event]) -> list[str]:
+    """Each rank's last error line; one from an attempt that a restart or requeue
+    followed says so (``recovered``)."""
+    lines = []
+    for rank in place.ranks():
+        found = last_error_at(place.rank_log(rank, "err"))
+        if not found:
+            continue
+        error, offset = found
+        attempt = recovered_attempt(records, rank, offset)
+        where = f" (attempt {attempt}, recovered)" if attempt is not None else ""
+        lines.append(f"  last error, rank {rank}{where}: {error[:300]}")
+    return lines
 
 
 def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
     """State, restarts, progress (step/total, examples/s, ETA), the straggler (chief's
     ``straggler`` events, slurmtf.check.stragglers), logs, last error."""
     fields = slurm_record(job_id, runner)
+    records = read_record(place.log_dir, job_id)  # restarts in place, requeues (job.sh)
     chief_events = read_events(place.rank_log(0))
     starts = named(chief_events, "cluster")
     done = named(chief_events, "done")
@@ -280,7 +307,7 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
         state = (
             f"{fields.get('JobState', 'UNKNOWN')} (exit {fields.get('ExitCode', '?')}) [scontrol]"
         )
-        restarts = fields.get("Restarts", "0")
+        restarts = str(int(fields.get("Restarts", "0") or 0) + in_place(records))
     elif done:
         how = "preempted" if done[-1].get("preempted") else "finished"
         state = f"no longer known to Slurm; rank 0 logged '{how}' at step {done[-1].get('step')}"
@@ -305,11 +332,9 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
     straggler = stragglers.status_line(chief_events)
     if straggler is not None:
         lines.append(f"  {straggler}")
+    lines.extend(f"  {r['line']}" for r in records[-3:] if r.get("line"))
     lines.extend(log_lines(place))
-    for rank in place.ranks():
-        error = last_error(place.rank_log(rank, "err"))
-        if error:
-            lines.append(f"  last error, rank {rank}: {error[:300]}")
+    lines.extend(error_lines(place, records))
     return lines
 
 

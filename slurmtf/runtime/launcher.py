@@ -1,4 +1,4 @@
-"""What each task of a submitted job runs: resolve, export TF_CONFIG, run, requeue on 75.
+"""What each task of a submitted job runs: resolve, export TF_CONFIG, run, report the end.
 
 Under Slurm, submitit's ``srun`` starts one Python per task, which unpickles a
 :class:`TaskLauncher` and calls it. The launcher resolves this task's place in the
@@ -9,11 +9,10 @@ child process whose output goes to this rank's log, and maps its exit status:
 * 0: done.
 * 75 (preempted after saving a checkpoint): every task returns 0, so that
   ``srun --kill-on-bad-exit`` interrupts nobody, and the job script's
-  ``slurmtf/job.sh`` (loaded by the setup lines of a job with ``--max_requeues`` > 0;
-  it exports :data:`JOB_SCRIPT_ENV`) requeues the job, within the one restart budget
-  that its other failures count against. Without that script (it could not be
-  loaded), rank 0 runs ``scontrol requeue`` itself while ``SLURM_RESTART_COUNT`` <
-  ``--max_requeues``. Either way the requeued job resumes from the checkpoint.
+  ``slurmtf/job.sh`` (loaded by the setup lines of a job with ``--max_restarts`` > 0;
+  it exports :data:`JOB_SCRIPT_ENV`) requeues the job within the one restart budget
+  that its other failures count against. The launcher never requeues by itself:
+  without that script the task exits 75 and the job ends there.
 * anything else: this task exits with it (128+N for a child ended by signal N, which
   ``slurmtf/job.sh`` classifies as that signal, as when srun reports the signal itself),
   and ``--kill-on-bad-exit`` stops the others.
@@ -49,11 +48,10 @@ from slurmtf.contracts import (
 )
 from slurmtf.events import emit
 from slurmtf.resolver import export_tf_config, resolve
-from slurmtf.slurm.runner import Runner, default_runner
 from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
-JOB_SCRIPT_ENV = "SLURMTF_JOB_SH"  # set by slurmtf/job.sh, which then requeues on 75
+JOB_SCRIPT_ENV = "SLURMTF_JOB_SH"  # set by slurmtf/job.sh, which decides after exit 75
 
 
 def job_id_of(environ: Mapping[str, str]) -> str:
@@ -73,23 +71,10 @@ def child_environment(
     return env
 
 
-def requeue(layout: ClusterLayout, max_requeues: int, runner: Runner) -> bool:
-    """Rank 0: ``scontrol requeue`` this job unless ``--max_requeues`` is spent."""
-    restarts = layout.restart_count
-    job = layout.job_id or ""
-    if restarts >= max_requeues:
-        emit("requeue", done=False, restart_count=restarts, reason="max_requeues reached")
-        return False
-    runner(["scontrol", "requeue", job])
-    emit("requeue", done=True, job_id=job, restart_count=restarts, next_restart_count=restarts + 1)
-    return True
-
-
 def run_task(
     spec: JobSpec,
     params: Mapping[str, str],
     environ: Mapping[str, str],
-    runner: Runner = default_runner,
     python: str = sys.executable,
 ) -> int:
     """Run this task's command; returns the exit status this task should end with."""
@@ -127,11 +112,9 @@ def run_task(
     if status != EXIT_PREEMPTED:
         # A child ended by signal N: 128+N, which slurmtf/job.sh reads as that signal.
         return shell_status(status)
-    if environ.get(LOCAL_ENV) == "1":
-        return EXIT_PREEMPTED
-    if rank != 0 or environ.get(JOB_SCRIPT_ENV) == "1":
-        return 0
-    return 0 if requeue(layout, spec.max_requeues, runner) else EXIT_PREEMPTED
+    if environ.get(JOB_SCRIPT_ENV) == "1" and environ.get(LOCAL_ENV) != "1":
+        return 0  # the job script decides; srun must stop no one
+    return EXIT_PREEMPTED
 
 
 def _touch(path: Path) -> None:
@@ -167,3 +150,4 @@ def call_function(target: str, argv: Sequence[str]) -> int:
         obj = getattr(obj, part)
     result = obj(list(argv))
     return 0 if result is None else int(result)
+

@@ -322,7 +322,8 @@ def job_sh_setup(spec: JobSpec, python: str) -> list[str]:
 
 def restart_setup(spec: JobSpec) -> list[str]:
     """Hand the job's end to slurmtf/job.sh: a killed rank, a lost peer or node, a stall
-    requeue the job within ``max_requeues``."""
+    restart the step in place, a preemption requeues the job, within the one budget
+    ``max_requeues`` (``--max_restarts``)."""
     if not spec.max_requeues:
         return []
     return [f"slurmtf_submitit_setup {shlex.quote(str(spec.folder))} {spec.max_requeues}"]

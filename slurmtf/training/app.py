@@ -46,6 +46,15 @@ def lost_peers(message: str, info: RunInfo) -> str:
     )
 
 
+def report_lost_peers(message: str, info: RunInfo) -> None:
+    """The ``peer_lost`` event: which ranks (and nodes) a TensorFlow peer error names, and
+    whether their heartbeats stopped (a frozen node), for the job script's decision."""
+    ranks = sorted({int(n) for n in _TASK.findall(message)} - {info.rank})
+    nodes = {r: info.workers[r].rsplit(":", 1)[0] for r in ranks if r < len(info.workers)}
+    lost = [{"rank": r, **({"node": nodes[r]} if r in nodes else {})} for r in ranks]
+    events.emit("peer_lost", rank=info.rank, lost=lost, heartbeat="heartbeat" in message.lower())
+
+
 def resolve_info(program: str = "slurmtf", *, evaluator: bool = False) -> RunInfo:
     """This task's rank, peers and GPUs, from the resolver (a single worker outside Slurm).
 
@@ -178,6 +187,8 @@ def _report_peer_failure(program: str, exc: Exception, info: RunInfo | None) -> 
     first = text.splitlines()[-1] if text else ""
     lost = lost_peers(text, info) if info is not None else ""
     who = f" - lost {lost}" if lost else ""
+    if info is not None:
+        report_lost_peers(text, info)
     print(
         f"{program}: a peer failed, stalled or timed out{who} ({type(exc).__name__}): {first}. "
         "HINT: read the other ranks' logs for the first error; rerun (or requeue) to "

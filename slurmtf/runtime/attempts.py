@@ -1,0 +1,254 @@
+"""The edge of :mod:`slurmtf.runtime.recovery`: an attempt's evidence from its logs, the
+job's restart record, and the decision as shell assignments for ``slurmtf/job.sh``.
+
+What one attempt left: srun's exit status and its ``task N: ...`` lines (in the file its
+stderr is appended to), and each rank's JSON event lines and error output, all read from
+where the attempt started in each file (the offsets the job script noted before the
+step). Nothing here reads human progress text: the ranks' ``peer_lost``, ``stalled``,
+``serving``, ``preempted`` and ``exit`` events say what happened.
+
+Every restart in place and every requeue appends one JSON line to the job's record
+(:func:`record_path`: ``recovery-<job>.jsonl`` in the log folder), which counts the one
+budget across requeues and which ``slurmtf status`` shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shlex
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from slurmtf.contracts import rank_error_line
+from slurmtf.errors import SlurmCommandError
+from slurmtf.events import parse_events
+from slurmtf.runtime.recovery import (
+    Attempt,
+    Budget,
+    Decision,
+    Nodes,
+    TaskEnding,
+    after_check,
+    decide,
+)
+from slurmtf.slurm.runner import Runner, default_runner
+
+RECORD_NAME = "recovery-{job}.jsonl"
+_NODE_FAILURE = re.compile(r"Node failure on (\S+)")
+_MISSING = re.compile(r"No module named '([A-Za-z_]+)")
+INSTALL_LINE = 'pip install "slurmtf[gpu]" (or [cpu]; README, "Install on a cluster")'
+
+
+@dataclasses.dataclass(frozen=True)
+class LogFiles:
+    """Where an attempt's output is: the log folder, how rank R's files are named
+    (``<prefix>R<suffix>.out|.err``), srun's stderr, and where this attempt starts in each
+    file (bytes; a file not named starts at 0)."""
+
+    log_dir: Path
+    prefix: str = "rank"
+    suffix: str = ""
+    srun_err: Path | None = None
+    offsets: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def new_text(self, path: Path) -> str:
+        """What this attempt appended to ``path`` ("" when it cannot be read)."""
+        try:
+            with path.open("rb") as handle:
+                handle.seek(self.offsets.get(str(path), 0))
+                return handle.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def ranks(self) -> list[int]:
+        found = set()
+        for path in self.log_dir.glob(f"{glob_escape(self.prefix)}*{glob_escape(self.suffix)}.*"):
+            middle = path.stem[len(self.prefix) : len(path.stem) - len(self.suffix)]
+            if middle.isdigit():
+                found.add(int(middle))
+        return sorted(found)
+
+    def rank_file(self, rank: int, kind: str) -> Path:
+        return self.log_dir / f"{self.prefix}{rank}{self.suffix}.{kind}"
+
+
+def glob_escape(text: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", text)
+
+
+def read_attempt(status: int, files: LogFiles, python: str = "python3") -> Attempt:
+    """The evidence of the attempt that just ended with srun's ``status``."""
+    srun_text = files.new_text(files.srun_err) if files.srun_err else ""
+    endings = tuple(
+        e for e in (TaskEnding.parse(line) for line in srun_text.splitlines()) if e is not None
+    )
+    events = {r: parse_events(files.new_text(files.rank_file(r, "out"))) for r in files.ranks()}
+    failed = tuple(dict.fromkeys(_NODE_FAILURE.findall(srun_text)))
+    firsts = dict.fromkeys(e.ranks[0] for e in endings if e.ranks)
+    errors = {r: own_error(files.new_text(files.rank_file(r, "err")), python) for r in firsts}
+    return Attempt(status, endings, events, errors, failed)
+
+
+def own_error(text: str, python: str = "python3") -> str:
+    """The line of a rank's error output that says what went wrong, with a hint when it
+    could not import slurmtf, its models or TensorFlow."""
+    line = rank_error_line(text, failed=True)
+    missing = _MISSING.search(text)
+    name = missing.group(1) if missing else ""
+    if name in ("slurmtf", "slurmtf_models", "tensorflow"):
+        line += f". HINT: {python} on the nodes has no {name}: {python} -m {INSTALL_LINE}"
+    elif name == "models":
+        line += (
+            ". HINT: models/ is in a checkout only (SLURMTF_REPO); installed, the models are "
+            "slurmtf_models: write the job scripts again (slurmtf job-scripts DIR)"
+        )
+    return line
+
+
+def record_path(log_dir: Path, job_id: str) -> Path:
+    return log_dir / RECORD_NAME.format(job=job_id)
+
+
+def read_record(log_dir: Path, job_id: str) -> list[dict[str, Any]]:
+    """The job's decisions so far (restarts in place, requeues, the final stop)."""
+    try:
+        text = record_path(log_dir, job_id).read_text(errors="replace")
+    except OSError:
+        return []
+    return [r for r in (_json(line) for line in text.splitlines()) if r is not None]
+
+
+def _json(line: str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def restarts_so_far(records: Sequence[Mapping[str, Any]], slurm_requeues: int) -> int:
+    """Restarts in place + requeues: the recorded ones, plus Slurm's requeues that no
+    decision of ours asked for (a node failure Slurm requeued itself)."""
+    restarts = sum(1 for r in records if r.get("action") == "restart")
+    requeues = sum(1 for r in records if r.get("action") == "requeue")
+    return restarts + max(requeues, slurm_requeues)
+
+
+def probe_dead(nodes: Sequence[str], runner: Runner, timeout: float) -> tuple[str, ...]:
+    """The nodes whose slurmd no longer starts a task of this job (dead or frozen)."""
+    dead = []
+    for node in nodes:
+        probe = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--time=1"]
+        try:
+            runner([*probe, "--output=/dev/null", "--error=/dev/null", "true"], timeout=timeout)
+        except SlurmCommandError:
+            dead.append(node)
+    return tuple(dead)
+
+
+def write_record(path: Path, record: Mapping[str, Any]) -> None:
+    """Append one line (one short write to a file opened for appending)."""
+    with path.open("a") as handle:
+        handle.write(json.dumps(dict(record)) + "\n")
+
+
+def shell_lines(decision: Decision, line: str) -> str:
+    """The decision as shell assignments (``eval`` in slurmtf/job.sh)."""
+    values = {
+        "slurmtf_action": decision.action,
+        "slurmtf_why": decision.why,
+        "slurmtf_status": str(decision.status),
+        "slurmtf_line": line,
+        "slurmtf_note": decision.note,
+        "slurmtf_exclude": ",".join(decision.exclude),
+        "slurmtf_next_restart": str(decision.restart),
+    }
+    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """What the job script knows about the step that ended and the job around it."""
+
+    job_id: str
+    status: int
+    limit: int
+    slurm_requeues: int = 0
+    nodes: Nodes = dataclasses.field(default_factory=Nodes)
+    probe_timeout: float = 15.0
+    outliers: tuple[str, ...] = ()  # --check_first's verdict, before any step ran
+    python: str = "python3"  # the job's interpreter, named in an install hint
+
+
+def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) -> str:
+    """Read the attempt, decide, record a restart/requeue/stop; the shell assignments."""
+    records = read_record(files.log_dir, step.job_id)
+    budget = Budget(restarts_so_far(records, step.slurm_requeues), step.limit)
+    if step.outliers:
+        decision = after_check(step.outliers, budget, step.nodes)
+        return _recorded(decision, step, files, budget.used, None)
+    attempt = read_attempt(step.status, files, step.python)
+    decision = decide(attempt, budget, step.nodes)
+    if decision.action in ("restart", "requeue") and attempt.lost_nodes():
+        suspects = attempt.lost_nodes()
+        dead = suspects if attempt.frozen() else probe_dead(suspects, runner, step.probe_timeout)
+        nodes = dataclasses.replace(step.nodes, dead=dead)
+        decision = decide(attempt, budget, nodes)
+    return _recorded(decision, step, files, budget.used, _since_failure(files))
+
+
+def _recorded(
+    decision: Decision, step: Step, files: LogFiles, attempt: int, seconds: float | None
+) -> str:
+    """Append the decision to the job's record (not a success); its shell assignments."""
+    line = decision.line(step.job_id, seconds)
+    if decision.action != "done":
+        record = {"time": round(time.time(), 3), "job_id": step.job_id, "attempt": attempt}
+        record.update(action=decision.action, why=decision.why, status=decision.status)
+        record.update(exclude=list(decision.exclude), line=line, ends=_err_sizes(files))
+        if decision.action == "restart":
+            record.update(restart=decision.restart, seconds=seconds)
+        write_record(record_path(files.log_dir, step.job_id), record)
+    return shell_lines(decision, line)
+
+
+def _err_sizes(files: LogFiles) -> dict[str, int]:
+    """Where the attempt ended in each rank's error log: what comes before it is an
+    earlier attempt's (``slurmtf status`` says so of its last error)."""
+    sizes = {}
+    for rank in files.ranks():
+        try:
+            sizes[str(rank)] = files.rank_file(rank, "err").stat().st_size
+        except OSError:
+            continue
+    return sizes
+
+
+def recovered_attempt(records: Sequence[Mapping[str, Any]], rank: int, offset: int) -> int | None:
+    """The attempt a line at ``offset`` of ``rank``'s error log belongs to, when a restart
+    or requeue followed that attempt (it was recovered); else ``None``."""
+    for record in records:
+        ends = record.get("ends") or {}
+        end = ends.get(str(rank)) if isinstance(ends, dict) else None
+        again = record.get("action") in ("restart", "requeue")
+        if again and isinstance(end, int) and offset < end:
+            attempt = record.get("attempt")
+            return attempt if isinstance(attempt, int) else None
+    return None
+
+
+def in_place(records: Sequence[Mapping[str, Any]]) -> int:
+    """How many restarts in place the job's record holds."""
+    return sum(1 for r in records if r.get("action") == "restart")
+
+
+def _since_failure(files: LogFiles) -> float | None:
+    """Seconds since srun last wrote its stderr (its words about the failed task)."""
+    try:
+        return max(0.0, time.time() - files.srun_err.stat().st_mtime) if files.srun_err else None
+    except OSError:
+        return None

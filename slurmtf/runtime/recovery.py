@@ -1,0 +1,313 @@
+"""What follows a step of a job: done, a restart in place, a requeue, or a stop.
+
+The pure core: :func:`decide` takes how one attempt ended (:class:`Attempt`: srun's exit
+status, its ``task N: ...`` lines, each rank's event lines of that attempt), the restart
+budget (:class:`Budget`) and the allocation's nodes (:class:`Nodes`), and returns a
+:class:`Decision`:
+
+* ``done``: every task ended with 0 (or only parameter-server workers were killed,
+  which the chief's ClusterCoordinator tolerates);
+* ``restart``: a rank was killed or crashed (a signal), lost a peer or saw a stall: a new
+  srun step in the same allocation resumes from the last complete checkpoint; nodes that
+  stopped answering are left out (``srun --exclude``) while at least ``Nodes.minimum``
+  remain;
+* ``requeue``: the allocation cannot go on: preemption (exit 75) and the time limit end
+  it, and too few nodes may be left;
+* ``stop``: a rank's own deterministic error (exit 2, an exception), or the budget is spent.
+
+Restarts in place and requeues share one budget (``MAX_RESTARTS``). The edge that reads the
+logs and prints the decision for ``slurmtf/job.sh`` is :mod:`slurmtf.runtime.attempts`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, ending_signal
+
+ACTIONS = ("done", "restart", "requeue", "stop")
+Event = dict[str, Any]
+
+# srun's words for a task ended by a signal (its own process, no launcher between).
+_SIGNAL_WORDS = (
+    ("Killed", "SIGKILL"),
+    ("Terminated", "SIGTERM"),
+    ("Segmentation", "SIGSEGV"),
+    ("Aborted", "SIGABRT"),
+    ("Bus error", "SIGBUS"),
+    ("Floating point", "SIGFPE"),
+    ("Illegal instruction", "SIGILL"),
+    ("Interrupt", "SIGINT"),
+    ("Hangup", "SIGHUP"),
+    ("User defined signal 1", "SIGUSR1"),
+    ("User defined signal 2", "SIGUSR2"),
+)
+_TASK_LINE = re.compile(r"tasks? ([0-9][0-9,-]*): (.*)$")
+_EXIT_CODE = re.compile(r"Exited with exit code (\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskEnding:
+    """One of srun's ``task 1: Killed`` / ``tasks 3-4: Exited with exit code 2`` lines."""
+
+    ranks: tuple[int, ...]
+    reason: str
+
+    @classmethod
+    def parse(cls, line: str) -> TaskEnding | None:
+        found = _TASK_LINE.search(line.rstrip())
+        if found is None:
+            return None
+        return cls(task_ranks(found.group(1)), found.group(2).strip())
+
+    @property
+    def exit_code(self) -> int | None:
+        found = _EXIT_CODE.search(self.reason)
+        return int(found.group(1)) if found else None
+
+    @property
+    def signal(self) -> str | None:
+        """``SIGKILL`` for a task ended by a signal, as srun says it (``Killed``) or as a
+        launcher between srun and the model reports it (exit 128+N); ``None`` for a task
+        that exited by itself."""
+        code = self.exit_code
+        if code is not None:
+            sig = ending_signal(code)
+            return sig.name if sig is not None else None
+        for word, name in _SIGNAL_WORDS:
+            if self.reason.startswith(word):
+                return name
+        return f"a signal ({self.reason})"
+
+
+def task_ranks(text: str) -> tuple[int, ...]:
+    """The ranks of srun's ``4``, ``3-4`` or ``1,3-4``."""
+    ranks: list[int] = []
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            ranks.extend(range(int(low), int(high or low) + 1))
+    return tuple(ranks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """How one srun step ended: srun's status and ``task`` lines (first failure first),
+    each rank's event lines of this attempt, each rank's own error line (for the message
+    of a stop), and srun's ``Node failure on NODE`` nodes."""
+
+    status: int
+    endings: tuple[TaskEnding, ...] = ()
+    events: Mapping[int, Sequence[Event]] = dataclasses.field(default_factory=dict)
+    errors: Mapping[int, str] = dataclasses.field(default_factory=dict)
+    failed_nodes: tuple[str, ...] = ()
+
+    def of(self, rank: int, name: str) -> list[Event]:
+        return [e for e in self.events.get(rank, ()) if e.get("event") == name]
+
+    def preempted(self) -> bool:
+        """Exit 75 from srun or from the first task it saw end, or rank 0's own word."""
+        if self.status == EXIT_PREEMPTED:
+            return True
+        if self.endings and self.endings[0].exit_code == EXIT_PREEMPTED:
+            return True
+        if self.of(0, "preempted") or any(e.get("preempted") for e in self.of(0, "done")):
+            return True
+        return any(e.get("status") == EXIT_PREEMPTED for e in self.of(0, "exit"))
+
+    def lost_nodes(self) -> tuple[str, ...]:
+        """Nodes of the peers the ranks lost (``peer_lost`` events) and srun's failed
+        nodes, in order of first mention: the nodes worth probing."""
+        nodes = [n for rank in sorted(self.events) for n in self._lost_by(rank)]
+        return tuple(dict.fromkeys([*nodes, *self.failed_nodes]))
+
+    def frozen(self) -> bool:
+        """A rank saw a peer's heartbeats stop (TensorFlow's coordination service)."""
+        return any(e.get("heartbeat") for r in self.events for e in self.of(r, "peer_lost"))
+
+    def _lost_by(self, rank: int) -> list[str]:
+        return [
+            str(peer["node"])
+            for e in self.of(rank, "peer_lost")
+            for peer in e.get("lost", ())
+            if isinstance(peer, dict) and peer.get("node")
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """Restarts so far (in place + requeues, this job's whole life) and the limit."""
+
+    used: int
+    limit: int
+
+    @property
+    def spent(self) -> bool:
+        return self.used >= self.limit
+
+
+@dataclasses.dataclass(frozen=True)
+class Nodes:
+    """The allocation's nodes (Slurm's order), those left out already, the fewest a step
+    may train on, and those found dead after this attempt (probed by the edge)."""
+
+    allocated: tuple[str, ...] = ()
+    excluded: tuple[str, ...] = ()
+    minimum: int = 0
+    dead: tuple[str, ...] = ()
+
+    def next_excluded(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys([*self.excluded, *self.dead]))
+
+    def usable(self) -> tuple[str, ...]:
+        left_out = set(self.next_excluded())
+        return tuple(n for n in self.allocated if n not in left_out)
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    """What to do next: ``action`` (one of :data:`ACTIONS`), ``why`` (this attempt's
+    ending in words), the job's exit ``status`` for ``stop``, the nodes to leave out of
+    the next step or the requeued job, and ``restart``: the attempt number that follows
+    (restarts in place + requeues)."""
+
+    action: str
+    why: str
+    status: int = 0
+    exclude: tuple[str, ...] = ()
+    restart: int = 0
+    limit: int = 0
+    new_exclusions: tuple[str, ...] = ()
+    note: str = ""  # a line to log first (workers tolerated while others failed)
+
+    def line(self, job_id: str, seconds: float | None = None) -> str:
+        """The job log's one line about this decision."""
+        if self.action == "done":
+            return self.why
+        of = f"{self.restart} of {self.limit}"
+        if self.action == "requeue":
+            return f"{self.why}: requeueing job {job_id} (restart {of}, MAX_RESTARTS)"
+        if self.action == "stop":
+            return self.why
+        after = f", {seconds:.0f} s after" if seconds is not None else " after"
+        line = f"restart {of} in place (MAX_RESTARTS){after} {self.why}"
+        if self.new_exclusions:
+            line += f"; {','.join(self.new_exclusions)} left out"
+        return line
+
+
+def decide(attempt: Attempt, budget: Budget, nodes: Nodes = Nodes()) -> Decision:
+    """The next step after ``attempt`` (see the module's docstring)."""
+    attempt, tolerated = tolerate_workers(attempt)
+    if attempt.status == 0 and not attempt.preempted():
+        why = "completed"
+        if tolerated:
+            why = (
+                f"tolerated the loss of worker {tolerated}: the chief's script completed "
+                "without it (ClusterCoordinator ran its work on the other workers)"
+            )
+        return Decision("done", why)
+    if attempt.preempted():
+        return _again(
+            "requeue", "preempted after saving a checkpoint", EXIT_PREEMPTED, budget, nodes
+        )
+    note = f"tolerated the loss of worker {tolerated}; judging the attempt by the other tasks"
+    decision = _after_failure(attempt, budget, nodes)
+    return dataclasses.replace(decision, note=note) if tolerated else decision
+
+
+def _after_failure(attempt: Attempt, budget: Budget, nodes: Nodes) -> Decision:
+    why, retry = classify(attempt)
+    status = attempt.status or EXIT_FAILURE
+    if not retry:
+        if why.startswith("bad flags"):
+            status = EXIT_USAGE
+        return Decision("stop", f"failed: {why}; not restarted", status)
+    action = "restart" if len(nodes.usable()) >= nodes.minimum else "requeue"
+    return _again(action, why if action == "restart" else f"failed: {why}", status, budget, nodes)
+
+
+def after_check(outliers: Sequence[str], budget: Budget, nodes: Nodes = Nodes()) -> Decision:
+    """``--check_first`` found ``outliers``: leave them out of the training step while at
+    least ``nodes.minimum`` remain (one restart), else requeue without them; with the
+    budget spent, stop rather than train on them."""
+    why = f"check_first found outlier node(s) {','.join(outliers)}"
+    if budget.spent:
+        return Decision(
+            "stop",
+            f"{why}; not training on an outlier node (MAX_RESTARTS={budget.limit} spent)",
+            EXIT_FAILURE,
+        )
+    nodes = dataclasses.replace(nodes, dead=tuple(outliers))
+    action = "restart" if len(nodes.usable()) >= nodes.minimum else "requeue"
+    return _again(action, why, EXIT_FAILURE, budget, nodes)
+
+
+def _again(action: str, why: str, status: int, budget: Budget, nodes: Nodes) -> Decision:
+    """Restart or requeue within the budget; else stop with this attempt's status."""
+    if budget.spent:
+        text = why if why.startswith(("failed", "preempted")) else f"failed: {why}"
+        return Decision(
+            "stop",
+            f"{text}; not restarted: already restarted {budget.used} time(s) "
+            f"(MAX_RESTARTS={budget.limit})",
+            status,
+        )
+    exclude = nodes.next_excluded()
+    new = tuple(n for n in exclude if n not in nodes.excluded)
+    return Decision(action, why, status, exclude, budget.used + 1, budget.limit, new)
+
+
+def classify(attempt: Attempt) -> tuple[str, bool]:
+    """Why ``attempt`` failed, and whether a restart may fix it. srun names the task that
+    failed first; the others were stopped by ``--kill-on-bad-exit``. What happened
+    decides, not which wrapper reported it: a task ended by a signal (directly or as exit
+    128+N through a launcher) was killed and is retried; exit 2 never is; a rank that
+    exited with its own error (no ``peer_lost`` or ``stalled`` event) is not."""
+    endings = attempt.endings
+    if attempt.status == EXIT_USAGE or any(e.exit_code == EXIT_USAGE for e in endings):
+        return "bad flags or settings (exit 2): a restart cannot fix them", False
+    first = next((e for e in endings if e.ranks), None)
+    if first is not None:
+        rank = first.ranks[0]
+        sig = first.signal
+        if sig is not None:
+            return f"rank {rank} was killed by {sig}", True
+        if attempt.of(rank, "peer_lost") or attempt.of(rank, "stalled"):
+            return f"rank {rank} lost a peer or saw a stall", True
+        own = attempt.errors.get(rank, "")
+        return f"rank {rank} failed with its own error (exit code {first.exit_code}): {own}", False
+    if attempt.failed_nodes or attempt.status >= 128:
+        where = ", ".join(f"Node failure on {n}" for n in attempt.failed_nodes)
+        return f"srun exited {attempt.status} ({where or 'killed'})", True
+    return f"srun exited {attempt.status} without a lost peer, node or killed task", False
+
+
+def tolerate_workers(attempt: Attempt) -> tuple[Attempt, str]:
+    """A parameter-server job: the worker servers (``serving`` events with role
+    ``worker``) that srun reports killed by a signal are tolerated. The attempt is then
+    judged by the other tasks' endings alone (status 0 when none is left), so that a
+    chief that failed after a worker was killed is judged by its own ending. Returns the
+    attempt to judge and the tolerated ranks in words (``rank 4 (SIGKILL)``)."""
+    if attempt.status == 0:
+        return attempt, ""
+    tolerated: list[str] = []
+    others: list[TaskEnding] = []
+    for ending in attempt.endings:
+        sig = ending.signal
+        workers = ending.ranks and all(_is_worker(attempt, r) for r in ending.ranks)
+        if not workers or sig is None or sig.startswith("a signal"):
+            others.append(ending)
+            continue
+        tolerated.extend(f"rank {r} ({sig})" for r in ending.ranks)
+    if not tolerated:
+        return attempt, ""
+    status = attempt.status if others else 0
+    return dataclasses.replace(attempt, status=status, endings=tuple(others)), ", ".join(tolerated)
+
+
+def _is_worker(attempt: Attempt, rank: int) -> bool:
+    return any(e.get("role") == "worker" for e in attempt.of(rank, "serving"))

@@ -1,0 +1,226 @@
+"""slurmtf.runtime.recovery: what follows a step, as a table of endings -> decisions.
+No Slurm, no TensorFlow: values in, a Decision out; the edge on files the tests write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmtf.errors import SlurmCommandError
+from slurmtf.runtime.attempts import (
+    LogFiles,
+    Step,
+    decide_step,
+    own_error,
+    read_attempt,
+    read_record,
+    restarts_so_far,
+)
+from slurmtf.runtime.recovery import (
+    Attempt,
+    Budget,
+    Nodes,
+    TaskEnding,
+    after_check,
+    decide,
+    task_ranks,
+)
+
+PEER = {"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]}
+FROZEN = {**PEER, "heartbeat": True}
+STALLED = {"event": "stalled", "message": "no training step finished"}
+WORKER = {"event": "serving", "role": "worker"}
+PS = {"event": "serving", "role": "ps"}
+
+
+def ending(line: str) -> TaskEnding:
+    found = TaskEnding.parse(line)
+    assert found is not None, line
+    return found
+
+
+def attempt(status: int, *lines: str, **events: Any) -> Attempt:
+    ranks = {int(k.removeprefix("r")): v for k, v in events.items()}
+    return Attempt(status, tuple(ending(x) for x in lines), ranks, {1: "ValueError: bad"})
+
+
+# (name, attempt, budget used, expected action, words of the why, exit status)
+CASES = [
+    ("all done", attempt(0), 0, "done", "completed", 0),
+    ("killed", attempt(137, "task 1: Killed", "task 0: Exited with exit code 1", r0=[PEER]),
+     0, "restart", "rank 1 was killed by SIGKILL", 137),
+    ("killed via launcher", attempt(1, "task 1: Exited with exit code 137"),
+     0, "restart", "rank 1 was killed by SIGKILL", 1),
+    ("segfault", attempt(139, "task 1: Segmentation fault (core dumped)"),
+     0, "restart", "SIGSEGV", 139),
+    ("lost peer", attempt(1, "task 0: Exited with exit code 1", r0=[PEER]),
+     0, "restart", "rank 0 lost a peer or saw a stall", 1),
+    ("stall", attempt(1, "task 0: Exited with exit code 1", r0=[STALLED]),
+     0, "restart", "saw a stall", 1),
+    ("own error", attempt(1, "task 1: Exited with exit code 1", "task 0: Killed"),
+     0, "stop", "rank 1 failed with its own error (exit code 1): ValueError: bad", 1),
+    ("bad flags", attempt(2, "tasks 0-1: Exited with exit code 2"),
+     0, "stop", "bad flags or settings (exit 2)", 2),
+    ("plain exit", attempt(1), 0, "stop", "without a lost peer, node or killed task", 1),
+    ("preempted", attempt(75), 0, "requeue", "preempted after saving a checkpoint", 75),
+    ("preempted first", attempt(143, "task 1: Exited with exit code 75", "task 0: Terminated"),
+     0, "requeue", "preempted", 75),
+    ("preempted event", attempt(0, r0=[{"event": "done", "preempted": True}]),
+     0, "requeue", "preempted", 75),
+    ("budget spent", attempt(137, "task 1: Killed"), 3, "stop",
+     "rank 1 was killed by SIGKILL; not restarted: already restarted 3 time(s) (MAX_RESTARTS=3)",
+     137),
+    ("preempted, budget spent", attempt(75), 3, "stop", "not restarted", 75),
+    ("worker killed", attempt(137, "task 4: Killed", r4=[WORKER]),
+     0, "done", "tolerated the loss of worker rank 4 (SIGKILL)", 0),
+    ("workers grouped", attempt(137, "tasks 3-4: Killed", r3=[WORKER], r4=[WORKER]),
+     0, "done", "rank 3 (SIGKILL), rank 4 (SIGKILL)", 0),
+    ("ps killed", attempt(137, "task 1: Killed", r1=[PS]), 0, "restart", "rank 1 was killed", 137),
+    ("chief after worker", attempt(137, "task 4: Killed", "task 0: Killed", r4=[WORKER]),
+     0, "restart", "rank 0 was killed by SIGKILL", 137),
+    ("chief error after worker",
+     attempt(1, "task 4: Killed", "task 1: Exited with exit code 1", r4=[WORKER]),
+     0, "stop", "rank 1 failed with its own error", 1),
+    ("worker own error", attempt(1, "task 4: Exited with exit code 1", r4=[WORKER]),
+     0, "stop", "rank 4 failed with its own error", 1),
+    ("node failure", Attempt(1, failed_nodes=("node2",)), 0, "restart", "Node failure on node2", 1),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_an_ending_decides_the_next_step(case: tuple[Any, ...]) -> None:
+    _name, ended, used, action, words, status = case
+    decision = decide(ended, Budget(used, 3))
+    assert decision.action == action, decision
+    assert words in decision.why, decision
+    assert decision.status == status, decision
+    if action in ("restart", "requeue"):
+        assert decision.restart == used + 1
+
+
+# (allocated, excluded before, minimum, dead) -> action, exclude
+NODE_CASES = [
+    (("n1", "n2"), (), 2, (), "restart", ()),
+    (("n1", "n2"), (), 2, ("n2",), "requeue", ("n2",)),
+    (("n1", "n2", "n3"), (), 2, ("n2",), "restart", ("n2",)),  # a spare
+    (("n1", "n2", "n3"), ("n3",), 2, ("n2",), "requeue", ("n3", "n2")),
+    (("n1", "n2", "n3"), (), 1, ("n1", "n2"), "restart", ("n1", "n2")),  # a range 1-3
+]
+
+
+@pytest.mark.parametrize("case", NODE_CASES)
+def test_dead_nodes_are_left_out_while_enough_remain(case: tuple[Any, ...]) -> None:
+    allocated, excluded, minimum, dead, action, exclude = case
+    nodes = Nodes(allocated, excluded, minimum, dead)
+    decision = decide(attempt(1, "task 0: Exited with exit code 1", r0=[PEER]), Budget(0, 3), nodes)
+    assert (decision.action, decision.exclude) == (action, exclude), decision
+    if action == "restart" and dead:
+        assert f"{','.join(dead)} left out" in decision.line("7", 3.0)
+
+
+def test_the_log_line_names_the_restart_and_how_long_after() -> None:
+    decision = decide(attempt(137, "task 1: Killed"), Budget(0, 3))
+    assert decision.line("77", 11.2) == (
+        "restart 1 of 3 in place (MAX_RESTARTS), 11 s after rank 1 was killed by SIGKILL"
+    )
+    requeue = decide(attempt(75), Budget(1, 3))
+    assert requeue.line("77") == (
+        "preempted after saving a checkpoint: requeueing job 77 (restart 2 of 3, MAX_RESTARTS)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("used", "nodes", "action"),
+    [
+        (0, Nodes(("n1", "n2", "n3"), (), 2), "restart"),
+        (0, Nodes(("n1", "n2"), (), 2), "requeue"),
+        (2, Nodes(("n1", "n2", "n3"), (), 2), "stop"),
+    ],
+)
+def test_check_first_outliers_are_left_out_in_place(used: int, nodes: Nodes, action: str) -> None:
+    decision = after_check(["n2"], Budget(used, 2), nodes)
+    assert decision.action == action, decision
+    assert "check_first found outlier node(s) n2" in decision.why
+    if action != "stop":
+        assert decision.exclude == ("n2",)
+    else:
+        assert "not training on an outlier node (MAX_RESTARTS=2 spent)" in decision.why
+
+
+@pytest.mark.parametrize(
+    ("text", "ranks"), [("4", (4,)), ("3-4", (3, 4)), ("1,3-4", (1, 3, 4)), ("x", ())]
+)
+def test_srun_task_lists(text: str, ranks: tuple[int, ...]) -> None:
+    assert task_ranks(text) == ranks
+
+
+@pytest.mark.parametrize(
+    ("reason", "sig"),
+    [
+        ("Killed", "SIGKILL"),
+        ("Exited with exit code 137", "SIGKILL"),
+        ("Exited with exit code 1", None),
+        ("Aborted (core dumped)", "SIGABRT"),
+        ("Something odd", "a signal (Something odd)"),
+    ],
+)
+def test_the_signal_of_a_task_ending(reason: str, sig: str | None) -> None:
+    assert TaskEnding((1,), reason).signal == sig
+
+
+def test_the_budget_counts_restarts_in_place_and_requeues() -> None:
+    records = [{"action": "restart"}, {"action": "requeue"}, {"action": "stop"}]
+    assert restarts_so_far(records, 1) == 2
+    assert restarts_so_far(records, 3) == 4  # Slurm requeued twice by itself
+
+
+def logs(tmp_path: Path) -> LogFiles:
+    (tmp_path / "srun.err").write_text("old: task 0: Killed\n")
+    offset = (tmp_path / "srun.err").stat().st_size
+    with (tmp_path / "srun.err").open("a") as f:
+        f.write("srun: error: node2: task 1: Killed\nsrun: error: Node failure on node2\n")
+    (tmp_path / "rank0.out").write_text(json.dumps(PEER) + "\n")
+    (tmp_path / "rank0.err").write_text("")
+    (tmp_path / "rank1.err").write_text("W0000 a warning\nTraceback\nValueError: x\n")
+    offsets = {str(tmp_path / "srun.err"): offset}
+    return LogFiles(tmp_path, srun_err=tmp_path / "srun.err", offsets=offsets)
+
+
+def test_the_edge_reads_only_this_attempt(tmp_path: Path) -> None:
+    found = read_attempt(137, logs(tmp_path))
+    assert [e.ranks for e in found.endings] == [(1,)]
+    assert found.failed_nodes == ("node2",)
+    assert found.lost_nodes() == ("node2",)
+    assert found.errors[1] == "ValueError: x"
+
+
+def test_the_edge_probes_lost_nodes_records_and_prints_shell(tmp_path: Path) -> None:
+    probed: list[list[str]] = []
+
+    def runner(args: Any, **_: Any) -> str:
+        probed.append(list(args))
+        raise SlurmCommandError("srun", 1, "node2 does not answer")
+
+    step = Step("77", 137, 3, nodes=Nodes(("node1", "node2", "node3"), (), 2))
+    out = decide_step(step, logs(tmp_path), runner)
+    assert "slurmtf_action=restart\n" in out
+    assert "slurmtf_exclude=node2\n" in out
+    assert "--nodelist=node2" in probed[0]
+    (record,) = read_record(tmp_path, "77")
+    assert (record["action"], record["exclude"]) == ("restart", ["node2"])
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("Traceback\nValueError: bad shape (3, 4)\nW0000 x", "ValueError: bad shape (3, 4)"),
+        ("train.py: --x='7': no. HINT: use 8", "train.py: --x='7': no. HINT: use 8"),
+        ("usage: x\nW0000 warn", "usage: x"),
+        ("ModuleNotFoundError: No module named 'tensorflow'", "python3 on the nodes has no"),
+    ],
+)
+def test_a_ranks_own_error_line(text: str, line: str) -> None:
+    assert line in own_error(text)
