@@ -150,4 +150,3 @@ def call_function(target: str, argv: Sequence[str]) -> int:
         obj = getattr(obj, part)
     result = obj(list(argv))
     return 0 if result is None else int(result)
-
