@@ -38,6 +38,7 @@ MODULES = {
     "firewall": "benchmarks.bench_firewall",
     "check": "benchmarks.bench_check",
     "evaluator": "benchmarks.bench_evaluator",
+    "restarts": "benchmarks.bench_restarts",
     "projection": "benchmarks.projection",  # last: it reads links, breakdown and gpu
 }
 NAMES = tuple(MODULES)

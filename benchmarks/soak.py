@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,9 +96,9 @@ def read_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
                  anon_kb=kb.get("RssAnon", 0), file_kb=kb.get("RssFile", 0))  # fmt: skip
 
 
-def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
-    """``{rank: pid}`` of the Python training processes of job ``job_id`` on this machine."""
-    found: dict[int, int] = {}
+def processes(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[bytes], list[bytes]]]:
+    """Every readable process on this machine: its PID, command line and environment
+    (``\0``-separated items); one that ends while being read is skipped."""
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
@@ -107,13 +107,20 @@ def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
             environ = (entry / "environ").read_bytes().split(b"\0")
         except OSError:
             continue
+        yield int(entry.name), cmdline, environ
+
+
+def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
+    """``{rank: pid}`` of the Python training processes of job ``job_id`` on this machine."""
+    found: dict[int, int] = {}
+    for pid, cmdline, environ in processes(proc):
         # The Python of the rank itself, not srun (whose command line also names the model).
         is_python = b"python" in cmdline[0].rsplit(b"/", 1)[-1]
         if not is_python or not any(arg.startswith(RANK_MARKERS) for arg in cmdline):
             continue
         env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
         if env.get(b"SLURM_JOB_ID") == job_id.encode() and b"SLURM_PROCID" in env:
-            found[int(env[b"SLURM_PROCID"])] = int(entry.name)
+            found[int(env[b"SLURM_PROCID"])] = pid
     return found
 
 

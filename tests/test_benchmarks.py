@@ -331,3 +331,57 @@ def test_gpu_pending_without_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     result = bench_gpu.run(Options())
     assert result["pending"] is True
     assert "run_all --only gpu" in result["command"]
+
+
+# ---------------------------------------------------------------------------- restarts
+def _fake_proc(root: Path, pid: int, argv: list[str], env: dict[str, str], threads: int) -> None:
+    base = root / str(pid)
+    (base / "fd").mkdir(parents=True)
+    (base / "task").mkdir()
+    for n in range(threads):
+        (base / "task" / str(pid + n)).mkdir()
+    (base / "fd" / "0").write_text("")
+    (base / "cmdline").write_bytes(b"\0".join(a.encode() for a in argv) + b"\0")
+    (base / "environ").write_bytes(b"\0".join(f"{k}={v}".encode() for k, v in env.items()))
+    (base / "status").write_text("Name:\tx\nVmRSS:\t  1234 kB\n")
+
+
+def test_bench_restarts_finds_the_jobs_processes_by_kind(tmp_path: Path) -> None:
+    from benchmarks import bench_restarts as br
+
+    job = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0"}
+    _fake_proc(tmp_path, 10, ["/bin/bash", "/var/spool/slurmd/job00007/slurm_script"], job, 1)
+    _fake_proc(tmp_path, 11, ["slurmstepd: [7.batch]"], {}, 4)
+    _fake_proc(tmp_path, 12, ["slurmstepd: [77.0]"], {}, 4)  # another job's
+    _fake_proc(tmp_path, 13, ["/usr/bin/srun", "python3", "-m", "models.mnist"], job, 3)
+    _fake_proc(tmp_path, 14, ["python3", "-m", "models.mnist"], {**job, "SLURM_PROCID": "1"}, 9)
+    _fake_proc(tmp_path, 15, ["python3", "-m", "models.mnist"], {"SLURM_JOB_ID": "8"}, 9)
+    found = br.job_processes("7", tmp_path)
+    assert found == {"batch": [10], "stepd": [11], "other": [13], "rank1": [14]}
+    assert br.proc_figures(14, tmp_path) == {"threads": 9, "fds": 1, "rss_kb": 1234}
+    assert br.proc_figures(99, tmp_path) is None
+
+
+def test_bench_restarts_flatness_and_verdict() -> None:
+    from benchmarks import bench_restarts as br
+
+    limits = {"batch_fds": 0, "rank_threads_max": 20}
+    rows = [{"batch_fds": 5, "rank_threads_max": 100}, {"batch_fds": 5, "rank_threads_max": 110}]
+    flat = br.verdicts(rows, limits)
+    assert flat["batch_fds"] == {"first": 5, "last": 5, "growth": 0, "limit": 0, "ok": True}
+    assert flat["rank_threads_max"]["ok"] is True
+    leaky = br.verdicts([*rows, {"batch_fds": 6, "rank_threads_max": 100}], limits)
+    assert leaky["batch_fds"]["ok"] is False  # one fd more after the restarts: a leak
+    assert br.verdicts(rows[:1], limits) == {}  # one sample compares nothing
+    result = {"state": "COMPLETED", "kills": 2, "restarts_in_place": 2, "slurm_restarts": 0,
+              "flatness": flat, "left_after_job": {}}  # fmt: skip
+    assert br.passed(result)
+    assert not br.passed({**result, "left_after_job": {"rank0": [5]}})
+    assert not br.passed({**result, "flatness": leaky})
+    assert not br.passed({**result, "restarts_in_place": 1})
+    assert br.kill_to_training([{"time": 10.0}, {"time": 24.5}, {"time": 37.0}]) == [14.5, 12.5]
+    assert br.live("JobState=PENDING Restarts=0")
+    assert br.live("JobState=RUNNING Restarts=0")
+    assert not br.live("JobState=COMPLETED Restarts=0")
+    assert not br.live("")
+    assert "PASS" in br.markdown({**result, "samples": [], "load": [1.0, 1.0, 1.0], "pass": True})

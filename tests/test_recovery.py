@@ -13,6 +13,7 @@ from slurmtf.errors import SlurmCommandError
 from slurmtf.runtime.attempts import (
     LogFiles,
     Step,
+    decide_and_record,
     decide_step,
     own_error,
     read_attempt,
@@ -26,6 +27,7 @@ from slurmtf.runtime.recovery import (
     TaskEnding,
     after_check,
     decide,
+    srun_words,
     task_ranks,
 )
 
@@ -224,3 +226,36 @@ def test_the_edge_probes_lost_nodes_records_and_prints_shell(tmp_path: Path) -> 
 )
 def test_a_ranks_own_error_line(text: str, line: str) -> None:
     assert line in own_error(text)
+
+
+@pytest.mark.parametrize(
+    ("code", "words", "sig"),
+    [(0, "Exited with exit code 0", None), (3, "Exited with exit code 3", None),
+     (137, "Exited with exit code 137", "SIGKILL"), (-9, "Killed", "SIGKILL"),
+     (-11, "Segmentation", "SIGSEGV"), (-15, "Terminated", "SIGTERM"),
+     (-40, "Ended by signal 40", "a signal (Ended by signal 40)")],
+)  # fmt: skip
+def test_srun_words_for_a_return_code_read_back_as_srun_said_them(
+    code: int, words: str, sig: str | None
+) -> None:
+    """--cluster=local writes these for its ranks; the same reader classifies them."""
+    assert srun_words(code) == words
+    assert ending(f"task 1: {words}").signal == sig
+
+
+def test_on_this_machine_a_preemption_restarts_in_place_without_probes(tmp_path: Path) -> None:
+    files = logs(tmp_path)  # a lost peer on node2, srun's "Node failure on node2"
+
+    def no_probe(*args: Any, **kwargs: Any) -> str:
+        raise AssertionError("probed a node on this machine")
+
+    step = Step("9", 75, 3, on_this_machine=True)
+    decision, line = decide_and_record(step, files, no_probe)
+    assert (decision.action, decision.restart) == ("restart", 1)
+    assert line.endswith(" s after preemption (checkpoint saved)"), line
+    assert line.startswith("restart 1 of 3 in place (MAX_RESTARTS), ")
+    killed = Step("9", 137, 3, on_this_machine=True)
+    decision, line = decide_and_record(killed, files, no_probe)
+    assert (decision.action, decision.exclude) == ("restart", ())  # no node left out
+    assert "after rank 1 was killed by SIGKILL" in line
+    assert [r["action"] for r in read_record(tmp_path, "9")] == ["restart", "restart"]

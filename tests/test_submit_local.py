@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -61,7 +62,8 @@ def test_local_preempted_run_restarts_up_to_max_requeues(tmp_path: Path) -> None
     (log,) = tmp_path.glob("*_0_log.out")
     restarts = [e["restart_count"] for e in launch_events(log) if e["event"] == "launch"]
     assert restarts == [0, 1, 2]
-    assert out.getvalue().count("preempted; restart") == 2
+    assert out.getvalue().count("in place (MAX_RESTARTS) after preemption") == 2
+    assert "not restarted: already restarted 2 time(s) (MAX_RESTARTS=2)" in out.getvalue()
 
 
 def test_local_failed_rank_stops_the_others(tmp_path: Path) -> None:
@@ -136,14 +138,14 @@ RANK_ENDING = Path(__file__).parent / "scripts" / "rank_ending.py"
 @pytest.mark.parametrize(
     ("ending", "status", "said"),
     [
-        ("kill", 0, "rank 1 was killed by SIGKILL; restart 1"),
-        ("segv", 0, "rank 1 was killed by SIGSEGV; restart 1"),
-        ("preempt", 0, "preempted; restart 1"),
-        ("raise", 1, None),
-        ("exit2", 2, None),
+        ("kill", 0, r", \d+ s after rank 1 was killed by SIGKILL"),
+        ("segv", 0, r", \d+ s after rank 1 was killed by SIGSEGV"),
+        ("preempt", 0, r" after preemption \(checkpoint saved\)"),
+        ("raise", 1, "rank 1 failed with its own error .*RuntimeError: rank 1 broke on purpose"),
+        ("exit2", 2, r"bad flags or settings \(exit 2\)"),
     ],
 )
-def test_local_restarts_a_killed_rank_as_the_job_scripts_do(
+def test_local_restarts_a_killed_rank_in_place_as_the_job_scripts_do(
     tmp_path: Path, ending: str, status: int, said: str | None
 ) -> None:
     """The user's script through the launcher for unmodified scripts (``python SCRIPT``
@@ -159,10 +161,67 @@ def test_local_restarts_a_killed_rank_as_the_job_scripts_do(
     )
     out = io.StringIO()
     assert local.run_local(spec, out) == status, out.getvalue()
-    restarts = out.getvalue().count("; restart 1")
-    assert restarts == (1 if said else 0), out.getvalue()
-    if said:
-        assert said in out.getvalue()
+    restarts = out.getvalue().count("slurmtf: restart 1 of 1 in place (MAX_RESTARTS)")
+    assert restarts == (1 if status == 0 else 0), out.getvalue()
+    assert re.search(said, out.getvalue()), out.getvalue()
+    (record,) = tmp_path.glob("recovery-*.jsonl")
+    actions = [json.loads(x)["action"] for x in record.read_text().splitlines()]
+    assert actions == (["restart"] if status == 0 else ["stop"])
     (rank1,) = tmp_path.glob("*_1_log.out")
     launches = [e for e in launch_events(rank1) if e["event"] == "launch"]
     assert launches[0]["command"][1:4] == ["-m", "slurmtf.run", str(RANK_ENDING)]
+
+
+PEER_LOST_ONCE = (
+    "bash -c 'if [ $SLURM_RESTART_COUNT = 0 ] && [ $SLURM_PROCID = 0 ]; then "
+    'echo {\\"event\\": \\"peer_lost\\", \\"lost\\": [{\\"rank\\": 1}]}; exit 1; fi; '
+    "if [ $SLURM_RESTART_COUNT = 0 ]; then sleep 60; fi'"
+)
+
+
+def test_a_lost_peer_restarts_the_local_ranks_in_place(tmp_path: Path) -> None:
+    """Rank 0's ``peer_lost`` event (not its words) makes its exit 1 a restart."""
+    spec = JobSpec(kind="command", target=PEER_LOST_ONCE, nodes=2, log_dir=str(tmp_path),
+                   cluster="local", max_requeues=3)  # fmt: skip
+    out = io.StringIO()
+    assert local.run_local(spec, out) == 0, out.getvalue()
+    assert "restart 1 of 3 in place (MAX_RESTARTS)" in out.getvalue()
+    assert "after rank 0 lost a peer or saw a stall" in out.getvalue()
+
+
+def test_a_failed_step_leaves_no_process_of_its_ranks(tmp_path: Path) -> None:
+    """Every rank's process group is killed (the launcher and the user's process under
+    it), as srun ends a step: a restarted attempt never meets the last one's ranks."""
+    pids = tmp_path / "pids"
+    target = (
+        f"bash -c 'echo $$ >> {pids}; if [ $SLURM_PROCID = 1 ]; then sleep 1; exit 3; fi; sleep 60'"
+    )
+    spec = JobSpec(kind="command", target=target, nodes=2, log_dir=str(tmp_path),
+                   cluster="local")  # fmt: skip
+    assert local.run_local(spec, io.StringIO()) == 3
+    deadline = time.monotonic() + 10  # SIGKILL is sent; the kernel ends them soon after
+    alive = pids.read_text().split()
+    while alive and time.monotonic() < deadline:
+        alive = [p for p in alive if _state(int(p)) not in ("gone", "Z")]
+        time.sleep(0.1)
+    assert not alive, [_state(int(p)) for p in alive]
+    (srun_err,) = tmp_path.glob("*_srun.err")
+    assert srun_err.read_text() == "task 1: Exited with exit code 3\n"
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_the_budget_is_one_across_local_restarts(tmp_path: Path) -> None:
+    """A rank killed on every attempt: MAX_RESTARTS restarts in place, then the stop line."""
+    target = "bash -c 'if [ $SLURM_PROCID = 1 ]; then kill -9 $$; fi; sleep 60'"
+    spec = JobSpec(kind="command", target=target, nodes=2, log_dir=str(tmp_path),
+                   cluster="local", max_requeues=2)  # fmt: skip
+    out = io.StringIO()
+    assert local.run_local(spec, out) == 137, out.getvalue()
+    assert out.getvalue().count("in place (MAX_RESTARTS)") == 2
+    assert "not restarted: already restarted 2 time(s) (MAX_RESTARTS=2)" in out.getvalue()

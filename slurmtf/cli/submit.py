@@ -238,10 +238,10 @@ def _restarts(group: argparse._ArgumentGroup) -> None:
         "max_restarts",
         type=int,
         default=3,
-        help="requeue the job at most this often, counted across restarts: "
-        "after a preemption (exit 75) or a failure a restart may fix (a killed "
-        "rank, a lost peer or node, a stall; a failed node is excluded). Bad "
-        "flags and model errors are not retried (default 3)",
+        help="restart the job at most this often, restarts in place and requeues "
+        "together: a killed rank, a lost peer or a stall start a new step in the same "
+        "allocation (also with --cluster=local); a preemption (exit 75) requeues; a "
+        "failed node is left out. Bad flags and model errors are not retried (default 3)",
     )
     add_flag(group, "max_requeues", type=int, help="former name of --max_restarts")
 

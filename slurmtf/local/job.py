@@ -4,27 +4,45 @@ Each process runs ``python -m slurmtf.launch`` with the ``SLURM_*`` variables a 
 ``srun`` step would set, so :func:`slurmtf.resolver.resolve` builds TF_CONFIG exactly as
 on a cluster. One node is ``localhost``; with ``--nodes=N`` the nodes are the loopback
 addresses ``127.0.0.1..127.0.0.N`` (the resolver gives every rank its own port, so they
-can share the machine). Sweeps run one grid point after the other; a run that exits 75
-(preempted, checkpoint saved), or whose first failing rank was ended by a signal (a
-kill, the OOM killer), is restarted with ``SLURM_RESTART_COUNT`` + 1, up to
-``--max_requeues``, as the job scripts requeue a job; any other failure is not.
+can share the machine). Sweeps run one grid point after the other.
+
+A grid point's ranks are one step: when one fails, the others are stopped (as srun
+``--kill-on-bad-exit`` stops them) and what follows is decided and recorded as the job
+scripts decide it (:mod:`slurmtf.runtime.recovery`, through
+:func:`slurmtf.runtime.attempts.decide_and_record`): a killed rank, a lost peer, a stall
+or a preemption restarts every rank in place, resuming from the last checkpoint, with
+``SLURM_RESTART_COUNT`` = the attempt, within the one ``--max_restarts`` budget; a rank's
+own error or exit 2 stops the job with its line. The record is
+``recovery-<job>.jsonl`` in the log folder, the log line the job scripts' (``restart 1 of
+3 in place (MAX_RESTARTS), 4 s after rank 1 was killed by SIGKILL``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
-from slurmtf.contracts import EXIT_PREEMPTED, ending_signal, rank_log_paths
+from slurmtf.contracts import EXIT_PREEMPTED, rank_log_paths
 from slurmtf.local.step import LocalStep, node_names, start_rank
 from slurmtf.monitor.status import summary
+from slurmtf.runtime.attempts import (
+    LogFiles,
+    Step,
+    decide_and_record,
+    read_record,
+    restarts_so_far,
+)
 from slurmtf.runtime.launcher import LOCAL_ENV, job_id_of
+from slurmtf.runtime.recovery import srun_words
 from slurmtf.spec.jobspec import JobSpec
 
 
@@ -48,29 +66,46 @@ def rank_step(spec: JobSpec, ids: Mapping[str, str], restarts: int) -> LocalStep
     )
 
 
-@dataclasses.dataclass(frozen=True)
-class Attempt:
-    """How one run of a grid point ended: every rank's status, and the rank that failed
-    first (``None`` when none did) with its status."""
+def local_files(spec: JobSpec, job_id: str) -> LogFiles:
+    """Where a local job's attempt is read from: its ranks' logs in the log folder and the
+    file this runner writes srun's ``task N: ...`` words to (``<job>_srun.err``)."""
+    return LogFiles(spec.folder, f"{job_id}_", "_log", spec.folder / f"{job_id}_srun.err")
 
-    codes: tuple[int, ...]
-    first_failed: tuple[int, int] | None = None
 
-    @property
-    def status(self) -> int:
-        return max(self.codes) if any(self.codes) else 0
+def at_the_end(files: LogFiles, num_tasks: int) -> LogFiles:
+    """``files`` with this attempt starting where each log ends now (they are appended to)."""
+    paths = [files.rank_file(r, k) for r in range(num_tasks) for k in ("out", "err")]
+    if files.srun_err is not None:
+        paths.append(files.srun_err)
+    offsets = {str(p): p.stat().st_size for p in paths if p.exists()}
+    return dataclasses.replace(files, offsets=offsets)
 
-    def restart_reason(self) -> str | None:
-        """Why a restart may help, as the job scripts decide it: every rank preempted
-        (exit 75), or the first failing rank ended by a signal; else ``None``."""
-        if all(c == EXIT_PREEMPTED for c in self.codes):
-            return "preempted"
-        if self.first_failed is not None:
-            rank, status = self.first_failed
-            ended_by = ending_signal(status)
-            if ended_by is not None:
-                return f"rank {rank} was killed by {ended_by.name}"
-        return None
+
+def stop_ranks(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    """SIGKILL every rank's process group (the launcher and the user's process under it),
+    as srun --kill-on-bad-exit ends a step; reap the launchers."""
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def wait_ranks(procs: Sequence[subprocess.Popen[bytes]], srun_err: Path) -> int:
+    """Wait for every rank; when one fails, write srun's words for it (and any other that
+    failed by itself) to ``srun_err`` and stop the rest. The step's status: the first
+    failure's (128+N for signal N), else the highest exit code (75 when preempted)."""
+    codes: list[int | None] = [None] * len(procs)
+    while any(c is None for c in codes):
+        codes = [c if c is not None else p.poll() for c, p in zip(codes, procs, strict=True)]
+        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0, EXIT_PREEMPTED)]
+        if failed:  # like srun --kill-on-bad-exit, which names the first task that failed
+            with srun_err.open("a") as err:
+                err.writelines(f"task {r}: {srun_words(int(c or 0))}\n" for r, c in failed)
+            stop_ranks(procs)
+            code = int(failed[0][1] or 0)
+            return 128 - code if code < 0 else code
+        time.sleep(0.2)
+    return max(int(c or 0) for c in codes)
 
 
 def run_point(
@@ -81,40 +116,49 @@ def run_point(
     spec_file: Path,
     environ: Mapping[str, str],
     restarts: int,
-) -> Attempt:
-    """Start every rank of one grid point, wait, stop the rest when one fails."""
+) -> int:
+    """Start every rank of one grid point (each in its own process group), wait, stop the
+    rest when one fails; srun's exit status for the step."""
     job_id = job_id_of(ids)
-    outs = rank_log_paths(spec.folder, job_id, spec.num_tasks)
-    errs = rank_log_paths(spec.folder, job_id, spec.num_tasks, "err")
+    files = local_files(spec, job_id)
     command = [sys.executable, "-u", "-m", "slurmtf.launch", f"--spec={spec_file}"]
     command.append(f"--params={json.dumps(dict(params))}")
     step = rank_step(spec, ids, restarts)
-    procs = [
-        start_rank(
-            command,
-            {**environ, **step.rank_env(rank)},
-            outs[rank],
-            errs[rank],
-            append=True,
-            new_session=False,
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank in range(spec.num_tasks):
+            env = {**environ, **step.rank_env(rank)}
+            out, err = files.rank_file(rank, "out"), files.rank_file(rank, "err")
+            procs.append(start_rank(command, env, out, err, append=True))
+        return wait_ranks(procs, files.srun_err or spec.folder / f"{job_id}_srun.err")
+    finally:  # Ctrl-C, or a rank that failed to start: no rank outlives the step
+        stop_ranks(procs)
+
+
+def run_attempts(spec: JobSpec, params: Mapping[str, str], ids: Mapping[str, str], *,
+                 spec_file: Path, environ: Mapping[str, str], out: TextIO) -> int:  # fmt: skip
+    """Run one grid point until it is done or stopped: a killed rank, a lost peer, a stall
+    or a preemption restarts every rank in place (from the last checkpoint) within the
+    ``--max_restarts`` budget, decided and recorded as the job scripts do
+    (:func:`slurmtf.runtime.attempts.decide_and_record`); the final status."""
+    job_id = job_id_of(ids)
+    files = local_files(spec, job_id)
+    attempt = restarts_so_far(read_record(spec.folder, job_id), 0)
+    while True:
+        files = at_the_end(files, spec.num_tasks)
+        status = run_point(
+            spec, params, ids, spec_file=spec_file, environ=environ, restarts=attempt
         )
-        for rank in range(spec.num_tasks)
-    ]
-    codes: list[int | None] = [None] * len(procs)
-    first: tuple[int, int] | None = None
-    while any(c is None for c in codes):
-        for rank, proc in enumerate(procs):
-            if codes[rank] is None:
-                codes[rank] = proc.poll()
-        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0, EXIT_PREEMPTED)]
-        if failed:  # like srun --kill-on-bad-exit, which names the first task that failed
-            first = first or (failed[0][0], int(failed[0][1] or 0))
-            for rank, proc in enumerate(procs):
-                if codes[rank] is None:
-                    proc.kill()
-                    codes[rank] = proc.wait()
-        time.sleep(0.2)
-    return Attempt(tuple(c if c is not None else 1 for c in codes), first)
+        step = Step(job_id, status, spec.max_requeues, on_this_machine=True)
+        decision, line = decide_and_record(step, files)
+        if decision.note:
+            print(f"slurmtf: {decision.note}", file=out, flush=True)
+        if decision.action != "restart":
+            if decision.action == "stop" or decision.why != "completed":
+                print(f"slurmtf: {line}", file=out, flush=True)
+            return decision.status
+        print(f"slurmtf: {line}", file=out, flush=True)
+        attempt = decision.restart
 
 
 def run_local(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = None) -> int:
@@ -134,15 +178,7 @@ def run_local(spec: JobSpec, out: TextIO, environ: Mapping[str, str] | None = No
         for rank, path in enumerate(rank_log_paths(spec.folder, job_id, spec.num_tasks)):
             print(f"  rank {rank}: {path}", file=out)
         out.flush()
-        for restarts in range(spec.max_requeues + 1):
-            attempt = run_point(
-                spec, params, ids, spec_file=spec_file, environ=env, restarts=restarts
-            )
-            why = attempt.restart_reason()
-            if why is None or restarts == spec.max_requeues:
-                break
-            print(f"slurmtf: {job_id} {why}; restart {restarts + 1}", file=out, flush=True)
-        status = attempt.status
+        status = run_attempts(spec, params, ids, spec_file=spec_file, environ=env, out=out)
         worst = max(worst, status)
         print(summary(job_id, spec.folder, spec.num_tasks, status), file=out, flush=True)
     return worst

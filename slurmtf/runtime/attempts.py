@@ -182,10 +182,21 @@ class Step:
     probe_timeout: float = 15.0
     outliers: tuple[str, ...] = ()  # --check_first's verdict, before any step ran
     python: str = "python3"  # the job's interpreter, named in an install hint
+    on_this_machine: bool = False  # --cluster=local: no queue, no node to leave out
 
 
 def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) -> str:
     """Read the attempt, decide, record a restart/requeue/stop; the shell assignments."""
+    decision, line = decide_and_record(step, files, runner)
+    return shell_lines(decision, line)
+
+
+def decide_and_record(
+    step: Step, files: LogFiles, runner: Runner = default_runner
+) -> tuple[Decision, str]:
+    """Read the attempt, decide, record a restart/requeue/stop; the decision and its line.
+    On this machine (``step.on_this_machine``: ``--cluster=local``) no node is probed or
+    left out, and a requeue is a restart in place: there is no queue to go back to."""
     records = read_record(files.log_dir, step.job_id)
     budget = Budget(restarts_so_far(records, step.slurm_requeues), step.limit)
     if step.outliers:
@@ -193,7 +204,11 @@ def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) ->
         return _recorded(decision, step, files, budget.used, None)
     attempt = read_attempt(step.status, files, step.python)
     decision = decide(attempt, budget, step.nodes)
-    if decision.action in ("restart", "requeue") and attempt.lost_nodes():
+    if step.on_this_machine:
+        if decision.action == "requeue":  # preempted: the ranks saved a checkpoint
+            why = "preemption (checkpoint saved)"
+            decision = dataclasses.replace(decision, action="restart", why=why)
+    elif decision.action in ("restart", "requeue") and attempt.lost_nodes():
         suspects = attempt.lost_nodes()
         dead = suspects if attempt.frozen() else probe_dead(suspects, runner, step.probe_timeout)
         nodes = dataclasses.replace(step.nodes, dead=dead)
@@ -203,8 +218,8 @@ def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) ->
 
 def _recorded(
     decision: Decision, step: Step, files: LogFiles, attempt: int, seconds: float | None
-) -> str:
-    """Append the decision to the job's record (not a success); its shell assignments."""
+) -> tuple[Decision, str]:
+    """Append the decision to the job's record (not a success); the decision and its line."""
     line = decision.line(step.job_id, seconds)
     if decision.action != "done":
         record = {"time": round(time.time(), 3), "job_id": step.job_id, "attempt": attempt}
@@ -213,7 +228,7 @@ def _recorded(
         if decision.action == "restart":
             record.update(restart=decision.restart, seconds=seconds)
         write_record(record_path(files.log_dir, step.job_id), record)
-    return shell_lines(decision, line)
+    return decision, line
 
 
 def _err_sizes(files: LogFiles) -> dict[str, int]:

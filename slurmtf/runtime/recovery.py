@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -81,6 +82,24 @@ class TaskEnding:
             if self.reason.startswith(word):
                 return name
         return f"a signal ({self.reason})"
+
+
+def srun_words(returncode: int) -> str:
+    """What srun says of a task that ended with ``returncode`` (``subprocess``'s: ``-N``
+    for a signal): ``Killed``, ``Exited with exit code 1``; ``--cluster=local`` writes it
+    so that its ranks' endings are read as a step's are."""
+    if returncode >= 0:
+        return f"Exited with exit code {returncode}"
+    name = signal_name(-returncode)
+    word = next((w for w, n in _SIGNAL_WORDS if n == name), None)
+    return word or f"Ended by signal {-returncode}"
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def task_ranks(text: str) -> tuple[int, ...]:

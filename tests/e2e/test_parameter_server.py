@@ -3,7 +3,8 @@
 The job's default shape: ``chief:1,ps:2,worker`` over 5 tasks (chief and both ps on
 node1, one worker on node2 and node3). A run completes with a falling loss and leaves no
 process behind; a worker killed mid-run is tolerated and the run completes without a
-restart; a ps killed mid-run requeues the job, which resumes from its checkpoint; and
+restart; a ps killed mid-run restarts the step in place (a new srun in the same
+allocation, Slurm's Restarts stays 0), which resumes from its checkpoint; and
 ``slurmtf submit --jobs=chief:1,ps:2,worker:2`` runs the same shape; and the README's
 heterogeneous form (chief and ps on component 0, the workers on component 1) completes.
 The jobs are submitted together and run side by side as the nodes allow.
@@ -211,13 +212,15 @@ def test_a_killed_worker_is_tolerated(
     assert len(job.events(0, "cluster")) == 1  # one attempt
 
 
-def test_a_killed_ps_restarts_from_the_checkpoint(
+def test_a_killed_ps_restarts_in_place_from_the_checkpoint(
     slurm_sandbox: SlurmSandbox, ps_jobs: dict[str, SandboxJob]
 ) -> None:
     job = ps_jobs["ps"]
     clusters = check_completed(job, 40)
-    assert restarts(slurm_sandbox, job.job_id) == 1, job.report()
-    assert "rank 1 was killed by SIGKILL: requeueing" in job.job_output(), job.report()
+    assert restarts(slurm_sandbox, job.job_id) == 0, job.report()  # never left the allocation
+    said = r"restart 1 of \d+ in place \(MAX_RESTARTS\), \d+ s after rank 1 was killed by SIGKILL"
+    assert re.search(said, job.job_output()), job.report()
+    assert "requeueing job" not in job.job_output(), job.report()
     assert len(clusters) == 2, job.report()
     assert clusters[0]["restored"] is None
     assert "ckpt-" in str(clusters[1]["restored"]), clusters

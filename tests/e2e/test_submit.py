@@ -285,12 +285,13 @@ def test_preempted_job_requeues_and_resumes_to_the_same_step(
 
 @pytest.mark.slurm
 @pytest.mark.tf
-def test_a_killed_rank_of_a_submitted_job_restarts_and_completes(
+def test_a_killed_rank_of_a_submitted_job_restarts_in_place_and_completes(
     slurm_sandbox: SlurmSandbox, tmp_path: Path
 ) -> None:
     """SIGKILL of rank 1's model process (the OOM killer's way): the launcher between
-    srun and the model exits 137, the job script reads it as SIGKILL, requeues, and the
-    job resumes from its checkpoint to the final step."""
+    srun and the model exits 137, the job script reads it as SIGKILL and starts a new step
+    in the same allocation (no requeue: Slurm's Restarts stays 0), which resumes from its
+    checkpoint to the final step with one weights checksum on both ranks."""
     steps = 150
     model = ["--train_steps=150", "--log_every=5", "--checkpoint_every=10", "--eval_steps=1",
              "--batch_size=16", "--num_threads=1", "--heartbeat_timeout=10"]  # fmt: skip
@@ -308,10 +309,15 @@ def test_a_killed_rank_of_a_submitted_job_restarts_and_completes(
     os.kill(pid, signal.SIGKILL)
     assert slurm_sandbox.wait(jid, timeout=300) == "COMPLETED", slurm_sandbox.logs(jid)
     text = rank0.read_text()
-    assert f"failed: rank 1 was killed by SIGKILL: requeueing job {jid}" in text, text[-3000:]
-    assert "Restarts=1 " in slurm_sandbox.run(["scontrol", "show", "job", jid]).stdout
+    said = r"restart 1 of 2 in place \(MAX_RESTARTS\), \d+ s after rank 1 was killed by SIGKILL"
+    assert re.search(said, text), text[-3000:]
+    assert "requeueing job" not in text, text[-3000:]
+    assert "Restarts=0 " in slurm_sandbox.run(["scontrol", "show", "job", jid]).stdout
     assert events(tmp_path / f"{jid}_1_log.out", "exit")[0]["signal"] == "SIGKILL"
+    sums = set()
     for rank in (0, 1):
         last = events(tmp_path / f"{jid}_{rank}_log.out", "done")[-1]
         assert (last["step"], last["restart_count"]) == (steps, 1), last
+        sums.add(last["weights_checksum"])
         assert last["start_step"] > 0, last  # resumed from a checkpoint
+    assert len(sums) == 1, sums  # one weights checksum across the ranks

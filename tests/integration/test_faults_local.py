@@ -19,14 +19,22 @@ tests/e2e/test_faults.py.
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import re
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
+from slurmtf.events import parse_events
 from tests.helpers.localjobs import (
     Cluster,
     checkpoint_step,
@@ -197,3 +205,63 @@ def test_kill9_during_checkpoint_writes_never_leaves_a_broken_checkpoint(
     done = final.events("done")[-1]
     assert done["start_step"] == saved, done
     assert done["step"] == saved + 2, done
+
+
+def _rank_pid(job_id: str, rank: int, module: str) -> int | None:
+    """The process running ``module`` as ``rank`` of local job ``job_id`` (its SLURM_* env)."""
+    want = {f"SLURM_JOB_ID={job_id}".encode(), f"SLURM_PROCID={rank}".encode()}
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = set((proc / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if module.encode() in cmdline and want <= environ:
+            return int(proc.name)
+    return None
+
+
+def test_a_killed_local_rank_restarts_in_place_and_completes(tmp_path: Path) -> None:
+    """--cluster=local: SIGKILL of rank 1 mid-training restarts both ranks in place from
+    the last checkpoint (one unit of --max_restarts, recorded as the job scripts record
+    it); the job completes at the final step with one weights checksum."""
+    model_dir, logs = tmp_path / "model", tmp_path / "logs"
+    argv = [sys.executable, "-m", "slurmtf.cli", "submit", "--cluster=local", "--nodes=2",
+            "--model=mnist", f"--log_dir={logs}", "--max_restarts=2",
+            "--", f"--model_dir={model_dir}", "--train_steps=60", "--checkpoint_every=5",
+            "--eval_steps=1", *TRAIN]  # fmt: skip
+    submit = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        job_id = str(submit.pid)  # a local job's id is its runner's pid
+        wait_for(lambda: checkpoint_step(model_dir) is not None, 180, "a checkpoint",
+                 lambda: _logs(logs), running=lambda: submit.poll() is None)  # fmt: skip
+        pid = _rank_pid(job_id, 1, "models.mnist")
+        assert pid is not None, "rank 1's model process"
+        os.kill(pid, signal.SIGKILL)
+        out, _ = submit.communicate(timeout=300)
+    finally:
+        if submit.poll() is None:
+            os.killpg(submit.pid, signal.SIGKILL)
+            submit.wait()
+        if submit.stdout is not None:
+            submit.stdout.close()
+    assert submit.returncode == 0, out
+    assert re.search(r"restart 1 of 2 in place \(MAX_RESTARTS\), \d+ s after rank 1 was "
+                     r"killed by SIGKILL", out), out  # fmt: skip
+    finals = [[e for e in _events(p) if e["event"] == "done"][-1]
+              for p in sorted(logs.glob(f"{job_id}_*_log.out"))]  # fmt: skip
+    assert [f["step"] for f in finals] == [60, 60], finals
+    assert finals[0]["start_step"] > 0  # resumed from a checkpoint
+    assert len({f["weights_checksum"] for f in finals}) == 1
+    (record,) = logs.glob(f"recovery-{job_id}.jsonl")
+    assert [json.loads(x)["action"] for x in record.read_text().splitlines()] == ["restart"]
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    return parse_events(path.read_text(errors="replace"))
+
+
+def _logs(folder: Path) -> str:
+    return "\n".join(
+        f"== {p}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(folder.glob("*"))
+    )

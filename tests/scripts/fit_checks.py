@@ -3,8 +3,10 @@
 ``--mode=features``: fit with metrics and validation data, ModelCheckpoint, BackupAndRestore
 and TensorBoard under ``--model_dir``; then evaluate and predict. ``--mode=preempt``: fit
 with :class:`slurmtf.fit.PreemptionCheckpoint`, sleeping ``--sleep`` s per batch so that a
-signal lands mid-run. Every result is a JSON line (``fit``, ``evaluate``, ``predict``,
-``epoch_end``, ``done``); rank and worker count come from the resolver.
+signal lands mid-run. ``--mode=backup``: fit with BackupAndRestore alone, as slowly, so
+that a rank killed mid-run resumes from the last epoch's backup. Every result is a JSON
+line (``fit``, ``evaluate``, ``predict``, ``epoch_end``, ``done``); rank and worker count
+come from the resolver.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ def data(seed: int, n: int) -> tuple[Any, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["features", "preempt"], default="features")
+    parser.add_argument("--mode", choices=["features", "preempt", "backup"], default="features")
     parser.add_argument("--model_dir", required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
@@ -93,6 +95,10 @@ def main() -> None:
             shape=list(predictions.shape),
             max_abs_error=float(np.abs(np.sort(predictions, 0) - np.sort(local, 0)).max()),
         )
+    elif args.mode == "backup":  # a rank killed mid-run: the restarted run resumes from it
+        slow = keras.callbacks.LambdaCallback(on_batch_end=lambda b, logs: time.sleep(args.sleep))
+        backup = keras.callbacks.BackupAndRestore(str(d / "backup"))
+        model.fit(train, epochs=args.epochs, callbacks=[backup, slow, on_epoch], verbose=2)
     else:
         from slurmtf.fit import PreemptionCheckpoint
 
