@@ -81,6 +81,7 @@ class JobSpec:
     stage_data: bool = False  # copy --data_dir to each node's scratch first (slurmtf/job.sh)
     check_first: bool = False  # `slurmtf check` first; an outlier node: requeue without it
     jobs: str | None = None  # roles (chief:1,ps:2,worker): a ParameterServerStrategy job
+    cluster_flags: bool = False  # the script gets --worker_hosts, --task_index (slurmtf.run)
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -92,6 +93,8 @@ class JobSpec:
             self._check_jobs()
         if self.stage_data:
             staged_source(self)
+        if self.cluster_flags:
+            self._check_cluster_flags()
 
     def _check_target(self) -> None:
         if self.kind not in KINDS:
@@ -229,6 +232,25 @@ class JobSpec:
                 f"pass --nodes={self.fixed_tasks} or fewer, or more tasks",
             )
         roles.assign_roles(spec, self.num_tasks)  # the counts fit the job's tasks
+
+    def _check_cluster_flags(self) -> None:
+        """``--cluster_flags``: a script started through slurmtf.run, all of it workers."""
+        hint = "give --command='python train.py' or --module=mypkg.train, or no --cluster_flags"
+        if self.kind == "model":
+            hint = "leave it out: a bundled model finds its place in the job itself"
+        if self.jobs is not None:
+            hint = "leave it out: a ps job's roles are in TF_CONFIG, not in --worker_hosts"
+        command = self.kind == "command" and RUN_LAUNCHER in through_launcher(
+            shlex.split(self.target)
+        )
+        if self.jobs is not None or not (command or self.kind == "module"):
+            what = f"--jobs={self.jobs}" if self.jobs else f"--{self.kind}={self.target}"
+            raise InputError(
+                "--cluster_flags",
+                True,
+                f"appends --worker_hosts/--task_index to a script slurmtf.run starts, not {what}",
+                hint,
+            )
 
     @property
     def fixed_tasks(self) -> int | None:
@@ -446,10 +468,15 @@ def task_command(
             chief = shlex.split(spec.target)
         done = f"--done_file={chief_done_file(spec, job_id, restart)}"
         return [python, "-u", "-m", SERVE, done, "--", *chief, *spec.args, *sweep_args]
+    flag = ["--cluster_flags"] if spec.cluster_flags else []
     if spec.kind == "module":
-        return [python, "-u", "-m", RUN_LAUNCHER, "-m", spec.target, *spec.args, *sweep_args]
+        return [python, "-u", "-m", RUN_LAUNCHER, *flag, "-m", spec.target, *spec.args, *sweep_args]
     if spec.kind == "command":
-        return [*through_launcher(shlex.split(spec.target)), *spec.args, *sweep_args]
+        words = through_launcher(shlex.split(spec.target))
+        if flag:  # right after `-m slurmtf.run`, before the script
+            at = words.index(RUN_LAUNCHER) + 1
+            words = [*words[:at], *flag, *words[at:]]
+        return [*words, *spec.args, *sweep_args]
     return [
         python,
         "-u",

@@ -20,6 +20,10 @@ line, in the script's own interpreter:
    imported early: a script that sets TensorFlow's variables before importing it keeps
    them, and a script that never imports TensorFlow never loads it.
 
+With ``--cluster_flags`` (``Target.cluster_flags``) the script's arguments end with this
+task's ``--worker_hosts=H1:P1,... --task_index=N``, as TensorFlow's official models take
+the cluster (:func:`slurmtf.cluster_flags.cluster_flags`).
+
 Then the script runs in this process as ``__main__`` with ``sys.argv`` = ``[SCRIPT,
 *ARGS]`` and its folder first on ``sys.path``: its signals, exit status and exceptions
 are its own (a traceback ends it with status 1, printed without the launcher's frames).
@@ -45,6 +49,7 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from slurmtf import allocator, teardown
+from slurmtf.cluster_flags import cluster_flags
 from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
 from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
@@ -61,6 +66,7 @@ class Target:
     path: str
     args: tuple[str, ...] = ()
     module: bool = False
+    cluster_flags: bool = False  # append --worker_hosts, --task_index (resolved) to args
 
     @property
     def argv(self) -> list[str]:
@@ -210,10 +216,20 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+def task_target(target: Target, layout: ClusterLayout, environ: MutableMapping[str, str]) -> Target:
+    """``target`` as this task runs it: with ``cluster_flags``, this task's
+    ``--worker_hosts=... --task_index=N`` at the end of its arguments."""
+    args = target.args
+    if target.cluster_flags:
+        args = (*args, *cluster_flags(layout))
+    return dataclasses.replace(target, args=args, cluster_flags=False)
+
+
 def launch_script(target: Target, environ: MutableMapping[str, str] = os.environ) -> int:
     """Everything above, in order: prepare the task, set the fixes, run ``target``."""
     allocator.tune()  # before TensorFlow's thread pools start (docs/SOAK.md)
     layout = prepare_task(environ)
+    target = task_target(target, layout, environ)
     emit(
         "launch",
         rank=layout.task_index,
