@@ -322,16 +322,24 @@ def restart_setup(spec: JobSpec, python: str) -> list[str]:
 
 
 def staged_source(spec: JobSpec) -> str:
-    """The ``--data_dir`` that ``--stage_data`` copies to every node (the model's flag)."""
-    found = [a.split("=", 1)[1] for a in spec.args if a.startswith("--data_dir=")]
-    if not found or not found[-1]:
+    """The ``--data_dir`` that ``--stage_data`` copies to every node: the last
+    ``--data_dir=DIR`` or ``--data_dir DIR`` of the model's (or script's) arguments, those
+    of ``--command`` included."""
+    words = [*shlex.split(spec.target), *spec.args] if spec.kind == "command" else spec.args
+    found = ""
+    for before, word in zip(["", *words], words, strict=False):
+        if word.startswith("--data_dir="):
+            found = word.partition("=")[2]
+        elif before == "--data_dir":
+            found = word
+    if not found:
         raise InputError(
             "--stage_data",
             True,
             "needs the data set's shared folder as the model's --data_dir",
             "e.g. --stage_data -- --data_dir=/shared/data/mnist",
         )
-    return str(Path(found[-1]).expanduser().absolute())
+    return str(Path(found).expanduser().absolute())
 
 
 def stage_setup(spec: JobSpec, python: str) -> list[str]:

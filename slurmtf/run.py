@@ -24,6 +24,10 @@ With ``--cluster_flags`` (``Target.cluster_flags``) the script's arguments end w
 task's ``--worker_hosts=H1:P1,... --task_index=N``, as TensorFlow's official models take
 the cluster (:func:`slurmtf.cluster_flags.cluster_flags`).
 
+When the job staged its data set (``STAGE_DATA=1``), ``--data_dir=SRC`` (or
+``--data_dir SRC``) among the script's arguments, and ``DATA_DIR=SRC``, name this node's
+verified copy instead (:func:`slurmtf.datasets.stage.staged_args`).
+
 Then the script runs in this process as ``__main__`` with ``sys.argv`` = ``[SCRIPT,
 *ARGS]`` and its folder first on ``sys.path``: its signals, exit status and exceptions
 are its own (a traceback ends it with status 1, printed without the launcher's frames).
@@ -51,6 +55,7 @@ from typing import Any
 from slurmtf import allocator, teardown
 from slurmtf.cluster_flags import cluster_flags
 from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
+from slurmtf.datasets.stage import resolve_data_dir, staged_args
 from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
 from slurmtf.gpus import apply_gpu_split
@@ -217,9 +222,13 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
 
 
 def task_target(target: Target, layout: ClusterLayout, environ: MutableMapping[str, str]) -> Target:
-    """``target`` as this task runs it: with ``cluster_flags``, this task's
-    ``--worker_hosts=... --task_index=N`` at the end of its arguments."""
-    args = target.args
+    """``target`` as this task runs it: ``--data_dir`` (and ``DATA_DIR``) naming this
+    node's copy when the job staged the data set (STAGE_DATA), and with ``cluster_flags``
+    this task's ``--worker_hosts=... --task_index=N`` at the end of its arguments."""
+    args = staged_args(target.args, environ)
+    data_dir = environ.get("DATA_DIR")
+    if data_dir:
+        environ["DATA_DIR"] = resolve_data_dir(data_dir, environ) or data_dir
     if target.cluster_flags:
         args = (*args, *cluster_flags(layout))
     return dataclasses.replace(target, args=args, cluster_flags=False)
