@@ -30,7 +30,7 @@ from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
 from slurmtf.events import emit, parse_events
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 
 MB = 1 << 20
 SIZES_MB = (1, 4, 16, 64, 256)

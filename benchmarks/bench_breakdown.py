@@ -38,7 +38,7 @@ from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
 from slurmtf.errors import SlurmtfError
 from slurmtf.events import emit, parse_events
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 from slurmtf.training.grad_reduce import GradReduce
 
 DONE = '"event": "breakdown"'

@@ -23,7 +23,7 @@ from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options
 from slurmtf.events import named, parse_events
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 
 DONE = '"event": "done"'
 LOOP = re.compile(r"(\d+) steps in ([\d.]+) s")

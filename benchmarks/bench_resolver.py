@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks import harness, protocol
 from benchmarks.protocol import Benchmark, Options
-from slurmtf.localstep import LocalStep
+from slurmtf.local.step import LocalStep
 from slurmtf.resolver import resolve
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
 from slurmtf.events import named, parse_events
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 
 DONE = '"event": "done"'  # every rank prints this JSON event line when training ends
 

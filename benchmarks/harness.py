@@ -22,7 +22,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from slurmtf.localstep import LocalStep, scrubbed_env, start_rank
+from slurmtf.local.step import LocalStep, scrubbed_env, start_rank
 
 REPO = Path(__file__).resolve().parent.parent
 JSONDict = dict[str, Any]

@@ -11,7 +11,7 @@ before the time limit)::
               callbacks=[PreemptionCheckpoint(os.path.join(os.environ["MODEL_DIR"], "backup"))])
 
 * It saves the model and optimizer at the end of every epoch (the chief writes; with
-  Keras 3 through :mod:`slurmtf.keras_compat`) and restores them when a requeued job
+  Keras 3 through :mod:`slurmtf.tf.keras_compat`) and restores them when a requeued job
   starts ``fit`` again, which then continues at the next epoch.
 * On the signal, every rank learns of it after the same batch (the flag is summed over
   the workers after each batch), prints ``{"event": "preempted", ...}`` and exits 75
@@ -58,7 +58,7 @@ def _preemption_checkpoint_class() -> Any:  # noqa: C901 - one class body, see b
     if key in _classes:
         return _classes[key]
     if base.__module__.startswith("keras"):
-        from slurmtf import keras_compat
+        from slurmtf.tf import keras_compat
 
         keras_compat.enable_multiworker_fit()  # chief-only backup files
 

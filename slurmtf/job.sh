@@ -171,7 +171,7 @@ slurmtf_job_record() {
         "$(slurmtf_json_escape "${SLURM_JOB_NAME:-}")" "$(date +%s)")
     # One write of one short line to a file opened for appending is atomic.
     printf '%s\n' "$line" >> "$dir/jobs.jsonl" 2>/dev/null || true
-    # Bounded like slurmtf.jobrecord: past 1 MiB keep the newest half (atomic rename).
+    # Bounded like slurmtf.monitor.records: past 1 MiB keep the newest half (atomic rename).
     if [ "$(stat -c %s "$dir/jobs.jsonl" 2>/dev/null || echo 0)" -gt 1048576 ]; then
         tail -c 524288 "$dir/jobs.jsonl" | tail -n +2 > "$dir/.jobs.jsonl.$$" \
             && mv "$dir/.jobs.jsonl.$$" "$dir/jobs.jsonl"

@@ -13,14 +13,14 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
-from slurmtf.cluster_flags import worker_hosts, workers_only
-from slurmtf.env import read_slurm_env
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.flags import worker_hosts, workers_only
+from slurmtf.cluster.gpu_plan import node_shares, plan_gpus
+from slurmtf.cluster.layout import ClusterLayout, build_layout
 from slurmtf.errors import SlurmtfError
-from slurmtf.gpus import node_shares, plan_gpus
-from slurmtf.layout import ClusterLayout, build_layout
 
 if TYPE_CHECKING:
-    from slurmtf.tf_resolver import SlurmtfClusterResolver
+    from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
 
 __all__ = [
     "ClusterLayout",
@@ -70,20 +70,20 @@ def cluster_resolver(
 
     Imports TensorFlow; use as ``tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=...)``.
     With ``keras_fit`` (and Keras 3 as ``tf.keras``) it also applies
-    :func:`slurmtf.keras_compat.enable_multiworker_fit`, so that ``model.fit`` works
+    :func:`slurmtf.tf.keras_compat.enable_multiworker_fit`, so that ``model.fit`` works
     under that strategy (docs/BRING_YOUR_OWN.md). With ``flat_memory`` it applies
-    :func:`slurmtf.collectives.reuse_collective_instance_keys`, without which memory
+    :func:`slurmtf.tf.collectives.reuse_collective_instance_keys`, without which memory
     grows with every collective op a long run executes.
     """
-    from slurmtf.tf_resolver import SlurmtfClusterResolver
+    from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
 
     resolver = SlurmtfClusterResolver(resolve() if layout is None else layout)
     if flat_memory:
-        from slurmtf.collectives import reuse_collective_instance_keys
+        from slurmtf.tf.collectives import reuse_collective_instance_keys
 
         reuse_collective_instance_keys()
     if keras_fit:
-        from slurmtf import keras_compat
+        from slurmtf.tf import keras_compat
 
         if not keras_compat.legacy_keras_selected():
             keras_compat.enable_multiworker_fit()
@@ -114,7 +114,7 @@ def explain(layout: ClusterLayout) -> str:
     """A human view: one row per rank (rank, role, node, address, port, local id, GPUs).
 
     The GPUs are those each rank of this task's node runs with after
-    :func:`slurmtf.gpus.plan_gpus` (``?``: unknown; ``-``: another node).
+    :func:`slurmtf.cluster.gpu_plan.plan_gpus` (``?``: unknown; ``-``: another node).
     """
     lines = [_summary(layout)]
     header = ("", "rank", "role", "node", "address", "port", "local", "gpus")

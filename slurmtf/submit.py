@@ -13,7 +13,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-from slurmtf import jobrecord, jobspec, jobvalues
 from slurmtf.contracts import (
     SUBMITIT_LOG_NAME,
     parse_preemption_signal,
@@ -21,8 +20,11 @@ from slurmtf.contracts import (
     signal_name,
 )
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
-from slurmtf.jobspec import JobSpec
-from slurmtf.noderange import parse_nodes
+from slurmtf.monitor import records as jobrecord
+from slurmtf.spec import jobspec
+from slurmtf.spec import values as jobvalues
+from slurmtf.spec.jobspec import JobSpec
+from slurmtf.spec.noderange import parse_nodes
 
 # Flags that become the JobSpec field of the same name unchanged (JobSpec checks them).
 _AS_GIVEN = (
@@ -102,7 +104,7 @@ def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
     import submitit
     from submitit.core.utils import FailedJobError
 
-    from slurmtf.launch import TaskLauncher
+    from slurmtf.runtime.launcher import TaskLauncher
 
     if shutil.which("sbatch") is None:
         raise SlurmtfError(

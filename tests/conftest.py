@@ -12,7 +12,7 @@ import pytest
 # it now, not inside a test whose captured streams are closed after it.
 import submitit  # noqa: F401
 
-from slurmtf.localstep import free_port_base, is_scrubbed
+from slurmtf.local.step import free_port_base, is_scrubbed
 from tests.helpers.localjobs import Cluster, Job
 
 

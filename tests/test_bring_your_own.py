@@ -1,5 +1,5 @@
 """Bring your own model, the parts without TensorFlow: --legacy_keras, jobs/train.sbatch
-usage, the Keras version guard and switches of slurmtf.keras_compat."""
+usage, the Keras version guard and switches of slurmtf.tf.keras_compat."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import keras_compat
 from slurmtf.cli import submit as submit_cli
-from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec
+from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec
+from slurmtf.tf import keras_compat
 
 REPO = Path(__file__).resolve().parents[1]
 PRINT_ENV = (
@@ -76,7 +76,7 @@ def test_compat_switched_off_never_imports_keras() -> None:
 
 def test_public_modules_import_without_tensorflow() -> None:
     code = (
-        "import sys, slurmtf.train, slurmtf.fit, slurmtf.keras_compat;"
+        "import sys, slurmtf.train, slurmtf.fit, slurmtf.tf.keras_compat;"
         "assert 'tensorflow' not in sys.modules, 'tensorflow imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

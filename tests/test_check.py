@@ -23,7 +23,7 @@ from slurmtf.check.probe import (
 )
 from slurmtf.cli import check as cli
 from slurmtf.errors import SlurmCommandError
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 
 G = 1e9
 

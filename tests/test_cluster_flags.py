@@ -1,6 +1,6 @@
 """``--worker_hosts``/``--task_index``, the cluster as TensorFlow's official models take it:
 ``slurmtf resolve --flags``, ``--export``, ``slurmtf run --cluster_flags``, ``submit
---cluster_flags`` and the bundled models' flags (slurmtf/cluster_flags.py)."""
+--cluster_flags`` and the bundled models' flags (slurmtf/cluster/flags.py)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import cluster_flags as cf
 from slurmtf.cli import resolve as resolve_cli
 from slurmtf.cli.run import parse_target
+from slurmtf.cluster import flags as cf
+from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.jobspec import JobSpec, task_command
-from slurmtf.layout import ClusterLayout
 from slurmtf.resolver import export_lines, resolve
-from slurmtf.run import Target, task_target
+from slurmtf.runtime.script import Target, task_target
+from slurmtf.spec.jobspec import JobSpec, task_command
 from tests.conftest import FakeSlurmEnv
 
 STEP = {"nodelist": "node[1-2]", "tasks_per_node": "2(x2)", "job_id": 77}

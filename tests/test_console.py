@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import console, watch
+from slurmtf.monitor import console
+from slurmtf.monitor import status as watch
 from tests.helpers.fakeslurm import FakeSlurm
 
 CLUSTER = {
@@ -125,7 +126,7 @@ def test_follow_renders_events_and_hides_tensorflow_chatter_unless_verbose(
 
 def test_status_lists_each_ranks_real_log_files_not_a_template(tmp_path: Path) -> None:
     from slurmtf.contracts import SUBMITIT_LOG_NAME
-    from slurmtf.jobrecord import JobPlace
+    from slurmtf.monitor.records import JobPlace
 
     place = JobPlace("12", tmp_path, SUBMITIT_LOG_NAME, "record")
     assert "(not written yet)" in watch.log_lines(place)[1]

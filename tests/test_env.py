@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.env import SlurmEnv, read_slurm_env
+from slurmtf.cluster.env import SlurmEnv, read_slurm_env
 from slurmtf.errors import InputError
 from tests.conftest import FakeSlurmEnv
 
@@ -87,7 +87,7 @@ def test_step_gpus_before_job_gpus() -> None:
 
 
 def test_debug_log_names_the_variables_used(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="slurmtf.env"):
+    with caplog.at_level(logging.DEBUG, logger="slurmtf.cluster.env"):
         read_slurm_env({"SLURM_JOB_NODELIST": "n1", "SLURM_TASKS_PER_NODE": "1"})
     assert "Slurm job variables used: SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE" in caplog.text
 

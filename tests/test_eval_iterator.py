@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf.events import named, parse_events
-from slurmtf.localstep import scrubbed_env
+from slurmtf.local.step import scrubbed_env
 
 pytestmark = [pytest.mark.tf]
 

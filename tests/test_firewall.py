@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import ports
 from slurmtf.cli import main as slurmtf_main
+from slurmtf.cluster import ports
 from slurmtf.errors import InputError
 from slurmtf.firewall import EPILOG, PROLOG, node, rules
 from slurmtf.sandbox.config import SandboxConfig, render_slurm_conf

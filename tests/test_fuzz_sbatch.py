@@ -29,8 +29,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from slurmtf import jobspec, jobvalues
 from slurmtf.errors import InputError
+from slurmtf.spec import jobspec
+from slurmtf.spec import values as jobvalues
 
 EXAMPLES = int(os.environ.get("SLURMTF_FUZZ_SBATCH_EXAMPLES", "300"))
 FUZZ = settings(

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from slurmtf.errors import InputError
-from slurmtf.jobspec import JobSpec, sbatch_parameters
+from slurmtf.spec.jobspec import JobSpec, sbatch_parameters
 
 BINDINGS = [
     # (gpu_flag, gpus_per_task, sbatch_extra, tasks per node, GPU parameter, srun binding)

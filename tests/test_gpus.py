@@ -11,9 +11,14 @@ import os
 
 import pytest
 
+from slurmtf.cluster.gpu_ids import (
+    node_gpus,
+    parse_gpu_ids,
+    parse_split_mode,
+    parse_visible_devices,
+)
+from slurmtf.cluster.gpu_plan import apply_gpu_split, node_shares, plan_gpus, split_gpus
 from slurmtf.errors import InputError
-from slurmtf.gpu_ids import node_gpus, parse_gpu_ids, parse_split_mode, parse_visible_devices
-from slurmtf.gpus import apply_gpu_split, node_shares, plan_gpus, split_gpus
 from slurmtf.resolver import resolve
 from tests.conftest import FakeSlurmEnv
 

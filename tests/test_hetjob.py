@@ -11,9 +11,9 @@ import json
 
 import pytest
 
-from slurmtf.env import read_slurm_env
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.errors import InputError
-from slurmtf.layout import ClusterLayout
 from slurmtf.resolver import explain, resolve
 
 JOB_ID = "628190"

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.errors import InputError
-from slurmtf.hostlists import expand_hostlist
 from tests.prereqs import require
 
 SLURM_CONF = "ClusterName=oracle\nSlurmctldHost=localhost\nNodeName=n1\nPartitionName=p Nodes=n1\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from slurmtf.cluster.hostlists import MAX_HOSTS, expand_hostlist, parse_task_counts
 from slurmtf.errors import InputError
-from slurmtf.hostlists import MAX_HOSTS, expand_hostlist, parse_task_counts
 
 EXPANSIONS = [
     ("node1", ["node1"]),

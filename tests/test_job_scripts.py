@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import cli, jobscripts
+from slurmtf import cli
 from slurmtf.cli import job_scripts
+from slurmtf.spec import bundled as jobscripts
 from tests.prereqs import require
 
 REPO = Path(__file__).resolve().parents[1]

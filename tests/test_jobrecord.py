@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobrecord, watch
 from slurmtf.cli import jobs as jobs_cli
 from slurmtf.contracts import SCRIPT_LOG_NAME
+from slurmtf.monitor import records as jobrecord
+from slurmtf.monitor import status as watch
 from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm
 
 JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slurmtf import ports
+from slurmtf.cluster import ports
+from slurmtf.cluster.layout import ClusterLayout, check_address_template
+from slurmtf.cluster.placement import _rounds
+from slurmtf.cluster.ports import PortInUseError, derive_port_base, ensure_port_free
 from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.layout import ClusterLayout, check_address_template
-from slurmtf.placement import _rounds
-from slurmtf.ports import PortInUseError, derive_port_base, ensure_port_free
 from slurmtf.resolver import resolve
 from tests.conftest import FakeSlurmEnv
 

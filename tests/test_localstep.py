@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf.events import last, named, parse_events
-from slurmtf.localstep import LocalStep, free_port_base, node_names, scrubbed_env, start_rank
+from slurmtf.local.step import LocalStep, free_port_base, node_names, scrubbed_env, start_rank
 from slurmtf.resolver import resolve
 
 

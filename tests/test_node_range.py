@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobspec, noderange
 from slurmtf.cli import submit as submit_cli
 from slurmtf.errors import InputError
-from slurmtf.jobspec import JobSpec
-from slurmtf.runner import Runner
+from slurmtf.monitor.status import shape_lines
+from slurmtf.slurm.runner import Runner
+from slurmtf.spec import jobspec, noderange
+from slurmtf.spec.jobspec import JobSpec
 from slurmtf.training.flags import check_batch_size
-from slurmtf.watch import shape_lines
 
 CPUS = "SLURM_JOB_CPUS_PER_NODE"
 JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"

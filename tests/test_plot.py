@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import plot
 from slurmtf.cli import plot as plot_cli
 from slurmtf.contracts import SUBMITIT_LOG_NAME
-from slurmtf.jobrecord import JobPlace
+from slurmtf.monitor import plot
+from slurmtf.monitor.records import JobPlace
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

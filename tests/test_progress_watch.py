@@ -10,7 +10,7 @@ import pytest
 
 from slurmtf.errors import InputError
 from slurmtf.training.flags import TrainConfig
-from slurmtf.training.progress_watch import (
+from slurmtf.training.watchdog import (
     ProgressWatchdog,
     Record,
     WatchPolicy,

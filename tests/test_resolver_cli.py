@@ -229,7 +229,7 @@ def test_resolver_exports_the_contract() -> None:
 
 def test_runner_returns_stdout_and_raises_on_failure() -> None:
     from slurmtf.errors import SlurmCommandError
-    from slurmtf.runner import SubprocessRunner, default_runner
+    from slurmtf.slurm.runner import SubprocessRunner, default_runner
 
     assert default_runner([sys.executable, "-c", "print('hi')"]) == "hi\n"
     assert (
@@ -252,7 +252,7 @@ def test_runner_returns_stdout_and_raises_on_failure() -> None:
 def test_a_fake_runner_fits_the_protocol() -> None:
     from collections.abc import Mapping, Sequence
 
-    from slurmtf.runner import Runner
+    from slurmtf.slurm.runner import Runner
 
     calls: list[list[str]] = []
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
+from slurmtf.cluster.gpu_plan import node_shares, plan_gpus
+from slurmtf.cluster.layout import ClusterLayout
+from slurmtf.cluster.roles import JobEntry, parse_jobs, task_ids
 from slurmtf.errors import InputError
-from slurmtf.gpus import node_shares, plan_gpus
-from slurmtf.layout import ClusterLayout
 from slurmtf.resolver import explain, export_lines, resolve
-from slurmtf.roles import JobEntry, parse_jobs, task_ids
 from tests.conftest import FakeSlurmEnv
 
 step_vars = FakeSlurmEnv.step_vars

@@ -20,8 +20,8 @@ import pytest
 
 from slurmtf.cli.run import parse_target
 from slurmtf.errors import InputError, UsageError
-from slurmtf.jobspec import JobSpec, task_command, through_launcher
-from slurmtf.run import Target
+from slurmtf.runtime.script import Target
+from slurmtf.spec.jobspec import JobSpec, task_command, through_launcher
 
 SCRIPT = """\
 import json, os, sys

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import localstep, ports
+from slurmtf.cluster import ports
 from slurmtf.errors import InputError
+from slurmtf.local import step as localstep
 from slurmtf.sandbox import config as c
 from slurmtf.sandbox import daemons, sacct
 from slurmtf.sandbox.config import SandboxConfig

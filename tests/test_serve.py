@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from slurmtf.cli.serve import main
-from slurmtf.localstep import LocalStep, scrubbed_env
-from slurmtf.serve import MISSES, Chief, ChiefNeverStarted, answers, watch_chief
+from slurmtf.local.step import LocalStep, scrubbed_env
+from slurmtf.runtime.servers import MISSES, Chief, ChiefNeverStarted, answers, watch_chief
 from tests.conftest import FakeSlurmEnv
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from slurmtf.cluster.roles import assign_roles, parse_jobs
 from slurmtf.errors import InputError
-from slurmtf.roles import assign_roles, parse_jobs
 from slurmtf.training import sidecar
 from tests.conftest import FakeSlurmEnv
 

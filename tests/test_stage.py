@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from slurmtf.cli import data as data_cli
+from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.datasets import stage
 from slurmtf.errors import InputError
-from slurmtf.layout import ClusterLayout
 from tests.helpers.datafiles import with_manifest, write_mnist
 
 
@@ -143,7 +143,7 @@ def test_submit_stage_data_renders_the_stage_step(capsys: pytest.CaptureFixture[
     ],
 )
 def test_submit_stages_the_data_dir_in_either_form(fields: dict[str, object], source: str) -> None:
-    from slurmtf.jobspec import JobSpec, staged_source
+    from slurmtf.spec.jobspec import JobSpec, staged_source
 
     assert staged_source(JobSpec(stage_data=True, **fields)) == source  # type: ignore[arg-type]
 
@@ -182,7 +182,7 @@ def test_stage_data_without_a_data_set_is_one_line(tmp_path: Path) -> None:
 
 
 def test_the_launcher_hands_scripts_the_staged_copy(src: Path, tmp_path: Path) -> None:
-    from slurmtf.run import Target, task_target
+    from slurmtf.runtime.script import Target, task_target
 
     copy = stage.stage(src, env(tmp_path)).path
     environ = {**env(tmp_path), stage.STAGED_ENV: str(src), "DATA_DIR": str(src)}

@@ -14,11 +14,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from slurmtf import stragglers, watch
-from slurmtf.console import Console, Renderer
+from slurmtf.check import stragglers
+from slurmtf.check.stragglers import Finding, RankSample, Tracker, find, status_line
 from slurmtf.errors import InputError
-from slurmtf.jobrecord import JobPlace
-from slurmtf.stragglers import Finding, RankSample, Tracker, find, status_line
+from slurmtf.monitor import status as watch
+from slurmtf.monitor.console import Console, Renderer
+from slurmtf.monitor.records import JobPlace
 from slurmtf.training import steptiming
 from slurmtf.training.flags import TrainConfig
 from tests.helpers.fakeslurm import FakeSlurm, scontrol

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobspec, jobvalues
 from slurmtf.cli import submit as submit_cli
 from slurmtf.contracts import parse_preemption_signal, signal_name
 from slurmtf.errors import InputError
+from slurmtf.spec import jobspec
+from slurmtf.spec import values as jobvalues
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobspec
 from slurmtf.errors import InputError
-from slurmtf.jobspec import JobSpec
+from slurmtf.spec import jobspec
+from slurmtf.spec.jobspec import JobSpec
 
 HOSTILE = [
     "it's",

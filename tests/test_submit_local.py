@@ -10,11 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobspec, launch, local
 from slurmtf.cli import launch as launch_cli
 from slurmtf.cli import submit as submit_cli
 from slurmtf.errors import InputError
-from slurmtf.jobspec import JobSpec
+from slurmtf.local import job as local
+from slurmtf.runtime import launcher as launch
+from slurmtf.spec import jobspec
+from slurmtf.spec.jobspec import JobSpec
 from tests.helpers.fakeslurm import FakeSlurm
 
 PRINT_CONFIG = (

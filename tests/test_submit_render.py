@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobspec
 from slurmtf.cli import submit as submit_cli
-from slurmtf.jobspec import JobSpec
+from slurmtf.spec import jobspec
+from slurmtf.spec.jobspec import JobSpec
 
 DATA = Path(__file__).parent / "data" / "submit"
 LOGS = "/shared/logs"

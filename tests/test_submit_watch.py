@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import launch, watch
 from slurmtf.cli import jobs as jobs_cli
+from slurmtf.monitor import status as watch
 from slurmtf.resolver import resolve
+from slurmtf.runtime import launcher as launch
 from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm, scontrol
 
 

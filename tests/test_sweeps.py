@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import jobrecord, jobspec, jobvalues, sweeps
 from slurmtf.cli import submit as submit_cli
 from slurmtf.cli import sweep as sweep_cli
 from slurmtf.errors import InputError
-from slurmtf.sweeptable import point_row, render_csv, render_json, render_table, sort_rows
+from slurmtf.monitor import records as jobrecord
+from slurmtf.monitor import sweeps
+from slurmtf.monitor.sweep_rows import point_row, render_csv, render_json, render_table, sort_rows
+from slurmtf.spec import jobspec
+from slurmtf.spec import values as jobvalues
 from tests.helpers.fakeslurm import GONE, FakeSlurm
 
 RANDOM = ["lr=log:1e-4:1e-1", "dropout=uniform:0:0.5", "batch_size=int:16:128", "opt=sgd,adam"]
@@ -223,6 +226,6 @@ def test_not_an_array_is_one_line(capsys: pytest.CaptureFixture[str], tmp_path: 
     ],
 )  # fmt: skip
 def test_error_line_prefers_the_points_own_words(text: str, line: str | None) -> None:
-    from slurmtf.sweeptable import error_line
+    from slurmtf.monitor.sweep_rows import error_line
 
     assert error_line(text) == line

@@ -1,4 +1,4 @@
-"""slurmtf.teardown without TensorFlow: the order of leaving, with a recorded context."""
+"""slurmtf.runtime.teardown without TensorFlow: the order of leaving, with a recorded context."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from slurmtf import teardown
+from slurmtf.runtime import teardown
 
 LEADER = "/job:worker/replica:0/task:0"
 TASKS = [LEADER, "/job:worker/replica:0/task:1", "/job:worker/replica:0/task:2"]

@@ -10,7 +10,7 @@ import pytest
 
 SCRIPT = """
 import sys
-from slurmtf.tf_import import import_tensorflow_lean
+from slurmtf.tf.lean_import import import_tensorflow_lean
 tf = import_tensorflow_lean()
 held = sorted(m for m in sys.modules if m.split(".")[0] in ("keras", "sklearn", "IPython"))
 print("held back:", not held, held[:3])

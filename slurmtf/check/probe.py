@@ -19,7 +19,7 @@ from typing import Any
 from slurmtf.check import verdict
 from slurmtf.check.mesh import Mesh, link_rates
 from slurmtf.events import emit
-from slurmtf.tf_import import import_tensorflow_lean
+from slurmtf.tf.lean_import import import_tensorflow_lean
 
 MATMUL_N = 512
 MB = 1 << 20

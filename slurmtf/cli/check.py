@@ -19,13 +19,13 @@ from typing import Any
 
 from slurmtf.check import verdict
 from slurmtf.cli import ArgumentParser, add_flag, run_command
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.contracts import is_final
-from slurmtf.env import read_slurm_env
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.events import last, parse_events
-from slurmtf.hostlists import expand_hostlist
-from slurmtf.runner import Runner, default_runner
-from slurmtf.watch import job_states
+from slurmtf.monitor.status import job_states
+from slurmtf.slurm.runner import Runner, default_runner
 
 PROBE_FLAGS = ("threshold", "link_seconds", "link_rounds", "allreduce_mb")
 STEP_TIMEOUT_S = 300.0

@@ -6,8 +6,8 @@ import argparse
 from collections.abc import Sequence
 from pathlib import Path
 
-from slurmtf import jobscripts
 from slurmtf.cli import ArgumentParser, run_command
+from slurmtf.spec import bundled as jobscripts
 
 EPILOG = """examples:
   slurmtf job-scripts --list      # what each script is for

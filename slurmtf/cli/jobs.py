@@ -15,10 +15,10 @@ from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, report_error
 from slurmtf.cli.sweep import print_sweep
-from slurmtf.console import render_lines
 from slurmtf.errors import InputError, SlurmtfError, UsageError
-from slurmtf.runner import Runner, default_runner
-from slurmtf.watch import follow_rank, locate, status_lines
+from slurmtf.monitor.console import render_lines
+from slurmtf.monitor.status import follow_rank, locate, status_lines
+from slurmtf.slurm.runner import Runner, default_runner
 
 COMMANDS = ("status", "logs", "cancel")
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.errors import InputError
-from slurmtf.runner import Runner, default_runner
+from slurmtf.slurm.runner import Runner, default_runner
 
 PROGRAM = "slurmtf plot"
 
@@ -26,8 +26,8 @@ def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> 
 
 
 def _plot(args: argparse.Namespace, runner: Runner) -> int:
-    from slurmtf.plot import render, runs_of, series_of
-    from slurmtf.watch import locate
+    from slurmtf.monitor.plot import render, runs_of, series_of
+    from slurmtf.monitor.status import locate
 
     job_id = args.job
     if not job_id.replace("_", "").isdigit():

@@ -16,9 +16,9 @@ import sys
 from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
-from slurmtf.cluster_flags import cluster_flags
-from slurmtf.env import read_slurm_env
-from slurmtf.layout import build_layout
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.flags import cluster_flags
+from slurmtf.cluster.layout import build_layout
 from slurmtf.resolver import explain, export_lines
 
 PROGRAM = "slurmtf resolve"

@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.layout import ClusterLayout, build_layout
 from slurmtf.contracts import EXIT_FAILURE
-from slurmtf.env import read_slurm_env
 from slurmtf.errors import InputError
-from slurmtf.layout import ClusterLayout, build_layout
 from slurmtf.resolver import export_tf_config
-from slurmtf.serve import (
+from slurmtf.runtime.servers import (
     POLL_S,
     SERVER_ROLES,
     START_TIMEOUT_S,

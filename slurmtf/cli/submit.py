@@ -18,12 +18,12 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
-from slurmtf import jobspec
 from slurmtf.cli import ArgumentParser, add_flag, report_error
 from slurmtf.contracts import DEFAULT_LOG_DIR, DEFAULT_PREEMPTION_SIGNAL
 from slurmtf.errors import SlurmtfError, UsageError
+from slurmtf.monitor.status import follow
+from slurmtf.spec import jobspec
 from slurmtf.submit import dry_run, spec_from_args, submit_slurm
-from slurmtf.watch import follow
 
 PROGRAM = "slurmtf submit"
 
@@ -246,7 +246,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             dry_run(spec, sys.executable, out)
             return 0
         if spec.cluster == "local":
-            from slurmtf.local import run_local
+            from slurmtf.local.job import run_local
 
             return run_local(spec, out)
         main_id, ids = submit_slurm(spec, out)

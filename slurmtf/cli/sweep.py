@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.errors import InputError
-from slurmtf.runner import Runner, default_runner
-from slurmtf.sweeps import collect
-from slurmtf.sweeptable import METRICS, render_csv, render_json, render_table, sort_rows
+from slurmtf.monitor.sweep_rows import METRICS, render_csv, render_json, render_table, sort_rows
+from slurmtf.monitor.sweeps import collect
+from slurmtf.slurm.runner import Runner, default_runner
 
 PROGRAM = "slurmtf sweep"
 

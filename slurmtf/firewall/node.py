@@ -24,11 +24,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from slurmtf.cluster.hostlists import expand_hostlist, parse_task_counts
+from slurmtf.cluster.layout import check_address_template
+from slurmtf.cluster.ports import parse_port_base
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.firewall import rules
-from slurmtf.hostlists import expand_hostlist, parse_task_counts
-from slurmtf.layout import check_address_template
-from slurmtf.ports import parse_port_base
 
 NFT_PATHS = ("/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft")
 TIMEOUT_S = 10.0

@@ -5,7 +5,7 @@ One table per job (``inet slurmtf_job_<id>``), so jobs sharing a node never touc
 other's rules. Its ``input`` chain sends TCP packets for the job's ports to ``guard``,
 which accepts loopback and the job's nodes and drops the rest; its ``output`` chain
 drops connections to those ports from local sockets of other users (root excepted).
-Ports come from :func:`slurmtf.ports.derive_port_base`, the resolver's own derivation.
+Ports come from :func:`slurmtf.cluster.ports.derive_port_base`, the resolver's own derivation.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from slurmtf import ports
+from slurmtf.cluster import ports
 from slurmtf.errors import InputError
 
 TABLE_PREFIX = "slurmtf_job_"

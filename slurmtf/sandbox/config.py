@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmtf import firewall
+from slurmtf.cluster.ports import DEFAULT_PORT
 from slurmtf.errors import InputError
 from slurmtf.firewall import rules as firewall_rules
-from slurmtf.ports import DEFAULT_PORT
 from slurmtf.sandbox import links
 
 MAX_NODES = 64

@@ -22,9 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from slurmtf.cluster.ports import port_free
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.firewall import rules as firewall_rules
-from slurmtf.ports import port_free
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox import daemons, links
 from slurmtf.sandbox.config import SandboxConfig

@@ -14,11 +14,12 @@ from collections.abc import Callable, Sequence
 
 from absl import flags
 
-from slurmtf import allocator, events
+from slurmtf import events
 from slurmtf.cli import report_error
-from slurmtf.cluster_flags import NO_INDEX, apply_cluster_flags
+from slurmtf.cluster.flags import NO_INDEX, apply_cluster_flags
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.runtime import allocator
 from slurmtf.training import sidecar
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
@@ -57,14 +58,14 @@ def resolve_info(
 
     ``worker_hosts``/``task_index`` (``--worker_hosts``, ``--task_index``): outside Slurm
     the cluster, as TensorFlow's official models take it; inside a Slurm job they must
-    agree with Slurm (:func:`slurmtf.cluster_flags.apply_cluster_flags`).
+    agree with Slurm (:func:`slurmtf.cluster.flags.apply_cluster_flags`).
     ``evaluator`` (``--evaluator``): the step's last task is a sidecar evaluator, unless
     ``SLURMTF_JOBS`` already names one. Narrows ``CUDA_VISIBLE_DEVICES`` to this task's
-    GPUs (:func:`slurmtf.gpus.apply_gpu_split`) before TensorFlow starts; raises
+    GPUs (:func:`slurmtf.cluster.gpu_plan.apply_gpu_split`) before TensorFlow starts; raises
     ``InputError`` when two workers would share a GPU.
     """
-    from slurmtf.env import read_slurm_env
-    from slurmtf.gpus import apply_gpu_split
+    from slurmtf.cluster.env import read_slurm_env
+    from slurmtf.cluster.gpu_plan import apply_gpu_split
     from slurmtf.resolver import resolve
 
     layout = apply_cluster_flags(resolve(), worker_hosts, task_index)
@@ -89,7 +90,7 @@ def resolve_info(
     sidecar.check_model_roles(layout.roles, jobs)
     plan = apply_gpu_split(layout)
     if not layout.is_single_worker:
-        from slurmtf.ports import ensure_port_free
+        from slurmtf.cluster.ports import ensure_port_free
 
         ensure_port_free(layout.port)
     return RunInfo(

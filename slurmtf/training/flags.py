@@ -12,7 +12,7 @@ from typing import Any
 from absl import flags
 
 from slurmtf.errors import InputError
-from slurmtf.noderange import split_counts
+from slurmtf.spec.noderange import split_counts
 
 STRATEGIES = ("auto", "off", "one_device", "mirrored", "multi_worker_mirrored")
 ALL_REDUCE = ("auto", "ring", "nccl")
@@ -117,7 +117,7 @@ def _define_distribution_flags(fv: flags.FlagValues) -> None:
 
 
 def _define_cluster_flags(fv: flags.FlagValues) -> None:
-    """The cluster as TensorFlow's official models take it (slurmtf.cluster_flags)."""
+    """The cluster as TensorFlow's official models take it (slurmtf.cluster.flags)."""
     flags.DEFINE_string(
         "worker_hosts",
         None,

@@ -16,9 +16,10 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf import events, teardown
+from slurmtf import events
+from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.contracts import EXIT_PREEMPTED
-from slurmtf.layout import ClusterLayout
+from slurmtf.runtime import teardown
 from slurmtf.training import (
     checkpoints,
     grad_reduce,
@@ -75,9 +76,9 @@ class RunInfo:
 
     layout: ClusterLayout
     program: str = "slurmtf"  # prefix of the one-line errors (e.g. models.mnist)
-    cuda_visible_devices: str | None = None  # as applied by slurmtf.gpus (None: unset)
+    cuda_visible_devices: str | None = None  # as applied by slurmtf.cluster.gpu_plan (None: unset)
     planned_replicas: int = 1  # GPUs this worker keeps (1 without GPUs)
-    gpu_plan: str = ""  # why: slurmtf.gpus.GpuPlan.message
+    gpu_plan: str = ""  # why: slurmtf.cluster.gpu_plan.GpuPlan.message
 
     @property
     def rank(self) -> int:
@@ -119,7 +120,7 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
         if watch is not None:
             watch.stop()
     # Done or preempted after saving: every rank ends here, workers first, the leader
-    # last (a multi-worker process exits inside this call; see slurmtf.teardown).
+    # last (a multi-worker process exits inside this call; see slurmtf.runtime.teardown).
     teardown.leave_together(exit_code=code)
     return code
 

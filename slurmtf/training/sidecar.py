@@ -61,7 +61,7 @@ def evaluator_jobs(num_tasks: int) -> str:
 def check_model_roles(roles: Sequence[str] | None, jobs: str) -> None:
     """The bundled models train chief/worker tasks, with at most one evaluator beside.
 
-    (Two evaluators are refused earlier, by :mod:`slurmtf.roles`.)
+    (Two evaluators are refused earlier, by :mod:`slurmtf.cluster.roles`.)
     """
     if roles is None:
         return
@@ -127,7 +127,7 @@ class ChiefWatch:
         probe: Callable[[str, int], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from slurmtf.serve import answers
+        from slurmtf.runtime.servers import answers
 
         self.host, self.port = host, port
         self._probe = probe or answers
@@ -188,7 +188,7 @@ def run_evaluator(spec: Any, config: Any, info: Any) -> int:
     finally:
         watcher.uninstall()
     if info.layout.in_slurm and not info.layout.is_single_worker:
-        from slurmtf import teardown
+        from slurmtf.runtime import teardown
 
         teardown.leave_alone(code)  # a task of a job step: end now, as the workers do
     return code

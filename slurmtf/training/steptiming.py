@@ -1,5 +1,5 @@
 """Each rank's compute and all-reduce wait per step, its links' rates, the chief's
-straggler reports (:mod:`slurmtf.stragglers` decides; this module measures and speaks).
+straggler reports (:mod:`slurmtf.check.stragglers` decides; this module measures and speaks).
 
 How it is measured, with no sync added to training:
 
@@ -34,7 +34,8 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf import events, stragglers
+from slurmtf import events
+from slurmtf.check import stragglers
 
 MAX_LINK_NODES = 64
 WARM_UP_STEPS = 2  # not timed
@@ -225,7 +226,7 @@ class StepTiming:
 
 
 def from_layout(layout: Any, replicas: int, every_s: float, window_s: float) -> StepTiming:
-    """The timing of this rank of ``layout`` (a :class:`slurmtf.layout.ClusterLayout`).
+    """The timing of this rank of ``layout`` (a :class:`slurmtf.cluster.layout.ClusterLayout`).
 
     Only the ranks that train count: a sidecar evaluator runs no step and holds no link
     of the all-reduce, so its node is neither timed nor blamed."""

@@ -10,12 +10,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Protocol
 
-from slurmtf.collectives import reuse_collective_instance_keys
 from slurmtf.errors import InputError
+from slurmtf.tf.collectives import reuse_collective_instance_keys
 
 
 class Layout(Protocol):
-    """The part of ``slurmtf.layout.ClusterLayout`` the strategy choice needs."""
+    """The part of ``slurmtf.cluster.layout.ClusterLayout`` the strategy choice needs."""
 
     @property
     def num_workers(self) -> int: ...
@@ -105,7 +105,7 @@ def make_strategy(
     reuse_collective_instance_keys()
     resolver = None
     if layout is not None and layout.num_workers > 1:
-        from slurmtf.tf_resolver import SlurmtfClusterResolver
+        from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
 
         # The sidecar evaluator (slurmtf.training.sidecar) is no part of the training cluster.
         resolver = SlurmtfClusterResolver(layout, exclude=("evaluator",))

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from slurmtf.events import read_events
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, check_clean_end, submit_job
 from tests.prereqs import require

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 from tests.e2e.conftest import TERMINAL, SlurmSandbox
 from tests.e2e.jobruns import FAST, SandboxJob, new_job, wait_terminal, wait_until
 from tests.helpers.localjobs import report

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf import ports
+from slurmtf.cluster import ports
 from slurmtf.firewall import rules
 from slurmtf.sandbox import Sandbox, links
 from tests.e2e.conftest import PYTHON, SlurmSandbox, require_sandbox_prereqs

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import REPO, SlurmSandbox, require_sandbox_prereqs
 from tests.e2e.jobruns import SandboxJob

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf.events import named, read_events
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import REPO, SlurmSandbox, require_sandbox_prereqs
 from tests.e2e.jobruns import SandboxJob, check_training

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf.events import named, read_events
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, rank_pids
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
 
 pytestmark = [pytest.mark.slurm]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 from tests.e2e.conftest import SlurmSandbox
 from tests.e2e.jobruns import check_clean_end, rank_pids
 

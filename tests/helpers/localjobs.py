@@ -2,7 +2,7 @@
 
 :class:`Cluster` / :class:`Rank` start and break ranks one by one (fault tests);
 :class:`Job` is a cluster whose ranks all start at once with the same model flags, to
-compare their results. Each rank's environment comes from :mod:`slurmtf.localstep`, as
+compare their results. Each rank's environment comes from :mod:`slurmtf.local.step`, as
 for ``--cluster=local``; event lines are read with :mod:`slurmtf.events`.
 """
 
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from slurmtf.events import named, read_events
-from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env, start_rank
+from slurmtf.local.step import LocalStep, free_port_base, scrubbed_env, start_rank
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable

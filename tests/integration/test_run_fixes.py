@@ -25,7 +25,7 @@ if sys.argv[1] == "keras-first":
     import keras
 import tensorflow as tf
 from tensorflow.python.distribute import cross_device_utils
-from slurmtf import keras_compat
+from slurmtf.tf import keras_compat
 seen = {"unique_keys": cross_device_utils.CollectiveReplicaLauncher._prefer_unique_instance_key,
         "keras_fix": keras_compat.is_enabled()}
 if sys.argv[1] == "keras-first":

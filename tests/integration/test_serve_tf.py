@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.localstep import LocalStep, free_port_base, scrubbed_env, start_rank
+from slurmtf.local.step import LocalStep, free_port_base, scrubbed_env, start_rank
 from tests.helpers.localjobs import PYTHON, REPO, SINGLE_THREADED
 from tests.prereqs import require
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from slurmtf.cluster.ports import ensure_port_free
 from slurmtf.errors import SlurmtfError
-from slurmtf.ports import ensure_port_free
 from slurmtf.resolver import cluster_resolver, resolve
 from tests.conftest import FakeSlurmEnv
 from tests.prereqs import require
@@ -58,7 +58,7 @@ def test_task_is_set_at_construction_and_nothing_shells_out(fake_nvidia_smi: Pat
 
 
 def test_the_workers_leave_the_evaluator_out_of_their_cluster() -> None:
-    from slurmtf.tf_resolver import SlurmtfClusterResolver
+    from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
 
     step = FakeSlurmEnv.step_vars("node[1-3]", "1(x3)", 1)
     layout = resolve(step, jobs="worker:2,evaluator:1")
@@ -90,7 +90,7 @@ def test_strategy_accepts_a_single_worker(fake_slurm_env: FakeSlurmEnv) -> None:
 
 WORKER = """
 import json, sys
-from slurmtf.ports import ensure_port_free
+from slurmtf.cluster.ports import ensure_port_free
 from slurmtf.resolver import cluster_resolver, resolve
 
 layout = resolve()

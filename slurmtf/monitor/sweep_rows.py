@@ -3,7 +3,7 @@
 :func:`point_row` turns what is known of one array task (its Slurm state, restarts,
 rank 0's event lines, its last error line, its log path) into a :class:`SweepRow`;
 :func:`render_table`, :func:`render_csv` and :func:`render_json` print rows. Pure: the
-reading of Slurm and logs is :mod:`slurmtf.sweeps`.
+reading of Slurm and logs is :mod:`slurmtf.monitor.sweeps`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """GPU ids as Slurm writes them: ``SLURM_STEP_GPUS``, ``CUDA_VISIBLE_DEVICES``, counts.
 
-Pure parsers used by :mod:`slurmtf.layout`; which GPUs each task then uses is
-:mod:`slurmtf.gpus`.
+Pure parsers used by :mod:`slurmtf.cluster.layout`; which GPUs each task then uses is
+:mod:`slurmtf.cluster.gpu_plan`.
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import TextIO
 
 from slurmtf.contracts import EXIT_PREEMPTED, ending_signal, rank_log_paths
-from slurmtf.jobspec import JobSpec
-from slurmtf.launch import LOCAL_ENV, job_id_of
-from slurmtf.localstep import LocalStep, node_names, start_rank
-from slurmtf.watch import summary
+from slurmtf.local.step import LocalStep, node_names, start_rank
+from slurmtf.monitor.status import summary
+from slurmtf.runtime.launcher import LOCAL_ENV, job_id_of
+from slurmtf.spec.jobspec import JobSpec
 
 
 def job_ids(base: int, index: int, size: int) -> dict[str, str]:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slurmtf.ports import port_free
+from slurmtf.cluster.ports import port_free
 
 # What a rank's environment never inherits from the caller's: the caller may itself run
 # in a Slurm job, and its TF_CONFIG / GPU binding would leak into every rank.

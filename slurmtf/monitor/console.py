@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from slurmtf import stragglers
+from slurmtf.check import stragglers
 from slurmtf.events import Event, parse_events
 from slurmtf.training.reporting import format_seconds
 

@@ -15,8 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from slurmtf import jobrecord, noderange, stragglers
-from slurmtf.console import Console, Renderer, render_lines, shown_stderr
+from slurmtf.check import stragglers
 from slurmtf.contracts import (
     DEFAULT_LOG_DIR,
     FINAL_STATES,
@@ -28,8 +27,11 @@ from slurmtf.contracts import (
 )
 from slurmtf.errors import SlurmCommandError
 from slurmtf.events import Event, last, named, parse_events, read_events
-from slurmtf.jobrecord import JobPlace
-from slurmtf.runner import Runner, default_runner
+from slurmtf.monitor import records as jobrecord
+from slurmtf.monitor.console import Console, Renderer, render_lines, shown_stderr
+from slurmtf.monitor.records import JobPlace
+from slurmtf.slurm.runner import Runner, default_runner
+from slurmtf.spec import noderange
 from slurmtf.training.reporting import format_seconds
 
 
@@ -146,7 +148,7 @@ def follow(
     """Show rank 0's log as a person reads it until the job ends; summarize; return its
     status.
 
-    Events become human lines (:mod:`slurmtf.console`), progress one live line on a
+    Events become human lines (:mod:`slurmtf.monitor.console`), progress one live line on a
     terminal (``live``: default, whether ``out`` is one); of rank 0's stderr only
     warnings and errors, everything with ``verbose``. ``log_job`` names the log files
     when they differ from ``job_id`` (``123_0`` for the first task of array ``123``).
@@ -285,7 +287,7 @@ def last_error(path: Path) -> str | None:
 
 def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
     """State, restarts, progress (step/total, examples/s, ETA), the straggler (chief's
-    ``straggler`` events, slurmtf.stragglers), logs, last error."""
+    ``straggler`` events, slurmtf.check.stragglers), logs, last error."""
     fields = slurm_record(job_id, runner)
     chief_events = read_events(place.rank_log(0))
     starts = named(chief_events, "cluster")

@@ -16,7 +16,7 @@ from typing import Any
 
 from slurmtf.errors import SlurmtfError
 from slurmtf.events import Event, named, read_events
-from slurmtf.jobrecord import JobPlace
+from slurmtf.monitor.records import JobPlace
 
 MAX_SWEEP_POINTS = 1000  # array tasks looked for when the job id has no logs of its own
 

@@ -28,9 +28,9 @@ import os
 from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 
-from slurmtf import roles
+from slurmtf.cluster import roles
+from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.errors import InputError
-from slurmtf.layout import ClusterLayout
 
 log = logging.getLogger(__name__)
 

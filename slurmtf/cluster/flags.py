@@ -18,9 +18,9 @@ import dataclasses
 import itertools
 import re
 
-from slurmtf import ports
+from slurmtf.cluster import ports
+from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.errors import InputError
-from slurmtf.layout import ClusterLayout
 
 WORKER_HOSTS = "--worker_hosts"
 TASK_INDEX = "--task_index"

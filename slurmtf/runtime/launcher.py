@@ -39,25 +39,25 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.contracts import (
     EXIT_PREEMPTED,
     ending_signal,
     parse_preemption_signal,
     shell_status,
 )
-from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
-from slurmtf.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
-from slurmtf.layout import ClusterLayout
 from slurmtf.resolver import export_tf_config, resolve
-from slurmtf.runner import Runner, default_runner
+from slurmtf.slurm.runner import Runner, default_runner
+from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
 JOB_SCRIPT_ENV = "SLURMTF_JOB_SH"  # set by slurmtf/job.sh, which then requeues on 75
 
 
 def job_id_of(environ: Mapping[str, str]) -> str:
-    """The id that names this job's files (:attr:`slurmtf.env.SlurmEnv.job_label`)."""
+    """The id that names this job's files (:attr:`slurmtf.cluster.env.SlurmEnv.job_label`)."""
     return read_slurm_env(environ).job_label
 
 

@@ -1,4 +1,4 @@
-"""A TensorFlow ``ClusterResolver`` built from a :class:`~slurmtf.layout.ClusterLayout`.
+"""A TensorFlow ``ClusterResolver`` built from a :class:`~slurmtf.cluster.layout.ClusterLayout`.
 
 Imports TensorFlow; reach it through :func:`slurmtf.resolver.cluster_resolver` so that
 ``import slurmtf`` stays TensorFlow-free. Unlike TensorFlow's ``SlurmClusterResolver`` it
@@ -13,7 +13,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from slurmtf.layout import ClusterLayout
+from slurmtf.cluster.layout import ClusterLayout
 
 
 class SlurmtfClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):  # type: ignore[misc]
@@ -84,7 +84,7 @@ class SlurmtfClusterResolver(tf.distribute.cluster_resolver.ClusterResolver):  #
         """GPUs of this task: what TensorFlow sees, capped by Slurm's binding; no nvidia-smi.
 
         A ps, or the chief of a ps job, reports none unless ``SLURMTF_GPU_SPLIT=off``
-        (:mod:`slurmtf.gpus`).
+        (:mod:`slurmtf.cluster.gpu_plan`).
         """
         del task_type, task_id, config_proto
         if not self._layout.uses_gpus and self._layout.gpu_split != "off":

@@ -2,7 +2,7 @@
 options, setup lines and any text that reaches the sbatch script.
 
 Each function returns the clean value or raises :class:`InputError` naming the flag.
-Pure, except ``bash -n`` (parse only) in :func:`check_setup`, see :mod:`slurmtf.shell`.
+Pure, except ``bash -n`` (parse only) in :func:`check_setup`, see :mod:`slurmtf.spec.shell`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Sequence
 
 from slurmtf.errors import InputError
-from slurmtf.shell import syntax_problem
+from slurmtf.spec.shell import syntax_problem
 
 # sbatch options slurmtf sets itself: set them through their own flag instead.
 _MANAGED = {

@@ -9,9 +9,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from slurmtf.env import HET_NODELIST_VAR, HET_SIZE_VAR, SlurmEnv
+from slurmtf.cluster.env import HET_NODELIST_VAR, HET_SIZE_VAR, SlurmEnv
+from slurmtf.cluster.hostlists import expand_hostlist, short
 from slurmtf.errors import InputError
-from slurmtf.hostlists import expand_hostlist, short
 
 DISTRIBUTIONS = ("block", "cyclic", "plane", "arbitrary")
 SRUN_HINT = "launch the task with srun inside the job, and do not edit Slurm's variables"

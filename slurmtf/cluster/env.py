@@ -1,7 +1,7 @@
 """The one reader of the environment: Slurm's variables (and ours) into a frozen value.
 
 Everything after :func:`read_slurm_env` is a pure function of :class:`SlurmEnv`.
-Values stay raw strings here; :mod:`slurmtf.layout` parses and validates them and its
+Values stay raw strings here; :mod:`slurmtf.cluster.layout` parses and validates them and its
 errors name the variable each value came from.
 """
 
@@ -44,7 +44,7 @@ class SlurmEnv:
     name the variable each value came from, for messages. In a heterogeneous job,
     ``het_size`` is ``SLURM_HET_SIZE`` and ``het_nodelists[N]`` / ``het_job_ids[N]`` are
     component ``N``'s ``SLURM_JOB_NODELIST_HET_GROUP_N`` / ``SLURM_JOB_ID_HET_GROUP_N``.
-    ``jobs`` is ``SLURMTF_JOBS`` (roles, :mod:`slurmtf.roles`).
+    ``jobs`` is ``SLURMTF_JOBS`` (roles, :mod:`slurmtf.cluster.roles`).
     """
 
     scope: str = "none"

@@ -1,6 +1,6 @@
 """A sweep's points as they stand: Slurm's record of each array task (while it knows
 the job), the user's record of submitted jobs and each point's rank 0 log. The I/O edge
-of ``slurmtf sweep`` / ``slurmtf status ARRAY_JOB``; the table is :mod:`slurmtf.sweeptable`.
+of ``slurmtf sweep`` / ``slurmtf status ARRAY_JOB``; the table is :mod:`slurmtf.monitor.sweep_rows`.
 """
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from slurmtf import jobrecord
 from slurmtf.events import last, read_events
-from slurmtf.jobrecord import JobPlace
-from slurmtf.runner import Runner
-from slurmtf.sweeptable import SweepRow, error_line, point_row
-from slurmtf.watch import job_records, locate
+from slurmtf.monitor import records as jobrecord
+from slurmtf.monitor.records import JobPlace
+from slurmtf.monitor.status import job_records, locate
+from slurmtf.monitor.sweep_rows import SweepRow, error_line, point_row
+from slurmtf.slurm.runner import Runner
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?(?::(\d+))?$")
 

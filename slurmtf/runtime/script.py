@@ -8,21 +8,21 @@ line, in the script's own interpreter:
 1. this task's place in the job is resolved (as :func:`slurmtf.resolver.resolve` does); a single
    worker (outside Slurm, or a one-task step) gets a free port, unless
    ``SLURMTF_PORT_BASE`` names one;
-2. its GPUs are narrowed (:func:`slurmtf.gpus.apply_gpu_split`) and ``TF_CONFIG`` is
+2. its GPUs are narrowed (:func:`slurmtf.cluster.gpu_plan.apply_gpu_split`) and ``TF_CONFIG`` is
    exported (:func:`slurmtf.resolver.export_tf_config`);
 3. glibc's malloc arenas are capped as for the bundled models
-   (:func:`slurmtf.allocator.limit_arenas`; ``MALLOC_ARENA_MAX`` wins), and import hooks
+   (:func:`slurmtf.runtime.allocator.limit_arenas`; ``MALLOC_ARENA_MAX`` wins), and import hooks
    are set, so that the moment TensorFlow has been imported the collective
-   keys are made reusable (:func:`slurmtf.collectives.reuse_collective_instance_keys`:
+   keys are made reusable (:func:`slurmtf.tf.collectives.reuse_collective_instance_keys`:
    flat memory over long runs), and the moment Keras 3 has been imported its
-   ``model.fit`` fixes are applied (:func:`slurmtf.keras_compat.enable_multiworker_fit`;
+   ``model.fit`` fixes are applied (:func:`slurmtf.tf.keras_compat.enable_multiworker_fit`;
    not with ``TF_USE_LEGACY_KERAS=1``, where ``tf.keras`` is ``tf_keras``). Nothing is
    imported early: a script that sets TensorFlow's variables before importing it keeps
    them, and a script that never imports TensorFlow never loads it.
 
 With ``--cluster_flags`` (``Target.cluster_flags``) the script's arguments end with this
 task's ``--worker_hosts=H1:P1,... --task_index=N``, as TensorFlow's official models take
-the cluster (:func:`slurmtf.cluster_flags.cluster_flags`).
+the cluster (:func:`slurmtf.cluster.flags.cluster_flags`).
 
 When the job staged its data set (``STAGE_DATA=1``), ``--data_dir=SRC`` (or
 ``--data_dir SRC``) among the script's arguments, and ``DATA_DIR=SRC``, name this node's
@@ -34,7 +34,7 @@ are its own (a traceback ends it with status 1, printed without the launcher's f
 Applying the fixes is idempotent, so a script that calls
 :func:`slurmtf.resolver.cluster_resolver` itself gets them once. A multi-worker script
 that ends with 0 (or 75, preempted) leaves with its peers
-(:func:`slurmtf.teardown.leave_together`): no rank is reported as crashed, and the job
+(:func:`slurmtf.runtime.teardown.leave_together`): no rank is reported as crashed, and the job
 ends within a second or two of the last rank's last line.
 """
 
@@ -52,16 +52,16 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
-from slurmtf import allocator, teardown
-from slurmtf.cluster_flags import cluster_flags
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.flags import cluster_flags
+from slurmtf.cluster.gpu_plan import apply_gpu_split
+from slurmtf.cluster.layout import ClusterLayout, build_layout
 from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
 from slurmtf.datasets.stage import resolve_data_dir, staged_args
-from slurmtf.env import read_slurm_env
 from slurmtf.events import emit
-from slurmtf.gpus import apply_gpu_split
-from slurmtf.layout import ClusterLayout, build_layout
-from slurmtf.localstep import free_port_base
+from slurmtf.local.step import free_port_base
 from slurmtf.resolver import export_tf_config
+from slurmtf.runtime import allocator, teardown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,11 +157,11 @@ def apply_fixes() -> None:
     """The collective keys if TensorFlow is imported, the Keras 3 ``fit`` fixes if Keras
     is (not under ``TF_USE_LEGACY_KERAS=1``). Idempotent."""
     if "tensorflow" in sys.modules:
-        from slurmtf.collectives import reuse_collective_instance_keys
+        from slurmtf.tf.collectives import reuse_collective_instance_keys
 
         reuse_collective_instance_keys()
     if "keras" in sys.modules:
-        from slurmtf import keras_compat
+        from slurmtf.tf import keras_compat
 
         if not keras_compat.legacy_keras_selected():
             keras_compat.enable_multiworker_fit()

@@ -23,10 +23,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from slurmtf.cluster.gpu_plan import apply_gpu_split
+from slurmtf.cluster.layout import ClusterLayout
+from slurmtf.cluster.ports import ensure_port_free
 from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.gpus import apply_gpu_split
-from slurmtf.layout import ClusterLayout
-from slurmtf.ports import ensure_port_free
 
 SERVER_ROLES = ("ps", "worker")
 START_TIMEOUT_S = 600.0
@@ -128,11 +128,11 @@ def start_server(layout: ClusterLayout) -> Any:
     check_server_task(layout)
     apply_gpu_split(layout)  # a ps hides the GPUs before TensorFlow reads them
     ensure_port_free(layout.port)
-    from slurmtf.tf_import import import_tensorflow_lean
+    from slurmtf.tf.lean_import import import_tensorflow_lean
 
     tf = import_tensorflow_lean()  # a server builds no Keras model
     # only now: tf_resolver imports TensorFlow itself, which would bring Keras in
-    from slurmtf.tf_resolver import SlurmtfClusterResolver
+    from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
 
     resolver = SlurmtfClusterResolver(layout)
     return tf.distribute.Server(

@@ -1,6 +1,6 @@
 """The cluster layout: which node runs each rank, its address and port, and TF_CONFIG.
 
-Pure: :func:`build_layout` turns a :class:`~slurmtf.env.SlurmEnv` into a frozen
+Pure: :func:`build_layout` turns a :class:`~slurmtf.cluster.env.SlurmEnv` into a frozen
 :class:`ClusterLayout`, or raises an :class:`~slurmtf.errors.InputError` naming the
 variable, its value and a hint. Host order is Slurm's; nothing is ever sorted.
 """
@@ -14,13 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from slurmtf import ports, roles
-from slurmtf.env import SlurmEnv
+from slurmtf.cluster import ports, roles
+from slurmtf.cluster.env import SlurmEnv
+from slurmtf.cluster.gpu_ids import node_gpus, parse_split_mode, parse_visible_devices
+from slurmtf.cluster.hostlists import expand_hostlist, parse_task_counts, short
+from slurmtf.cluster.placement import SRUN_HINT, Placement, place
+from slurmtf.cluster.placement import count as _count
 from slurmtf.errors import InputError
-from slurmtf.gpu_ids import node_gpus, parse_split_mode, parse_visible_devices
-from slurmtf.hostlists import expand_hostlist, parse_task_counts, short
-from slurmtf.placement import SRUN_HINT, Placement, place
-from slurmtf.placement import count as _count
 
 LOCAL_HOST = "localhost"
 # Every rank needs its own port: a step can have at most this many tasks.
@@ -35,7 +35,7 @@ class ClusterLayout:
     ``workers[r]`` / ``nodes[r]`` belong to rank ``r`` (``SLURM_PROCID``). ``gpus`` are
     the GPUs this task sees (``None`` when nothing says); ``node_gpus`` those Slurm gave
     the step on this node; ``cuda_visible_devices`` the value found at start;
-    ``gpu_split`` the policy of :func:`slurmtf.gpus.plan_gpus` (``SLURMTF_GPU_SPLIT``).
+    ``gpu_split`` the policy of :func:`slurmtf.cluster.gpu_plan.plan_gpus` (``SLURMTF_GPU_SPLIT``).
     ``roles[r]`` is rank ``r``'s TensorFlow task type (``None``: every rank a worker, the
     default without ``SLURMTF_JOBS``); ``components[r]`` its component of a
     heterogeneous job (``None`` outside one). ``workers`` lists every rank whatever its
@@ -171,7 +171,7 @@ def build_layout(
 ) -> ClusterLayout:
     """The layout of the job step described by ``env``; arguments override the env vars.
 
-    ``jobs`` (else ``SLURMTF_JOBS``) gives ranks roles, see :mod:`slurmtf.roles`.
+    ``jobs`` (else ``SLURMTF_JOBS``) gives ranks roles, see :mod:`slurmtf.cluster.roles`.
     """
     if jobs is None and env.jobs is not None:
         jobs, jobs_name = env.jobs, "SLURMTF_JOBS"

@@ -4,7 +4,7 @@
 checked here (no control characters, known GPU flag, sane counts), then quoted by
 submitit's own renderer, so hostile names, paths and setup lines cannot inject.
 Everything in this module is a function of values: no environment, no subprocess (the
-single values are checked by :mod:`slurmtf.jobvalues`).
+single values are checked by :mod:`slurmtf.spec.values`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from slurmtf import roles
+from slurmtf.cluster import roles
 from slurmtf.contracts import DEFAULT_LOG_DIR, parse_preemption_signal
 from slurmtf.errors import InputError
-from slurmtf.jobvalues import (
+from slurmtf.spec.values import (
     check_sbatch_value,
     check_setup_lines,
     check_text,
