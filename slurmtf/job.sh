@@ -365,21 +365,26 @@ slurmtf_submitit_setup() {
 
 slurmtf_srun_submitit() { command srun "${slurmtf_exclude_args[@]}" "$@"; }
 
+# slurmtf_stage_data DATA_DIR [ARGS...]
 # STAGE_DATA=1: before training, each node copies the data set SRC once (one task per
 # node) to its local scratch ($STAGE_DIR, $SLURM_TMPDIR or $TMPDIR) and verifies it
-# against SRC/MANIFEST.json (`slurmtf data stage`); the models read that copy
-# (SLURMTF_STAGED_DATA=SRC turns --data_dir=SRC into it). A bad or missing file, or too
-# little space, is one line and exit 2 before training. The copy is removed when the job
-# ends (slurmtf_unstage, from slurmtf_job_end) and kept when it is requeued, so that a
-# restart on the same node reuses it.
+# against SRC/MANIFEST.json (`slurmtf data stage`). SRC is the last `--data_dir=DIR` or
+# `--data_dir DIR` of ARGS (the model's or script's arguments), else DATA_DIR. The
+# models, and scripts started by slurmtf.run, read that copy (SLURMTF_STAGED_DATA=SRC
+# turns --data_dir=SRC into it). A bad or missing file, or too little space, is one line
+# and exit 2 before training. The copy is removed when the job ends (slurmtf_unstage,
+# from slurmtf_job_end) and kept when it is requeued, so that a restart on the same node
+# reuses it.
 slurmtf_stage_data() {
-    local src="$1"
     [ "${STAGE_DATA:-0}" = "1" ] || return 0
+    local src
+    src=$(slurmtf_data_source "$@")
     if [ -z "$src" ]; then
-        slurmtf_log "STAGE_DATA=1 but no data set to stage. HINT: set DATA_DIR" \
-            "(or the model's --data_dir) to a folder with a MANIFEST.json" >&2
+        slurmtf_log "STAGE_DATA=1 but no data set to stage. HINT: set DATA_DIR, or pass" \
+            "--data_dir=DIR to the model or script, a folder with a MANIFEST.json" >&2
         exit 2
     fi
+    [[ "$src" == /* ]] || src="$PWD/$src"
     local nodes="${SLURM_JOB_NUM_NODES:-1}" start=$SECONDS why
     local err="$LOG_DIR/stage-${SLURM_JOB_ID:-local}.err"
     slurmtf_staged_src="$src"
@@ -394,6 +399,23 @@ slurmtf_stage_data() {
     fi
     slurmtf_log "staged $src on $nodes node(s) in $((SECONDS - start)) s"
     export SLURMTF_STAGED_DATA="$src"
+}
+
+# The data set of `slurmtf_data_source DATA_DIR [ARGS...]`: the last --data_dir=DIR or
+# --data_dir DIR of ARGS (as absl reads them, up to a `--`), else DATA_DIR.
+slurmtf_data_source() {
+    local src="${1:-}" arg prev=""
+    shift
+    for arg in "$@"; do
+        [ "$arg" = "--" ] && break
+        if [ "$prev" = "--data_dir" ]; then
+            src="$arg"
+        elif [[ "$arg" == --data_dir=* ]]; then
+            src="${arg#--data_dir=}"
+        fi
+        prev="$arg"
+    done
+    printf '%s' "$src"
 }
 
 # Remove this job's staged copies from every node's scratch (nothing when none).

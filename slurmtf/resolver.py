@@ -14,6 +14,7 @@ from collections.abc import Mapping, MutableMapping
 from typing import TYPE_CHECKING
 
 from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.flags import worker_hosts, workers_only
 from slurmtf.cluster.gpu_plan import node_shares, plan_gpus
 from slurmtf.cluster.layout import ClusterLayout, build_layout
 from slurmtf.errors import SlurmtfError
@@ -90,7 +91,10 @@ def cluster_resolver(
 
 
 def export_lines(layout: ClusterLayout) -> str:
-    """Shell ``export`` lines (TF_CONFIG and SLURMTF_*), safe for ``eval``."""
+    """Shell ``export`` lines (TF_CONFIG and SLURMTF_*), safe for ``eval``.
+
+    ``SLURMTF_WORKER_HOSTS`` (``H1:P1,H2:P2,...``, TensorFlow's official models'
+    ``--worker_hosts``) is there unless ranks have ps or evaluator roles."""
     values = {
         "TF_CONFIG": layout.tf_config_json(),
         "SLURMTF_TASK_INDEX": str(layout.task_index),
@@ -101,6 +105,8 @@ def export_lines(layout: ClusterLayout) -> str:
         "SLURMTF_WORKER_ADDRESS": layout.workers[layout.task_index],
         "SLURMTF_WORKER_PORT": str(layout.port),
     }
+    if workers_only(layout):  # the official models' --worker_hosts (none in a ps job)
+        values["SLURMTF_WORKER_HOSTS"] = worker_hosts(layout)
     return "\n".join(f"export {key}={shlex.quote(value)}" for key, value in values.items())
 
 

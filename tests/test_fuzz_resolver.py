@@ -343,6 +343,7 @@ def _resolve(env: Mapping[str, str]) -> Any:
 # ---------------------------------------------------------------- properties
 
 
+@pytest.mark.slow
 @FUZZ
 @given(alloc=allocations(), other=st.integers(0, 10**6))
 def test_known_allocations_resolve_to_slurms_placement(alloc: Allocation, other: int) -> None:
@@ -486,6 +487,7 @@ def _outcome(env: dict[str, str]) -> Iterator[Any]:
     yield layout
 
 
+@pytest.mark.slow
 @FUZZ
 @given(env=hostile_envs())
 def test_hostile_environments_give_a_layout_or_a_clear_error(env: dict[str, str]) -> None:
@@ -500,6 +502,7 @@ def test_hostile_environments_give_a_layout_or_a_clear_error(env: dict[str, str]
             assert layout.task_index == int(procid)
 
 
+@pytest.mark.slow
 @FUZZ
 @given(env=st.dictionaries(st.sampled_from(ALL_VARS), _GARBAGE, max_size=8))
 def test_random_variable_soup_never_crashes(env: dict[str, str]) -> None:

@@ -219,6 +219,7 @@ def check_rendering(fields: dict[str, Any], python: str) -> None:
         assert PYTHON_SEEN.read_text() == python, f"PYTHON changed:\n{script}"
 
 
+@pytest.mark.slow
 @FUZZ
 @given(case=specs())
 def test_hostile_strings_never_run_in_the_sbatch_script(case: tuple[dict[str, Any], str]) -> None:

@@ -84,6 +84,7 @@ def hostlist_items(draw: st.DrawFn) -> str:
     return text
 
 
+@pytest.mark.slow
 @settings(
     max_examples=int(os.environ.get("SLURMTF_ORACLE_EXAMPLES", "150")),
     deadline=None,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from slurmtf.cli import data as data_cli
+from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.datasets import stage
 from slurmtf.errors import InputError
 from tests.helpers.datafiles import with_manifest, write_mnist
@@ -125,3 +128,74 @@ def test_submit_stage_data_renders_the_stage_step(capsys: pytest.CaptureFixture[
     err = capsys.readouterr().err
     assert "--stage_data=True" in err
     assert "HINT: e.g. --stage_data -- --data_dir=" in err
+
+
+@pytest.mark.parametrize(
+    ("fields", "source"),
+    [
+        ({"kind": "model", "target": "mnist", "args": ("--data_dir", "/d/m")}, "/d/m"),
+        ({"kind": "model", "target": "mnist", "args": ("--data_dir=/a", "--data_dir=/b")}, "/b"),
+        ({"kind": "command", "target": "python t.py --data_dir=/c --x"}, "/c"),
+        (
+            {"kind": "command", "target": "python t.py --data_dir /c", "args": ("--data_dir=/e",)},
+            "/e",
+        ),
+    ],
+)
+def test_submit_stages_the_data_dir_in_either_form(fields: dict[str, object], source: str) -> None:
+    from slurmtf.spec.jobspec import JobSpec, staged_source
+
+    assert staged_source(JobSpec(stage_data=True, **fields)) == source  # type: ignore[arg-type]
+
+
+JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
+
+
+@pytest.mark.parametrize(
+    ("args", "source"),
+    [
+        (["/env"], "/env"),  # DATA_DIR alone
+        (["/env", "--train_steps=2", "--data_dir=/flag"], "/flag"),
+        (["/env", "--data_dir", "/next", "--x"], "/next"),
+        (["", "--data_dir=/a", "--data_dir", "/b"], "/b"),  # the last wins, as in absl
+        (["", "--data_dir"], ""),
+        (["/env", "--", "--data_dir=/script"], "/env"),  # after `--`: not the model's flag
+        ([""], ""),
+    ],
+)
+def test_job_scripts_take_the_data_set_from_data_dir_or_the_flag(
+    args: list[str], source: str
+) -> None:
+    script = f'source {shlex.quote(str(JOB_SH))}; slurmtf_data_source "$@"'
+    done = subprocess.run(
+        ["bash", "-c", script, "bash", *args], capture_output=True, text=True, check=True
+    )
+    assert done.stdout == source
+
+
+def test_stage_data_without_a_data_set_is_one_line(tmp_path: Path) -> None:
+    script = f'source {shlex.quote(str(JOB_SH))}; STAGE_DATA=1 slurmtf_stage_data "" --x'
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1
+    assert "STAGE_DATA=1 but no data set to stage. HINT: set DATA_DIR, or pass" in done.stderr
+
+
+def test_the_launcher_hands_scripts_the_staged_copy(src: Path, tmp_path: Path) -> None:
+    from slurmtf.runtime.script import Target, task_target
+
+    copy = stage.stage(src, env(tmp_path)).path
+    environ = {**env(tmp_path), stage.STAGED_ENV: str(src), "DATA_DIR": str(src)}
+    args = (f"--data_dir={src}", "--data_dir", str(src), "--other=1", "--", f"--data_dir={src}")
+    assert stage.staged_args(args, environ) == (
+        f"--data_dir={copy}", "--data_dir", str(copy), "--other=1", "--", f"--data_dir={src}",
+    )  # fmt: skip
+    assert stage.staged_args(args, env(tmp_path)) == args  # nothing staged
+    assert stage.staged_args(("--data_dir=/else",), environ) == ("--data_dir=/else",)
+    ran = task_target(Target("t.py", (f"--data_dir={src}",)), _one_worker(), environ)
+    assert ran.args == (f"--data_dir={copy}",)
+    assert environ["DATA_DIR"] == str(copy)
+
+
+def _one_worker() -> ClusterLayout:
+    return ClusterLayout(workers=("localhost:2000",), nodes=("localhost",))

@@ -54,6 +54,7 @@ def test_local_sweep_runs_every_point(tmp_path: Path) -> None:
     assert params == [{"a": "1"}, {"a": "2"}]
 
 
+@pytest.mark.slow
 def test_local_preempted_run_restarts_up_to_max_requeues(tmp_path: Path) -> None:
     out = io.StringIO()
     command = f"{sys.executable} -c 'raise SystemExit(75)'"
@@ -135,6 +136,7 @@ def test_the_chief_of_a_ps_job_writes_its_done_file_however_its_script_ends(
 RANK_ENDING = Path(__file__).parent / "scripts" / "rank_ending.py"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("ending", "status", "said"),
     [

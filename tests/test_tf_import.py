@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 SCRIPT = """
 import sys
 from slurmtf.tf.lean_import import import_tensorflow_lean
@@ -19,6 +21,7 @@ print("same module again:", import_tensorflow_lean() is tf)
 """
 
 
+@pytest.mark.tf
 def test_tensorflow_without_keras_then_keras_on_first_use() -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
                           timeout=300, check=False)  # fmt: skip

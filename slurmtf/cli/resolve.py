@@ -1,8 +1,9 @@
 """``slurmtf resolve`` / ``python -m slurmtf.resolver``: print this task's TF_CONFIG.
 
-``--explain`` prints the layout as a table and ``--export`` prints shell ``export`` lines
-for ``eval "$(python -m slurmtf.resolver --export)"``. Bad input exits with status 2 and
-one line on stderr. Never imports TensorFlow.
+``--explain`` prints the layout as a table, ``--export`` prints shell ``export`` lines
+for ``eval "$(python -m slurmtf.resolver --export)"`` and ``--flags`` the two flags
+TensorFlow's official models take (``--worker_hosts=... --task_index=N``). Bad input
+exits with status 2 and one line on stderr. Never imports TensorFlow.
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.flags import cluster_flags
 from slurmtf.cluster.layout import build_layout
 from slurmtf.resolver import explain, export_lines
 
@@ -38,6 +41,12 @@ def _parser() -> argparse.ArgumentParser:
         "They set TF_CONFIG and SLURMTF_* only: they cannot apply slurmtf's Keras 3 "
         "model.fit and flat-memory fixes to the Python that runs next; start scripts "
         "with `python -m slurmtf.run SCRIPT` for those",
+    )
+    view.add_argument(
+        "--flags",
+        action="store_true",
+        help="print this task's place as TensorFlow's official models take it: "
+        "--worker_hosts=H1:P1,H2:P2,... --task_index=N (workers only: not in a ps job)",
     )
     add_flag(
         parser,
@@ -99,6 +108,8 @@ def _run(args: argparse.Namespace) -> int:
         print(explain(layout))
     elif args.export:
         print(export_lines(layout))
+    elif args.flags:
+        print(shlex.join(cluster_flags(layout)))
     else:
         print(layout.tf_config_json())
     return 0

@@ -73,6 +73,14 @@ def _what_runs(group: argparse._ArgumentGroup) -> None:
         action="store_true",
         help="TF_USE_LEGACY_KERAS=1 in every task (tf_keras; slurmtf[keras2])",
     )
+    add_flag(
+        group,
+        "cluster_flags",
+        action="store_true",
+        help="with --command='python SCRIPT' or --module: append each task's "
+        "--worker_hosts=H1:P1,... --task_index=N to the script's arguments (as "
+        "TensorFlow's official models take the cluster; `slurmtf run --cluster_flags`)",
+    )
 
 
 def _resources(group: argparse._ArgumentGroup) -> None:

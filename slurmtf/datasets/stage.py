@@ -9,7 +9,8 @@ into place with a marker holding the manifest's digest: a requeued job on the sa
 finds the marker and reuses the copy. ``slurmtf data unstage SRC`` removes the job's copy.
 
 The training processes learn of the copy through ``SLURMTF_STAGED_DATA=SRC`` (exported by
-the job script): :func:`resolve_data_dir` turns ``--data_dir=SRC`` into this node's copy.
+the job script): :func:`resolve_data_dir` turns ``--data_dir=SRC`` into this node's copy
+(the models), :func:`staged_args` does it to a script's arguments (slurmtf.run).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import hashlib
 import os
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -171,3 +172,19 @@ def resolve_data_dir(data_dir: str | None, environ: Mapping[str, str]) -> str | 
             "stage it first (slurmtf/job.sh slurmtf_stage_data) or unset " + STAGED_ENV,
         )
     return str(copy)
+
+
+def staged_args(args: Sequence[str], environ: Mapping[str, str]) -> tuple[str, ...]:
+    """``args`` with ``--data_dir=SRC`` and ``--data_dir SRC`` (up to a ``--``) naming
+    this node's verified copy when the job staged SRC; unchanged otherwise."""
+    out = list(args)
+    if not environ.get(STAGED_ENV):
+        return tuple(out)
+    for i, arg in enumerate(out):
+        if arg == "--":
+            break
+        if arg.startswith("--data_dir="):
+            out[i] = f"--data_dir={resolve_data_dir(arg.partition('=')[2], environ) or ''}"
+        elif i and args[i - 1] == "--data_dir":
+            out[i] = resolve_data_dir(arg, environ) or arg
+    return tuple(out)

@@ -6,6 +6,7 @@ settings of training processes (``allocator``) and what decides a job's next ste
 one ends (``recovery``).
 
 May import: ``slurmtf.cluster``, ``slurmtf.spec``, ``slurmtf.slurm``, ``slurmtf.tf``,
-``slurmtf.resolver`` and the vocabulary (``errors``, ``events``, ``contracts``).
+``slurmtf.datasets`` (a staged data set), ``slurmtf.resolver`` and the vocabulary
+(``errors``, ``events``, ``contracts``).
 TensorFlow only inside functions that start it.
 """

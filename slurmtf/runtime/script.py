@@ -20,6 +20,14 @@ line, in the script's own interpreter:
    imported early: a script that sets TensorFlow's variables before importing it keeps
    them, and a script that never imports TensorFlow never loads it.
 
+With ``--cluster_flags`` (``Target.cluster_flags``) the script's arguments end with this
+task's ``--worker_hosts=H1:P1,... --task_index=N``, as TensorFlow's official models take
+the cluster (:func:`slurmtf.cluster.flags.cluster_flags`).
+
+When the job staged its data set (``STAGE_DATA=1``), ``--data_dir=SRC`` (or
+``--data_dir SRC``) among the script's arguments, and ``DATA_DIR=SRC``, name this node's
+verified copy instead (:func:`slurmtf.datasets.stage.staged_args`).
+
 Then the script runs in this process as ``__main__`` with ``sys.argv`` = ``[SCRIPT,
 *ARGS]`` and its folder first on ``sys.path``: its signals, exit status and exceptions
 are its own (a traceback ends it with status 1, printed without the launcher's frames).
@@ -45,10 +53,12 @@ from types import ModuleType, TracebackType
 from typing import Any
 
 from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.flags import cluster_flags
 from slurmtf.cluster.gpu_plan import apply_gpu_split
 from slurmtf.cluster.layout import ClusterLayout, build_layout
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
+from slurmtf.datasets.stage import resolve_data_dir, staged_args
 from slurmtf.events import emit
 from slurmtf.resolver import export_tf_config
 from slurmtf.runtime import allocator, teardown
@@ -61,6 +71,7 @@ class Target:
     path: str
     args: tuple[str, ...] = ()
     module: bool = False
+    cluster_flags: bool = False  # append --worker_hosts, --task_index (resolved) to args
 
     @property
     def argv(self) -> list[str]:
@@ -210,10 +221,24 @@ def _script_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+def task_target(target: Target, layout: ClusterLayout, environ: MutableMapping[str, str]) -> Target:
+    """``target`` as this task runs it: ``--data_dir`` (and ``DATA_DIR``) naming this
+    node's copy when the job staged the data set (STAGE_DATA), and with ``cluster_flags``
+    this task's ``--worker_hosts=... --task_index=N`` at the end of its arguments."""
+    args = staged_args(target.args, environ)
+    data_dir = environ.get("DATA_DIR")
+    if data_dir:
+        environ["DATA_DIR"] = resolve_data_dir(data_dir, environ) or data_dir
+    if target.cluster_flags:
+        args = (*args, *cluster_flags(layout))
+    return dataclasses.replace(target, args=args, cluster_flags=False)
+
+
 def launch_script(target: Target, environ: MutableMapping[str, str] = os.environ) -> int:
     """Everything above, in order: prepare the task, set the fixes, run ``target``."""
     allocator.tune()  # before TensorFlow's thread pools start (docs/SOAK.md)
     layout = prepare_task(environ)
+    target = task_target(target, layout, environ)
     emit(
         "launch",
         rank=layout.task_index,

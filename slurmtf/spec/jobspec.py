@@ -81,6 +81,7 @@ class JobSpec:
     stage_data: bool = False  # copy --data_dir to each node's scratch first (slurmtf/job.sh)
     check_first: bool = False  # `slurmtf check` first; an outlier node: requeue without it
     jobs: str | None = None  # roles (chief:1,ps:2,worker): a ParameterServerStrategy job
+    cluster_flags: bool = False  # the script gets --worker_hosts, --task_index (slurmtf.run)
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -92,6 +93,8 @@ class JobSpec:
             self._check_jobs()
         if self.stage_data:
             staged_source(self)
+        if self.cluster_flags:
+            self._check_cluster_flags()
 
     def _check_target(self) -> None:
         if self.kind not in KINDS:
@@ -230,6 +233,25 @@ class JobSpec:
             )
         roles.assign_roles(spec, self.num_tasks)  # the counts fit the job's tasks
 
+    def _check_cluster_flags(self) -> None:
+        """``--cluster_flags``: a script started through slurmtf.run, all of it workers."""
+        hint = "give --command='python train.py' or --module=mypkg.train, or no --cluster_flags"
+        if self.kind == "model":
+            hint = "leave it out: a bundled model finds its place in the job itself"
+        if self.jobs is not None:
+            hint = "leave it out: a ps job's roles are in TF_CONFIG, not in --worker_hosts"
+        command = self.kind == "command" and RUN_LAUNCHER in through_launcher(
+            shlex.split(self.target)
+        )
+        if self.jobs is not None or not (command or self.kind == "module"):
+            what = f"--jobs={self.jobs}" if self.jobs else f"--{self.kind}={self.target}"
+            raise InputError(
+                "--cluster_flags",
+                True,
+                f"appends --worker_hosts/--task_index to a script slurmtf.run starts, not {what}",
+                hint,
+            )
+
     @property
     def fixed_tasks(self) -> int | None:
         """The task count ``--jobs`` fixes (every role counted), else ``None``."""
@@ -330,16 +352,24 @@ def restart_setup(spec: JobSpec) -> list[str]:
 
 
 def staged_source(spec: JobSpec) -> str:
-    """The ``--data_dir`` that ``--stage_data`` copies to every node (the model's flag)."""
-    found = [a.split("=", 1)[1] for a in spec.args if a.startswith("--data_dir=")]
-    if not found or not found[-1]:
+    """The ``--data_dir`` that ``--stage_data`` copies to every node: the last
+    ``--data_dir=DIR`` or ``--data_dir DIR`` of the model's (or script's) arguments, those
+    of ``--command`` included."""
+    words = [*shlex.split(spec.target), *spec.args] if spec.kind == "command" else spec.args
+    found = ""
+    for before, word in zip(["", *words], words, strict=False):
+        if word.startswith("--data_dir="):
+            found = word.partition("=")[2]
+        elif before == "--data_dir":
+            found = word
+    if not found:
         raise InputError(
             "--stage_data",
             True,
             "needs the data set's shared folder as the model's --data_dir",
             "e.g. --stage_data -- --data_dir=/shared/data/mnist",
         )
-    return str(Path(found[-1]).expanduser().absolute())
+    return str(Path(found).expanduser().absolute())
 
 
 def stage_setup(spec: JobSpec) -> list[str]:
@@ -466,10 +496,15 @@ def task_command(
             chief = shlex.split(spec.target)
         done = f"--done_file={chief_done_file(spec, job_id, restart)}"
         return [python, "-u", "-m", SERVE, done, "--", *chief, *spec.args, *sweep_args]
+    flag = ["--cluster_flags"] if spec.cluster_flags else []
     if spec.kind == "module":
-        return [python, "-u", "-m", RUN_LAUNCHER, "-m", spec.target, *spec.args, *sweep_args]
+        return [python, "-u", "-m", RUN_LAUNCHER, *flag, "-m", spec.target, *spec.args, *sweep_args]
     if spec.kind == "command":
-        return [*through_launcher(shlex.split(spec.target)), *spec.args, *sweep_args]
+        words = through_launcher(shlex.split(spec.target))
+        if flag:  # right after `-m slurmtf.run`, before the script
+            at = words.index(RUN_LAUNCHER) + 1
+            words = [*words[:at], *flag, *words[at:]]
+        return [*words, *spec.args, *sweep_args]
     return [
         python,
         "-u",

@@ -16,6 +16,7 @@ from absl import flags
 
 from slurmtf import events
 from slurmtf.cli import report_error
+from slurmtf.cluster.flags import NO_INDEX, apply_cluster_flags
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.runtime import allocator
@@ -55,9 +56,18 @@ def report_lost_peers(message: str, info: RunInfo) -> None:
     events.emit("peer_lost", rank=info.rank, lost=lost, heartbeat="heartbeat" in message.lower())
 
 
-def resolve_info(program: str = "slurmtf", *, evaluator: bool = False) -> RunInfo:
+def resolve_info(
+    program: str = "slurmtf",
+    *,
+    evaluator: bool = False,
+    worker_hosts: str | None = None,
+    task_index: int = NO_INDEX,
+) -> RunInfo:
     """This task's rank, peers and GPUs, from the resolver (a single worker outside Slurm).
 
+    ``worker_hosts``/``task_index`` (``--worker_hosts``, ``--task_index``): outside Slurm
+    the cluster, as TensorFlow's official models take it; inside a Slurm job they must
+    agree with Slurm (:func:`slurmtf.cluster.flags.apply_cluster_flags`).
     ``evaluator`` (``--evaluator``): the step's last task is a sidecar evaluator, unless
     ``SLURMTF_JOBS`` already names one. Narrows ``CUDA_VISIBLE_DEVICES`` to this task's
     GPUs (:func:`slurmtf.cluster.gpu_plan.apply_gpu_split`) before TensorFlow starts; raises
@@ -67,9 +77,16 @@ def resolve_info(program: str = "slurmtf", *, evaluator: bool = False) -> RunInf
     from slurmtf.cluster.gpu_plan import apply_gpu_split
     from slurmtf.resolver import resolve
 
-    layout = resolve()
+    layout = apply_cluster_flags(resolve(), worker_hosts, task_index)
     jobs = read_slurm_env().jobs or ""
     if evaluator and not sidecar.has_evaluator(layout.roles):
+        if not layout.in_slurm and worker_hosts:
+            raise InputError(
+                "--evaluator",
+                True,
+                "needs a Slurm job: --worker_hosts names workers only",
+                "leave out --evaluator, or run the job under Slurm",
+            )
         if layout.roles is not None:
             raise InputError(
                 "--evaluator",
@@ -143,7 +160,12 @@ def main_for(
         info = (
             dataclasses.replace(info, program=program)
             if info
-            else resolve_info(program, evaluator=config.evaluator)
+            else resolve_info(
+                program,
+                evaluator=config.evaluator,
+                worker_hosts=config.worker_hosts,
+                task_index=config.task_index,
+            )
         )
         if sidecar.has_evaluator(info.layout.roles):
             sidecar.check_sidecar_config(config.stop_threshold, config.eval_only)

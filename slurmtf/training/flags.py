@@ -112,7 +112,27 @@ def _define_distribution_flags(fv: flags.FlagValues) -> None:
         "Split the gradient all-reduce into packs of this many bytes (0 = one pack).",
         flag_values=fv,
     )
+    _define_cluster_flags(fv)
     _define_wait_flags(fv)
+
+
+def _define_cluster_flags(fv: flags.FlagValues) -> None:
+    """The cluster as TensorFlow's official models take it (slurmtf.cluster.flags)."""
+    flags.DEFINE_string(
+        "worker_hosts",
+        None,
+        "Comma-separated host:port of every worker, as TensorFlow's official models take "
+        "the cluster. Outside Slurm: the cluster to train on (with --task_index). Inside a "
+        "Slurm job the cluster comes from Slurm, and this must agree with it "
+        "(`slurmtf resolve --flags`).",
+        flag_values=fv,
+    )
+    flags.DEFINE_integer(
+        "task_index",
+        -1,
+        "This process's place in --worker_hosts (0 is the chief); -1: not given.",
+        flag_values=fv,
+    )
 
 
 def _define_wait_flags(fv: flags.FlagValues) -> None:
@@ -247,6 +267,8 @@ class TrainConfig:
     all_reduce_alg: str = "auto"
     allreduce_dtype: str = "fp32"
     bytes_per_pack: int = 0
+    worker_hosts: str | None = None  # the official models' cluster flags (cluster_flags.py)
+    task_index: int = -1
     stall_timeout: float = 120.0
     stall_factor: float = 20.0
     collective_timeout: float = 0.0

@@ -359,3 +359,58 @@ def test_a_killed_rank_of_a_fit_job_through_submit_command_restarts_in_place(
         assert epochs[-1] == 4, epochs
         sums.add(final(events)["weights_checksum"])
     assert len(sums) == 1, sums
+
+
+OFFICIAL = REPO / "tests" / "scripts" / "official_flags.py"
+
+
+@pytest.fixture(scope="module")
+def official_flag_jobs(
+    slurm_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, tuple[str, dict[int, Path]]]]:
+    """A script that knows the cluster only from ``--worker_hosts``/``--task_index`` on 2
+    nodes, through ``CLUSTER_FLAGS=1 sbatch jobs/train.sbatch`` and through ``slurmtf
+    submit --cluster_flags --command``: job id and each rank's stdout file."""
+    require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
+    root = tmp_path_factory.mktemp("official-flags")
+    job = submit(slurm_sandbox, root, "sbatch", OFFICIAL, args=[], env={"CLUSTER_FLAGS": "1"})
+    logs = root / "submit"
+    done = slurm_sandbox.run(
+        [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", f"--log_dir={logs}",
+         "--cluster_flags", f"--command=python3 {OFFICIAL}"],
+        env={"SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=root,
+    )  # fmt: skip
+    found = re.search(r"submitted job (\d+)", done.stdout)
+    assert found, done.stdout + done.stderr
+    submitted = found.group(1)
+    yield {
+        "train.sbatch": (job.job_id, {r: job.log_dir / f"rank{r}.out" for r in (0, 1)}),
+        "submit": (submitted, {r: logs / f"{submitted}_{r}_log.out" for r in (0, 1)}),
+    }
+    for job_id in (job.job_id, submitted):
+        slurm_sandbox.run(["scancel", job_id], check=False)
+
+
+@pytest.mark.parametrize("how", ["train.sbatch", "submit"])
+def test_a_script_that_reads_only_the_cluster_flags_trains_on_two_nodes(
+    slurm_sandbox: SlurmSandbox,
+    official_flag_jobs: dict[str, tuple[str, dict[int, Path]]],
+    how: str,
+) -> None:
+    job_id, outs = official_flag_jobs[how]
+    state = slurm_sandbox.wait(job_id, timeout=400)
+    report = slurm_sandbox.logs(job_id) + "".join(
+        f"\n--- {p}:\n{p.read_text(errors='replace')[-2000:]}"
+        for p in outs[0].parent.glob("*")
+        if p.is_file()
+    )
+    assert state == "COMPLETED", report
+    events = {r: read_events(outs[r]) for r in (0, 1)}
+    dones = [final(events[r]) for r in (0, 1)]
+    assert [d["rank"] for d in dones] == [0, 1], report
+    assert [d["num_workers"] for d in dones] == [2, 2], report
+    assert dones[0]["weights_checksum"] == dones[1]["weights_checksum"], dones
+    # the flags each rank got name the workers slurmtf.run resolved for the step
+    workers = final(events[0], "launch")["tf_config"]["cluster"]["worker"]
+    assert [d["worker_hosts"] for d in dones] == [",".join(workers)] * 2, dones
+    assert len({w.partition(":")[0] for w in workers}) == 2, workers  # two nodes

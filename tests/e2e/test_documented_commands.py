@@ -111,7 +111,7 @@ COMMANDS: dict[str, Doc] = {
     "slurmtf plot JOB": Doc(),
     "slurmtf cancel JOB": Doc(),
     "slurmtf sweep ARRAY --sort=accuracy": Doc(),
-    "STAGE_DATA=1 DATA_DIR=/data/mnist sbatch jobs/mnist.sbatch": Doc(nodes=2),
+    "STAGE_DATA=1 sbatch jobs/mnist.sbatch --data_dir=/data/mnist": Doc(nodes=2),
     "slurmtf check --nodes=4": Doc(
         not_run="runs in tests/e2e/test_check.py (4 nodes, one at a tenth of the link rate)"
     ),
@@ -140,6 +140,7 @@ COMMANDS: dict[str, Doc] = {
     ),
     'eval "$(python -m slurmtf.resolver --export)"': Doc(),
     "python -m slurmtf.resolver --explain": Doc(),
+    "python -m slurmtf.resolver --flags": Doc(),
 }
 
 _FENCE = re.compile(r"```(?:bash|sh|console)\n(.*?)```", re.S)
@@ -317,11 +318,15 @@ def test_documented_resolver_commands_in_a_job_step(wide: SlurmSandbox, tmp_path
     script = (
         'eval "$(python -m slurmtf.resolver --export)"; '
         'python -c "import json, os; print(json.loads(os.environ[\\"TF_CONFIG\\"])[\\"task\\"])"; '
-        "python -m slurmtf.resolver --explain"
+        "python -m slurmtf.resolver --explain; "
+        "python -m slurmtf.resolver --flags"
     )
     done = wide.run(["srun", "-N2", "--ntasks-per-node=1", "bash", "-c", script], timeout=120)
     assert done.stdout.count("'type': 'worker'") == 2, done.stdout
     assert "node2" in done.stdout, done.stdout
+    flags = re.findall(r"^--worker_hosts=(\S+) --task_index=(\d)$", done.stdout, re.M)
+    assert sorted(index for _, index in flags) == ["0", "1"], done.stdout
+    assert len({hosts for hosts, _ in flags}) == 1, done.stdout  # one worker list
     (snippet,) = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), re.S)
     program = tmp_path / "own_script.py"
     program.write_text(snippet + "print('replicas', strategy.num_replicas_in_sync)\n")

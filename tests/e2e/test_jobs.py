@@ -3,7 +3,8 @@
 The three jobs are submitted together (they fit side by side on the 3-node sandbox)
 and each test then checks one of them from its outputs: every rank's JSON event lines
 (``cluster``, ``eval``, ``done``), the job log and the model directory. The 2-node MNIST
-job trains on tiny MNIST files staged to each node's scratch (``STAGE_DATA=1``).
+job trains on tiny MNIST files staged to each node's scratch (``STAGE_DATA=1``); another
+stages the real-digit sample given as the model's ``--data_dir=DIR``.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from slurmtf.cli import data as data_cli
 from tests.e2e.conftest import SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, check_training, submit_job
-from tests.helpers.datafiles import with_manifest, write_mnist
+from tests.helpers.datafiles import have_sklearn, with_manifest, write_mnist
 from tests.prereqs import require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf]
@@ -113,3 +115,26 @@ def test_mnist_one_node_fallback(training_jobs: dict[str, SandboxJob]) -> None:
 
 def test_resnet_two_nodes(training_jobs: dict[str, SandboxJob]) -> None:
     check_training(training_jobs["resnet2"])
+
+
+def test_the_data_set_given_as_the_model_flag_is_staged(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    """``STAGE_DATA=1 sbatch --gres=none jobs/mnist.sbatch --data_dir=DIR --train_steps=20``
+    with DIR from ``slurmtf data sample-mnist DIR``: no DATA_DIR, the flag alone."""
+    require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
+    require(have_sklearn(), "scikit-learn (pip install 'slurmtf[data]')")
+    data = tmp_path / "digits"
+    assert data_cli.main(["sample-mnist", str(data)]) == 0
+    run = submit_job(
+        slurm_sandbox, tmp_path, "flag", script="mnist.sbatch", nodes=2,
+        args=[f"--data_dir={data}", "--train_steps=20", "--eval_steps=1", "--num_threads=1"],
+        sbatch_args=["--gres=none"], env={"STAGE_DATA": "1"},
+    )  # fmt: skip
+    assert run.finish() == "COMPLETED", run.report()
+    staged = staged_events(run)
+    assert len({e["node"] for e in staged}) == 2, run.report()  # one copy per node
+    assert all(e["path"].endswith(f"slurmtf-data-{run.job_id}/digits") for e in staged), staged
+    read = {c[0]["data_dir"] for c in run.of("cluster").values()}
+    assert read == {e["path"] for e in staged}, run.report()  # each rank its node's copy
+    assert not list((slurm_sandbox.dir / "scratch").glob(f"*/slurmtf-data-{run.job_id}*"))

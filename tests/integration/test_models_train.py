@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,8 @@ import pytest
 
 from tests.helpers.datafiles import write_cifar, write_imagenet, write_mnist
 from tests.helpers.localjobs import (
+    SINGLE_THREADED,
+    Cluster,
     Job,
     checkpoint_step,
     checkpoint_steps,
@@ -309,3 +312,30 @@ def test_mirrored_replicas_end_with_the_weights_of_one_device(
     jobs.append(bad)
     assert bad.wait(60) == [2]
     assert "HINT: use --batch_size=14 (nearest multiple of 2)" in bad.stderr(0)
+
+
+def test_two_processes_started_by_hand_train_from_the_cluster_flags(
+    tmp_path: Path, cluster_factory: Callable[[int], Cluster]
+) -> None:
+    """Outside Slurm, as TensorFlow's official models: ``--worker_hosts`` and
+    ``--task_index`` are the cluster (two plain processes, no Slurm variable)."""
+    cluster = cluster_factory(2)
+    cluster.in_slurm = False
+    cluster.base_env = dict(SINGLE_THREADED)
+    hosts = f"{cluster.worker(0)},{cluster.worker(1)}"
+    data = write_mnist(tmp_path / "mnist", n_train=64, n_eval=16)
+    flags = [f"--data_dir={data}", "--batch_size=16", "--train_steps=6", "--eval_steps=1",
+             "--log_every=2", "--heartbeat_timeout=60", f"--worker_hosts={hosts}",
+             f"--model_dir={tmp_path / 'model'}"]  # fmt: skip
+    ranks = [
+        cluster.launch(i, [*flags, f"--task_index={i}"], python_args=("-m", "models.mnist"))
+        for i in (0, 1)
+    ]
+    assert [rank.wait(240) for rank in ranks] == [0, 0], cluster.logs()
+    clusters = [rank.events("cluster")[0] for rank in ranks]
+    assert [c["rank"] for c in clusters] == [0, 1]
+    assert all(c["num_workers"] == 2 for c in clusters), clusters
+    assert all(c["workers"] == hosts.split(",") for c in clusters), clusters
+    dones = [rank.events("done")[0] for rank in ranks]
+    assert dones[0]["step"] == dones[1]["step"] == 6
+    assert dones[0]["weights_checksum"] == dones[1]["weights_checksum"], dones
