@@ -109,6 +109,20 @@ def one_worker(
     return proc, out
 
 
+def submit_command(
+    slurm_sandbox: SlurmSandbox, command: str, logs: Path, cwd: Path, *flags: str
+) -> str:
+    """``slurmtf submit --command=COMMAND`` on 2 nodes, logs in ``logs``: the job id."""
+    done = slurm_sandbox.run(
+        [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", f"--log_dir={logs}",
+         f"--command={command}", *flags],
+        env={"SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=cwd,
+    )  # fmt: skip
+    found = re.search(r"submitted job (\d+)", done.stdout)
+    assert found, done.stdout + done.stderr
+    return found.group(1)
+
+
 def model_dir_args(name: str, root: Path, *, one: bool) -> list[str]:
     """``--model_dir`` for the scripts that write one (the one-worker run: its own)."""
     if name not in ("custom", "features"):
@@ -153,14 +167,8 @@ def submitted_tutorials(
     made: dict[str, tuple[str, Path]] = {}
     for name, extra in (("tutorial", []), ("tutorial_tf_keras", ["--legacy_keras"])):
         logs = root / name
-        done = slurm_sandbox.run(
-            [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", f"--log_dir={logs}",
-             f"--command=python3 {TUTORIAL} {' '.join(TUTORIAL_ARGS)}", *extra],
-            env={"SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=root,
-        )  # fmt: skip
-        found = re.search(r"submitted job (\d+)", done.stdout)
-        assert found, done.stdout + done.stderr
-        made[name] = (found.group(1), logs)
+        command = f"python3 {TUTORIAL} {' '.join(TUTORIAL_ARGS)}"
+        made[name] = (submit_command(slurm_sandbox, command, logs, root, *extra), logs)
     yield made
     for job_id, _ in made.values():
         slurm_sandbox.run(["scancel", job_id], check=False)
@@ -327,14 +335,7 @@ def test_a_killed_rank_of_a_fit_job_through_submit_command_restarts_in_place(
     model_dir = tmp_path / "model"
     command = (f"python3 {FIT_CHECKS} --mode=backup --epochs=5 --steps=4 --sleep=0.25 "
                f"--model_dir={model_dir}")  # fmt: skip
-    done = slurm_sandbox.run(
-        [PYTHON, "-m", "slurmtf.submit", f"--command={command}", "--nodes=2", "--time=10",
-         "--max_restarts=2", f"--log_dir={tmp_path}"],
-        env={"SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=tmp_path,
-    )  # fmt: skip
-    found = re.search(r"submitted job (\d+)", done.stdout)
-    assert found, done.stdout + done.stderr
-    jid = found.group(1)
+    jid = submit_command(slurm_sandbox, command, tmp_path, tmp_path, "--max_restarts=2")
     rank0 = tmp_path / f"{jid}_0_log.out"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -375,14 +376,7 @@ def official_flag_jobs(
     root = tmp_path_factory.mktemp("official-flags")
     job = submit(slurm_sandbox, root, "sbatch", OFFICIAL, args=[], env={"CLUSTER_FLAGS": "1"})
     logs = root / "submit"
-    done = slurm_sandbox.run(
-        [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", f"--log_dir={logs}",
-         "--cluster_flags", f"--command=python3 {OFFICIAL}"],
-        env={"SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=root,
-    )  # fmt: skip
-    found = re.search(r"submitted job (\d+)", done.stdout)
-    assert found, done.stdout + done.stderr
-    submitted = found.group(1)
+    submitted = submit_command(slurm_sandbox, f"python3 {OFFICIAL}", logs, root, "--cluster_flags")
     yield {
         "train.sbatch": (job.job_id, {r: job.log_dir / f"rank{r}.out" for r in (0, 1)}),
         "submit": (submitted, {r: logs / f"{submitted}_{r}_log.out" for r in (0, 1)}),
