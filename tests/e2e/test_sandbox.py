@@ -144,8 +144,15 @@ def test_separate_sandbox_up_down_leaves_nothing(tmp_path_factory: pytest.TempPa
 
 @pytest.mark.parametrize("script", ["mnist.sbatch", "resnet.sbatch"])
 def test_job_script_plumbing(slurm_sandbox: SlurmSandbox, tmp_path: Path, script: str) -> None:
-    """Model flags and env vars reach every rank; per-rank logs; `--gres=none` works."""
-    env = {"PYTHON": "/bin/echo", "MODEL_DIR": str(tmp_path / "m"), "LOG_DIR": str(tmp_path / "l")}
+    """Model flags and env vars reach every rank; per-rank logs; `--gres=none` works.
+    PYTHON echoes its arguments on the ranks; the job script's own ``-m slurmtf.cli``
+    calls (what follows the step) still get the real interpreter."""
+    echo = tmp_path / "echo-python"
+    echo.write_text(
+        f'#!/bin/sh\n[ "$1 $2" = "-m slurmtf.cli" ] && exec {PYTHON} "$@"\nexec echo "$@"\n'
+    )
+    echo.chmod(0o755)
+    env = {"PYTHON": str(echo), "MODEL_DIR": str(tmp_path / "m"), "LOG_DIR": str(tmp_path / "l")}
     job = slurm_sandbox.submit(
         REPO / "jobs" / script, "--train_steps=7", "--name=a b",
         sbatch_args=["--gres=none", "--ntasks-per-node=2", f"--output={tmp_path}/%x-%j.out"],
