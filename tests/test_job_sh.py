@@ -273,7 +273,7 @@ def check_first(
     script = f"""
         source {JOB_SH}
         LOG_DIR={logs}; SLURM_JOB_ID=77; slurmtf_restarts={restarts}; slurmtf_budget=2
-        CHECK_FIRST=1; PYTHON={fake}; SLURM_JOB_NODELIST='{nodes}'; SLURMTF_MIN_NODES=2
+        CHECK_FIRST=1; PYTHON={fake}; SLURM_JOB_NODELIST='{nodes}'; MIN_NODES=2
         scontrol() {{ echo "$*" >> {calls}; [ "$1" != show ] || echo "ExcNodeList=(null)"; }}
         slurmtf_check_first
         echo training
