@@ -254,7 +254,8 @@ slurmtf_run_step() {
 # then ends at once: under --no-kill its srun would wait for a hung node until Slurm's
 # SlurmdTimeout. SLURMTF_NODE_WATCH=0 turns the watch off.
 slurmtf_watch() {
-    local pid="$1" probed="" f size
+    local pid="$1" f size
+    slurmtf_alive=""
     [ "${SLURMTF_NODE_WATCH:-1}" = "1" ] && [ -n "${SLURM_JOB_ID:-}" ] || return 0
     declare -A seen=()
     for f in "${!slurmtf_offsets[@]}"; do seen["$f"]="${slurmtf_offsets[$f]}"; done
@@ -269,8 +270,8 @@ slurmtf_watch() {
             seen["$f"]="$size"
         done
         [ "$news" -eq 1 ] || continue
-        slurmtf_recovery watch --probed="$probed" || continue
-        probed="$slurmtf_probed"
+        slurmtf_recovery watch --probed="$slurmtf_alive" || continue
+        slurmtf_alive="$slurmtf_probed"
         [ -n "$slurmtf_lost" ] || continue
         slurmtf_log "node(s) $slurmtf_lost stopped answering: ending the step without" \
             "waiting for Slurm (SlurmdTimeout)" >&2
@@ -313,7 +314,8 @@ slurmtf_ps_srun() {
 # (the job log's line), slurmtf_status, slurmtf_exclude, slurmtf_next_restart, slurmtf_note.
 slurmtf_decide() {
     slurmtf_recovery decide --status="${slurmtf_rc:-0}" --max_restarts="${slurmtf_budget:-0}" \
-        --dead="${slurmtf_lost:-}" --python="${PYTHON:-python3}" "$@"
+        --dead="${slurmtf_lost:-}" --probed="${slurmtf_alive:-}" --python="${PYTHON:-python3}" \
+        --in_place="${SLURMTF_RESTART_IN_PLACE:-1}" "$@"
 }
 
 # `slurmtf recovery COMMAND` on this attempt's logs (from the offsets slurmtf_snapshot

@@ -171,3 +171,32 @@ def test_kills_per_node_are_recorded_and_counted_across_attempts(tmp_path: Path)
     assert "slurmtf_exclude=''\n" in first
     assert "slurmtf_exclude=node2\n" in second
     assert "slurmtf_nodes=node1,node3\n" in second
+
+
+def test_after_the_watch_other_named_nodes_are_probed_not_assumed_dead(tmp_path: Path) -> None:
+    lost = [{"rank": 0, "node": "node1"}, {"rank": 2, "node": "node3"}]
+    event = {"event": "peer_lost", "rank": 1, "lost": lost, "heartbeat": True}
+    (tmp_path / "rank1.out").write_text(json.dumps(event) + "\n")
+    runner = silent("node3")
+    step = Step("7", 137, 3, nodes=job_nodes(ALLOC, "", "2"), dead=("node3",))
+    out = decide_step(step, LogFiles(tmp_path), runner)
+    assert "slurmtf_action=restart\n" in out
+    assert "slurmtf_exclude=node3\n" in out
+    assert runner.probed == ["node1"]
+
+
+def test_restart_in_place_off_requeues_instead(tmp_path: Path) -> None:
+    (tmp_path / "srun.err").write_text("srun: error: node2: task 1: Killed\n")
+    files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
+    step = Step("7", 137, 3, nodes=job_nodes(ALLOC), in_place=False)
+    out = decide_step(step, files, silent())
+    assert "slurmtf_action=requeue\n" in out
+    assert "failed: rank 1 was killed by SIGKILL: requeueing job 7 (restart 1 of 3" in out
+
+
+def test_a_node_the_watch_found_answering_is_not_probed_again(tmp_path: Path) -> None:
+    runner = silent("node2")  # it would not answer now: the decision trusts the watch
+    step = Step("7", 137, 3, nodes=job_nodes(ALLOC, "1"), alive=("node2",))
+    out = decide_step(step, peer_lost_logs(tmp_path), runner)
+    assert "slurmtf_exclude=''\n" in out
+    assert runner.probed == []

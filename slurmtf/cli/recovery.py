@@ -56,6 +56,7 @@ def _parser() -> ArgumentParser:
     add_flag(parser, "spare_nodes", default="", help="SPARE_NODES: train on N of N+K nodes [0]")
     add_flag(parser, "dead", default="", help="nodes the watch found silent (comma-separated)")
     add_flag(parser, "probed", default="", help="nodes that answered a probe this step")
+    add_flag(parser, "in_place", default="1", help="SLURMTF_RESTART_IN_PLACE: 0 requeues instead")
     add_flag(parser, "outliers", default="", help="--check_first's outlier nodes (comma-separated)")
     add_flag(parser, "python", default="python3", help="the job's interpreter (for hints)")
     add_flag(parser, "probe_timeout", type=float, default=15.0, help="seconds per node probe")
@@ -92,10 +93,20 @@ def _body(args: argparse.Namespace) -> int:
         return 0
     step = Step(
         args.job_id, args.status, args.max_restarts, args.requeues, nodes, args.probe_timeout,
-        _names(args.outliers), args.python, dead=_names(args.dead),
+        _names(args.outliers), args.python, dead=_names(args.dead), alive=_names(args.probed),
+        in_place=_in_place(args.in_place),
     )  # fmt: skip
     sys.stdout.write(decide_step(step, files))
     return 0
+
+
+def _in_place(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise InputError(
+            "SLURMTF_RESTART_IN_PLACE", text, "must be 1 or 0",
+            "leave it unset (restart in place); 0 requeues every failed attempt instead",
+        )  # fmt: skip
+    return text == "1"
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -34,6 +34,7 @@ from slurmtf.runtime.recovery import (
     Nodes,
     TaskEnding,
     after_check,
+    as_requeue,
     decide,
 )
 from slurmtf.slurm.runner import Runner, default_runner
@@ -222,6 +223,8 @@ class Step:
     python: str = "python3"  # the job's interpreter, named in an install hint
     on_this_machine: bool = False  # --cluster=local: no queue, no node to leave out
     dead: tuple[str, ...] = ()  # nodes the watch found silent during the step (no probe again)
+    alive: tuple[str, ...] = ()  # nodes the watch found answering during the step
+    in_place: bool = True  # False (SLURMTF_RESTART_IN_PLACE=0): a restart is a requeue
 
 
 def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) -> str:
@@ -250,16 +253,21 @@ def decide_and_record(
             decision = dataclasses.replace(decision, action="restart", why=why)
     elif decision.action in ("restart", "requeue") and _suspects(attempt, step):
         suspects = _suspects(attempt, step)
-        dead = suspects if attempt.frozen() else probe_dead(suspects, runner, step.probe_timeout)
+        # Probed, not assumed: a rank that stopped sending heartbeats (a hung rank) may sit
+        # on a node that answers; with --overlap a probe starts beside the old step.
+        dead = probe_dead(suspects, runner, step.probe_timeout)
         nodes = dataclasses.replace(nodes, dead=tuple(dict.fromkeys([*step.dead, *dead])))
         decision = decide(attempt, budget, nodes)
+    if not step.in_place and not step.on_this_machine:
+        decision = as_requeue(decision)
     seconds = _since_failure(files)
     return _recorded(decision, step, files, budget.used, seconds, killed=attempt.killed_nodes())
 
 
 def _suspects(attempt: Attempt, step: Step) -> tuple[str, ...]:
-    """The lost nodes still worth probing: not left out already, not found silent."""
-    known = {*step.nodes.excluded, *step.dead}
+    """The lost nodes still worth probing: not left out already, not found silent, not
+    found answering by the watch during the step."""
+    known = {*step.nodes.excluded, *step.dead, *step.alive}
     return tuple(n for n in attempt.lost_nodes() if n not in known)
 
 

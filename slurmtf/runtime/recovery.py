@@ -157,10 +157,6 @@ class Attempt:
             killed += [str(workers[r]).rsplit(":", 1)[0] for r in ending.ranks if r < len(workers)]
         return tuple(killed)
 
-    def frozen(self) -> bool:
-        """A rank saw a peer's heartbeats stop (TensorFlow's coordination service)."""
-        return any(e.get("heartbeat") for r in self.events for e in self.of(r, "peer_lost"))
-
     def _lost_by(self, rank: int) -> list[str]:
         return [
             str(peer["node"])
@@ -338,6 +334,15 @@ def _again(action: str, why: str, status: int, budget: Budget, nodes: Nodes) -> 
     if action != "restart" or not exclude or not nodes.allocated:
         return decision
     return dataclasses.replace(decision, nodes=nodes.step_nodes(), placement=nodes.placement())
+
+
+def as_requeue(decision: Decision) -> Decision:
+    """A restart in place turned into a requeue (``SLURMTF_RESTART_IN_PLACE=0``: the path
+    every failure took before restarts in place, kept to compare against)."""
+    if decision.action != "restart":
+        return decision
+    why = decision.why if decision.why.startswith("failed") else f"failed: {decision.why}"
+    return dataclasses.replace(decision, action="requeue", why=why, nodes=(), placement="")
 
 
 def classify(attempt: Attempt) -> tuple[str, bool]:

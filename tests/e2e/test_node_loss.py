@@ -117,11 +117,18 @@ def lose_a_node(
 
 
 def check_completed_in_place(
-    sandbox: SlurmSandbox, job: SandboxJob, rival: Competitor, ranks: int
+    sandbox: SlurmSandbox, job: SandboxJob, rival: Competitor, ranks: int, frozen: list[int]
 ) -> None:
-    assert rival.state() == "PENDING", f"the competing job got our nodes\n{job.report()}"
+    """The job trains to its end in its allocation (the rival pends until the batch script
+    is done); then the node comes back (thawed), which lets Slurm finish the job at once
+    rather than at SlurmdTimeout, and the job is COMPLETED."""
     assert restarts(sandbox, job.job_id) == "0", job.report()
-    assert job.wait(400) == "COMPLETED", job.report()
+    wait_until(job, lambda: job.state() != "RUNNING" or rival.state() != "PENDING", 300, "end")
+    assert job.state() != "RUNNING", f"the competing job got our nodes\n{job.report()}"
+    assert "srun exited 0" in job.job_output(), job.report()
+    nodefaults.thaw_node(frozen)
+    assert job.wait(200) == "COMPLETED", job.report()
+    assert restarts(sandbox, job.job_id) == "0", job.report()
     finals = [job.events(rank, "done")[-1] for rank in range(ranks)]
     assert [f["step"] for f in finals] == [STEPS] * ranks, job.report()
     assert len({f["weights_checksum"] for f in finals}) == 1, finals
@@ -147,7 +154,7 @@ def test_a_frozen_node_is_replaced_by_the_spare_without_a_requeue(
     assert len(workers) == 2, workers
     assert not any(w.startswith(f"{node}:") for w in workers), workers
     assert "training on a spare (" in job.job_output(), job.job_output()
-    check_completed_in_place(recovery_sandbox, job, competitors[0], 2)
+    check_completed_in_place(recovery_sandbox, job, competitors[0], 2, frozen)
 
 
 def test_a_frozen_node_of_a_range_job_leaves_the_survivors_training(
@@ -169,4 +176,4 @@ def test_a_frozen_node_of_a_range_job_leaves_the_survivors_training(
     assert not any(w.startswith(f"{node}:") for w in workers), workers
     clusters = job.events(0, "cluster")
     assert [c["global_batch"] for c in clusters] == [BATCH, BATCH], clusters
-    check_completed_in_place(recovery_sandbox, job, competitors[0], 2)
+    check_completed_in_place(recovery_sandbox, job, competitors[0], 2, frozen)
