@@ -7,9 +7,19 @@
 #   a rank died, a peer was lost, a     -> restart in place: a new srun step in the same
 #   stall was detected, a node is gone     allocation resumes from the last complete
 #                                          checkpoint; a node that stopped answering is
-#                                          left out (srun --exclude), or, when too few
-#                                          nodes remain, the job is requeued without it
+#                                          left out (srun --exclude), its place taken by a
+#                                          spare (SPARE_NODES=K: the first N of N+K nodes
+#                                          train) or the job goes on with the nodes left
+#                                          (MIN_NODES, a --nodes=MIN-MAX range); with
+#                                          fewer the job is requeued without it
 #   bad flags (exit 2), a model error   -> no retry; the last line says why
+#
+# The job scripts ask --no-kill, so a node that hangs does not end the allocation. While
+# the step runs, the ranks' peer_lost events name the nodes to probe; one that does not
+# answer ends the step at once (its srun would wait for it until Slurm's SlurmdTimeout)
+# and every later step and probe runs with srun --overlap (Slurm keeps the old step on
+# its books while the node hangs). SLURMTF_RESTART_IN_PLACE=0 requeues instead of every
+# restart in place (to compare the two).
 #
 # The decision is Python's (`slurmtf recovery`, slurmtf/runtime/recovery.py). Restarts in
 # place and requeues count against one budget: MAX_RESTARTS (default 3; MAX_REQUEUES, its

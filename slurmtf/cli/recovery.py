@@ -59,7 +59,7 @@ def _parser() -> ArgumentParser:
     add_flag(parser, "in_place", default="1", help="SLURMTF_RESTART_IN_PLACE: 0 requeues instead")
     add_flag(parser, "outliers", default="", help="--check_first's outlier nodes (comma-separated)")
     add_flag(parser, "python", default="python3", help="the job's interpreter (for hints)")
-    add_flag(parser, "probe_timeout", type=float, default=15.0, help="seconds per node probe")
+    add_flag(parser, "probe_timeout", type=float, default=10.0, help="seconds per node probe")
     return parser
 
 

@@ -218,7 +218,7 @@ class Step:
     limit: int
     slurm_requeues: int = 0
     nodes: Nodes = dataclasses.field(default_factory=Nodes)
-    probe_timeout: float = 15.0
+    probe_timeout: float = 10.0
     outliers: tuple[str, ...] = ()  # --check_first's verdict, before any step ran
     python: str = "python3"  # the job's interpreter, named in an install hint
     on_this_machine: bool = False  # --cluster=local: no queue, no node to leave out

@@ -96,8 +96,8 @@ def check_in_place(
 
 def submit(sandbox: SlurmSandbox, folder: Path, *flags: str) -> str:
     done = sandbox.run(
-        [PYTHON, "-m", "slurmtf.submit", *flags, "--nodes=2", "--time=10", "--max_restarts=2",
-         f"--log_dir={folder}"],
+        [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", "--max_restarts=2",
+         f"--log_dir={folder}", *flags],
         env={"SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=folder, check=False,
     )  # fmt: skip
     found = re.search(r"submitted job (\d+)", done.stdout)
