@@ -29,6 +29,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -43,6 +44,7 @@ KINDS = ("rank", "hang", "spare", "range")
 PATHS = ("in_place", "requeue")
 NODES = 4  # one more than a job holds: a requeued 3-node job finds 3 without the lost one
 BREAK_AT = 12
+ENDED = {"FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_FAIL"}
 STEPS = 60
 ARGS = [
     "--batch_size=12", "--eval_steps=1", "--num_threads=1", "--seed=7", "--log_every=1",
@@ -108,6 +110,14 @@ def submit(sandbox: Sandbox, kind: str, path: str, run: Path) -> str:
     return done.stdout.strip().split(";")[0]
 
 
+def last_line(run: Path) -> str:
+    """The job log's last ``slurmtf:`` or ``srun: error:`` line."""
+    path = run / "job.out"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    lines = [x for x in text.splitlines() if "slurmtf:" in x or "srun: error:" in x]
+    return lines[-1] if lines else ""
+
+
 def free_nodes(sandbox: Sandbox) -> int:
     return sum(state == "idle" for state in sandbox.node_states().values())
 
@@ -161,8 +171,7 @@ def measure(sandbox: Sandbox, kind: str, path: str, work: Path) -> JSONDict:
     """One run: submit, break at step BREAK_AT with a competitor waiting, time the resume."""
     run = work / f"{kind}-{path}"
     job_id = submit(sandbox, kind, path, run)
-    ended = {"FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_FAIL"}
-    wait_for("step 1", lambda: last_step(run) >= 1 or job_state(sandbox, job_id) in ended, 300)
+    wait_for("step 1", lambda: last_step(run) >= 1 or job_state(sandbox, job_id) in ENDED, 300)
     if last_step(run) < 1:
         raise RuntimeError(f"job {job_id} ended before training: {run}/job.out")
     # Another job that needs at least one of our nodes: it can only start when we leave.
@@ -173,14 +182,24 @@ def measure(sandbox: Sandbox, kind: str, path: str, work: Path) -> JSONDict:
         before = last_step(run)
         stopped = break_it(sandbox, kind, job_id)
         broken = time.monotonic()
-        wait_for("training again", lambda: resumed_step(run) is not None, 600)
+        state = ""
+
+        def resumed_or_ended() -> bool:
+            nonlocal state
+            state = job_state(sandbox, job_id)
+            return resumed_step(run) is not None or state in ENDED
+
+        wait_for("training again", resumed_or_ended, 600)
         seconds = time.monotonic() - broken
         pending = rival.state() == "PENDING"
         show = sandbox.run(["scontrol", "-o", "show", "job", job_id]).stdout
     finally:
         rival.cancel()
         mend(sandbox, stopped, job_id)
-    resumed = resumed_step(run) or 0
+    resumed = resumed_step(run)
+    if resumed is None:  # the job ended without training again: say how, from its log
+        return {"kind": kind, "path": path, "ended": state, "why": last_line(run),
+                "seconds": None, "load": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
     return {
         "kind": kind, "path": path, "seconds": round(seconds, 1),
         "steps_lost": max(0, before - resumed + 1), "failed_after_step": before,
@@ -200,7 +219,11 @@ def run(options: Options) -> JSONDict:
                           cred_expire=120)  # fmt: skip
         sandbox.up()
         try:
-            results = [measure(sandbox, k, p, Path(tmp)) for k in kinds for p in paths]
+            results = []
+            for kind in kinds:
+                for path in paths:
+                    results.append(measure(sandbox, kind, path, Path(tmp)))
+                    print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         finally:
             sandbox.down()
     return {"results": results, "load_before": load_before}
@@ -210,6 +233,9 @@ def markdown(result: JSONDict) -> str:
     rows = [
         [r["kind"], r["path"], r["seconds"], r["steps_lost"], r["slurm_restarts"],
          "pending" if r["competitor_pending"] else "took the nodes", " ".join(map(str, r["load"]))]
+        if r.get("seconds") is not None else
+        [r["kind"], r["path"], f"never: job {r['ended']} ({r['why']})", "-", "-", "-",
+         " ".join(map(str, r["load"]))]
         for r in result["results"]
     ]  # fmt: skip
     headers = ["failure", "path", "s to training again", "steps lost", "Slurm restarts",

@@ -370,7 +370,30 @@ slurmtf_place() {
     fi
 }
 
+# Before requeueing without a node that hangs: wait until Slurm has taken it out of the
+# job (at SlurmdTimeout, under --no-kill). Slurm 22.05 gives a job requeued while a hung
+# node still holds its old step no generic resources: every srun of it then fails with
+# "Invalid generic resource (gres) specification" (measured on the sandbox). Bounded by
+# SlurmdTimeout + 60 s.
+slurmtf_wait_node_gone() {
+    [ -n "${slurmtf_lost:-}" ] || return 0
+    local timeout bound start=$SECONDS
+    timeout=$(scontrol show config 2>/dev/null | awk '$1 == "SlurmdTimeout" {print $3}')
+    [[ "$timeout" =~ ^[0-9]+$ ]] || timeout=300
+    bound=$((timeout + 60))
+    slurmtf_log "waiting for Slurm to take node(s) $slurmtf_lost out of the job (SlurmdTimeout" \
+        "$timeout s) before requeueing"
+    while [ $((SECONDS - start)) -lt "$bound" ]; do
+        local nodes
+        nodes=$(scontrol show hostnames "$(scontrol show job "$SLURM_JOB_ID" \
+            | grep -o ' NodeList=[^ ]*' | cut -d= -f2)" 2>/dev/null)
+        grep -qxF -f <(tr ',' '\n' <<<"$slurmtf_lost") <<<"$nodes" || return 0
+        sleep 2
+    done
+}
+
 slurmtf_requeue() {
+    slurmtf_wait_node_gone
     # `scontrol requeue` ends this script with SIGTERM: finish the update first.
     trap '' TERM
     scontrol requeue "$SLURM_JOB_ID" || { echo "scontrol requeue failed" >&2; return 1; }

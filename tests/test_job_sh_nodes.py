@@ -47,10 +47,12 @@ FAKES = {
 }
 
 
-def run_job(tmp_path: Path, dead: str = "node2", **env: str) -> tuple[str, str, int]:
+def run_job(
+    tmp_path: Path, dead: str = "node2", fakes: dict[str, str] | None = None, **env: str
+) -> tuple[str, str, int]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
-    for name, text in FAKES.items():
+    for name, text in {**FAKES, **(fakes or {})}.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     logs = tmp_path / "logs"
@@ -145,3 +147,25 @@ def test_bad_spares_or_minimum_stop_the_job_naming_the_variable(
     assert says in out
     assert "HINT: " in out
     assert steps(calls) == []
+
+
+SCONTROL_SLURM_TAKES_NODE2 = """#!/bin/bash
+echo "scontrol $*" >> "$CALLS"
+case "$1 $2" in
+  "show config") echo "SlurmdTimeout           = 2 sec" ;;
+  "show job") n=$(grep -c "show job" "$CALLS")
+              [ "$n" -lt 3 ] && echo " NodeList=node[1-3] " || echo " NodeList=node[1,3] " ;;
+  "show hostnames") [ "$3" = "node[1-3]" ] && printf 'node1\\nnode2\\nnode3\\n' \\
+                    || printf 'node1\\nnode3\\n' ;;
+esac
+"""
+
+
+def test_a_requeue_without_a_hung_node_waits_until_slurm_took_it_out(tmp_path: Path) -> None:
+    # Slurm 22.05 gives a job requeued while the hung node holds its old step no GRES.
+    out, calls, _ = run_job(tmp_path, fakes={"scontrol": SCONTROL_SLURM_TAKES_NODE2})
+    assert "waiting for Slurm to take node(s) node2 out of the job" in out
+    shows = [line for line in calls.splitlines() if line.startswith("scontrol show job")]
+    requeue = calls.index("scontrol requeue 7")
+    assert len(shows) >= 3, calls
+    assert calls.index(shows[2]) < requeue, calls
