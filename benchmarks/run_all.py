@@ -39,6 +39,7 @@ MODULES = {
     "check": "benchmarks.bench_check",
     "evaluator": "benchmarks.bench_evaluator",
     "restarts": "benchmarks.bench_restarts",
+    "recovery": "benchmarks.bench_recovery",
     "projection": "benchmarks.projection",  # last: it reads links, breakdown and gpu
 }
 NAMES = tuple(MODULES)

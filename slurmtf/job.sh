@@ -7,9 +7,19 @@
 #   a rank died, a peer was lost, a     -> restart in place: a new srun step in the same
 #   stall was detected, a node is gone     allocation resumes from the last complete
 #                                          checkpoint; a node that stopped answering is
-#                                          left out (srun --exclude), or, when too few
-#                                          nodes remain, the job is requeued without it
+#                                          left out (srun --exclude), its place taken by a
+#                                          spare (SPARE_NODES=K: the first N of N+K nodes
+#                                          train) or the job goes on with the nodes left
+#                                          (MIN_NODES, a --nodes=MIN-MAX range); with
+#                                          fewer the job is requeued without it
 #   bad flags (exit 2), a model error   -> no retry; the last line says why
+#
+# The job scripts ask --no-kill, so a node that hangs does not end the allocation. While
+# the step runs, the ranks' peer_lost events name the nodes to probe; one that does not
+# answer ends the step at once (its srun would wait for it until Slurm's SlurmdTimeout)
+# and every later step and probe runs with srun --overlap (Slurm keeps the old step on
+# its books while the node hangs). SLURMTF_RESTART_IN_PLACE=0 requeues instead of every
+# restart in place (to compare the two).
 #
 # The decision is Python's (`slurmtf recovery`, slurmtf/runtime/recovery.py). Restarts in
 # place and requeues count against one budget: MAX_RESTARTS (default 3; MAX_REQUEUES, its
@@ -71,7 +81,17 @@ slurmtf_job_setup() {
 slurmtf_step_tasks() {
     srun_tasks=()
     slurmtf_tasks_per_node=""
-    [ -z "${SLURM_NTASKS:-}" ] || return 0
+    if [ -n "${SLURM_NTASKS:-}" ]; then
+        [ "${slurmtf_train_nodes:-${SLURM_JOB_NUM_NODES:-1}}" != "${SLURM_JOB_NUM_NODES:-1}" ] || return 0
+        # A task count and fewer nodes than the job's (spares, a node left out): the same
+        # count per node on the nodes the step trains on.
+        local fixed="${SLURM_NTASKS_PER_NODE:-$((SLURM_NTASKS / ${SLURM_JOB_NUM_NODES:-1}))}"
+        fixed="${fixed%%[(,]*}"  # 2(x3): 2
+        slurmtf_tasks_per_node="$fixed"
+        srun_tasks=(--nodes="$slurmtf_train_nodes" --ntasks-per-node="$fixed"
+                    --ntasks="$((slurmtf_train_nodes * fixed))")
+        return 0
+    fi
     local gpus="${SLURM_GPUS_ON_NODE:-0}" nodes="${slurmtf_train_nodes:-${SLURM_JOB_NUM_NODES:-1}}"
     [[ "$gpus" =~ ^[0-9]+$ ]] && [ "$gpus" -gt 0 ] || gpus=1
     local per_node="${TASKS_PER_NODE:-$gpus}"
@@ -140,8 +160,31 @@ EOF_PY
 slurmtf_start_attempt() {
     slurmtf_attempt="${slurmtf_restarts:-0}"
     slurmtf_exclude_args=()
-    eval "$("${PYTHON:-python3}" -m slurmtf.cli recovery start --log_dir="$LOG_DIR" \
-        --job_id="${SLURM_JOB_ID:-local}" --requeues="${slurmtf_restarts:-0}" 2>/dev/null)"
+    slurmtf_nodes=""
+    if [ -n "${SLURMTF_MIN_NODES:-}" ]; then
+        slurmtf_log "SLURMTF_MIN_NODES='$SLURMTF_MIN_NODES' is not read. HINT: name the" \
+            "fewest nodes to go on with MIN_NODES=$SLURMTF_MIN_NODES" >&2
+        exit 2
+    fi
+    local out rc=0 err="$LOG_DIR/.recovery-start.err"
+    out=$("${PYTHON:-python3}" -m slurmtf.cli recovery start --log_dir="$LOG_DIR" \
+        --job_id="${SLURM_JOB_ID:-local}" --requeues="${slurmtf_restarts:-0}" \
+        --nodes="${SLURM_JOB_NODELIST:-}" --spare_nodes="${SPARE_NODES:-}" \
+        --minimum="${MIN_NODES:-}" 2>"$err") || rc=$?
+    if [ "$rc" -eq 2 ] && grep -q "HINT" "$err"; then  # SPARE_NODES or MIN_NODES
+        sed 's/^slurmtf recovery: //' "$err" >&2
+        rm -f "$err"
+        exit 2
+    fi
+    rm -f "$err"
+    eval "$out"
+    # SPARE_NODES=K: the first step trains on the first N of the N+K nodes, the K idle.
+    slurmtf_train_nodes="${SLURM_JOB_NUM_NODES:-1}"
+    slurmtf_first_nodes="$slurmtf_nodes"
+    if [ -n "$slurmtf_first_nodes" ]; then
+        slurmtf_train_nodes=$(tr ',' '\n' <<<"$slurmtf_first_nodes" | grep -c .)
+        slurmtf_exclude_args=(--nodelist="$slurmtf_first_nodes")
+    fi
 }
 
 # Where this attempt's output starts in each log (they are appended to).
@@ -194,17 +237,69 @@ slurmtf_srun_ranks() {
         "${srun_tasks[@]}" "${slurmtf_exclude_args[@]}" "${gpu_bind[@]}" \
          --output="$LOG_DIR/rank%t.out" --error="$LOG_DIR/rank%t.err" \
          "$@" 2> >(tee -a "${slurmtf_srun_err:-$LOG_DIR/srun.err}" >&2)
+    local rc=$?
+    wait  # for tee
+    return "$rc"
 }
 
 # One attempt of the step: the ranks see its number as SLURM_RESTART_COUNT (restarts in
-# place + requeues), so their events and checkpoints name it. Sets slurmtf_rc.
+# place + requeues), so their events and checkpoints name it. The step runs in the
+# background while slurmtf_watch looks for a node that stopped answering. Sets slurmtf_rc,
+# and slurmtf_lost: the silent nodes for which the watch ended the step.
 slurmtf_run_step() {
     [ "${slurmtf_attempt:-0}" -eq 0 ] || export SLURM_RESTART_COUNT="$slurmtf_attempt"
     slurmtf_snapshot
-    "${slurmtf_step[@]}"
+    slurmtf_lost=""
+    ( trap - EXIT; "${slurmtf_step[@]}" ) &
+    local pid=$!
+    slurmtf_watch "$pid"
+    wait "$pid"
     slurmtf_rc=$?
-    wait  # for tee
     echo "$(date -Is) srun exited $slurmtf_rc"
+}
+
+# While the step (subshell PID $1) runs: when a rank's new output has a `peer_lost` event,
+# `slurmtf recovery watch` probes the nodes the ranks say they lost (srun --overlap, at
+# most SLURMTF_NODE_PROBE_S s) and names those that do not answer (slurmtf_lost). The step
+# then ends at once: under --no-kill its srun would wait for a hung node until Slurm's
+# SlurmdTimeout. SLURMTF_NODE_WATCH=0 turns the watch off.
+slurmtf_watch() {
+    local pid="$1" f size
+    slurmtf_alive=""
+    [ "${SLURMTF_NODE_WATCH:-1}" = "1" ] && [ -n "${SLURM_JOB_ID:-}" ] || return 0
+    declare -A seen=()
+    for f in "${!slurmtf_offsets[@]}"; do seen["$f"]="${slurmtf_offsets[$f]}"; done
+    while kill -0 "$pid" 2>/dev/null; do
+        sleep "${SLURMTF_NODE_WATCH_S:-1}"
+        local news=0
+        for f in "$LOG_DIR/$slurmtf_rank_prefix"*"$slurmtf_rank_suffix.out"; do
+            [ -e "$f" ] || continue
+            size=$(stat -c %s "$f")
+            [ "$size" = "${seen[$f]:-0}" ] && continue
+            tail -c +"$(( ${seen[$f]:-0} + 1 ))" "$f" | grep -q '"event": "peer_lost"' && news=1
+            seen["$f"]="$size"
+        done
+        [ "$news" -eq 1 ] || continue
+        slurmtf_recovery watch --probed="$slurmtf_alive" || continue
+        slurmtf_alive="$slurmtf_probed"
+        [ -n "$slurmtf_lost" ] || continue
+        slurmtf_log "node(s) $slurmtf_lost stopped answering: ending the step without" \
+            "waiting for Slurm (SlurmdTimeout)" >&2
+        slurmtf_end_step "$pid"
+        return 0
+    done
+}
+
+# Ends the step of subshell PID $1: `scancel` of the job's steps (batch and extern aside)
+# kills the tasks on the healthy nodes; the step's srun gets SIGKILL, as it would wait
+# for the silent node's step daemon.
+slurmtf_end_step() {
+    local steps
+    steps=$(squeue -h -s -j "$SLURM_JOB_ID" -o %i 2>/dev/null | grep -v -e '\.batch$' -e '\.extern$')
+    # shellcheck disable=SC2086  # one word per step
+    [ -z "$steps" ] || { scancel $steps >/dev/null 2>&1 & }
+    pkill -KILL -P "$1" -x srun 2>/dev/null || kill -KILL "$1" 2>/dev/null
+    return 0
 }
 
 # A ParameterServerStrategy job (jobs/parameter_server.sbatch): the chief's script
@@ -228,37 +323,77 @@ slurmtf_ps_srun() {
 # it prints shell assignments: slurmtf_action (done|restart|requeue|stop), slurmtf_line
 # (the job log's line), slurmtf_status, slurmtf_exclude, slurmtf_next_restart, slurmtf_note.
 slurmtf_decide() {
+    slurmtf_recovery decide --status="${slurmtf_rc:-0}" --max_restarts="${slurmtf_budget:-0}" \
+        --dead="${slurmtf_lost:-}" --probed="${slurmtf_alive:-}" --python="${PYTHON:-python3}" \
+        --in_place="${SLURMTF_RESTART_IN_PLACE:-1}" "$@"
+}
+
+# `slurmtf recovery COMMAND` on this attempt's logs (from the offsets slurmtf_snapshot
+# noted) and the job's nodes; evals the shell assignments it prints.
+slurmtf_recovery() {
     local args=() f out
     for f in "${!slurmtf_offsets[@]}"; do args+=(--offset="$f=${slurmtf_offsets[$f]}"); done
-    [ -z "${SLURMTF_MIN_NODES:-}" ] || args+=(--minimum="$SLURMTF_MIN_NODES")
-    out=$("${PYTHON:-python3}" -m slurmtf.cli recovery decide --log_dir="$LOG_DIR" \
+    out=$("${PYTHON:-python3}" -m slurmtf.cli recovery "$1" --log_dir="$LOG_DIR" \
         --job_id="${SLURM_JOB_ID:-local}" --requeues="${slurmtf_restarts:-0}" \
-        --status="${slurmtf_rc:-0}" --max_restarts="${slurmtf_budget:-0}" \
         --prefix="$slurmtf_rank_prefix" --suffix="$slurmtf_rank_suffix" \
         --srun_err="${slurmtf_srun_err:-$LOG_DIR/srun.err}" --nodes="${SLURM_JOB_NODELIST:-}" \
-        --excluded="${slurmtf_exclude:-}" --probe_timeout="${SLURMTF_NODE_PROBE_S:-15}" \
-        --python="${PYTHON:-python3}" \
-        "${args[@]}" "$@") || return 1
+        --spare_nodes="${SPARE_NODES:-}" --minimum="${MIN_NODES:-}" \
+        --excluded="${slurmtf_exclude:-}" --probe_timeout="${SLURMTF_NODE_PROBE_S:-10}" \
+        "${args[@]}" "${@:2}") || return 1
     eval "$out"
 }
 
-# The next step's nodes: the allocation without slurmtf_exclude (srun --exclude), as many
-# nodes as are left.
+# The next step's nodes: the allocation without slurmtf_exclude (srun --exclude), pinned
+# to the nodes Python chose (slurmtf_nodes: a spare in a lost node's place, or the nodes
+# left), with --overlap: a step on a hung node stays on Slurm's books, holding the CPUs
+# of every node it ran on, until that node answers again.
 slurmtf_place() {
     slurmtf_exclude_args=()
-    [ -n "${slurmtf_exclude:-}" ] || return 0
-    local left
-    left=$(( ${SLURM_JOB_NUM_NODES:-1} - $(tr ',' '\n' <<<"$slurmtf_exclude" | grep -c .) ))
-    slurmtf_train_nodes="$left"
-    slurmtf_exclude_args=(--exclude="$slurmtf_exclude")
+    if [ -z "${slurmtf_exclude:-}" ]; then  # the same nodes: the first N with spares
+        [ -z "${slurmtf_first_nodes:-}" ] || slurmtf_exclude_args=(--nodelist="$slurmtf_first_nodes")
+        return 0
+    fi
+    local width="${SLURM_JOB_NUM_NODES:-1}"
+    [ -z "${slurmtf_nodes:-}" ] || width=$(tr ',' '\n' <<<"$slurmtf_nodes" | grep -c .)
+    slurmtf_train_nodes="$width"
+    slurmtf_exclude_args=(--overlap --exclude="$slurmtf_exclude")
+    [ -z "${slurmtf_nodes:-}" ] || slurmtf_exclude_args+=(--nodelist="$slurmtf_nodes")
     if [ "${#srun_tasks[@]}" -gt 0 ]; then
         slurmtf_step_tasks
-    else
-        slurmtf_exclude_args+=(--nodes="$left")
+        return 0
+    fi
+    slurmtf_exclude_args+=(--nodes="$width")
+    if [ -n "${SLURM_NTASKS:-}" ]; then  # submitit's job: the job's count per node
+        local per="${SLURM_NTASKS_PER_NODE:-$((SLURM_NTASKS / ${SLURM_JOB_NUM_NODES:-1}))}"
+        per="${per%%[(,]*}"  # 2(x3): 2
+        slurmtf_exclude_args+=(--ntasks="$((width * per))")
     fi
 }
 
+# Before requeueing without a node that hangs: wait until Slurm has taken it out of the
+# job (at SlurmdTimeout, under --no-kill). Slurm 22.05 gives a job requeued while a hung
+# node still holds its old step no generic resources: every srun of it then fails with
+# "Invalid generic resource (gres) specification" (measured on the sandbox). Bounded by
+# SlurmdTimeout + 60 s.
+slurmtf_wait_node_gone() {
+    [ -n "${slurmtf_lost:-}" ] || return 0
+    local timeout bound start=$SECONDS
+    timeout=$(scontrol show config 2>/dev/null | awk '$1 == "SlurmdTimeout" {print $3}')
+    [[ "$timeout" =~ ^[0-9]+$ ]] || timeout=300
+    bound=$((timeout + 60))
+    slurmtf_log "waiting for Slurm to take node(s) $slurmtf_lost out of the job (SlurmdTimeout" \
+        "$timeout s) before requeueing"
+    while [ $((SECONDS - start)) -lt "$bound" ]; do
+        local nodes
+        nodes=$(scontrol show hostnames "$(scontrol show job "$SLURM_JOB_ID" \
+            | grep -o ' NodeList=[^ ]*' | cut -d= -f2)" 2>/dev/null)
+        grep -qxF -f <(tr ',' '\n' <<<"$slurmtf_lost") <<<"$nodes" || return 0
+        sleep 2
+    done
+}
+
 slurmtf_requeue() {
+    slurmtf_wait_node_gone
     # `scontrol requeue` ends this script with SIGTERM: finish the update first.
     trap '' TERM
     scontrol requeue "$SLURM_JOB_ID" || { echo "scontrol requeue failed" >&2; return 1; }
@@ -307,7 +442,7 @@ slurmtf_job_end() {
 
 # CHECK_FIRST=1 (`slurmtf submit --check_first`): before training, `slurmtf check` over
 # the job's nodes (docs/CHECK.md). An outlier node (check exit 1) is left out of the
-# training step (srun --exclude) while enough nodes remain (SLURMTF_MIN_NODES, by default
+# training step (srun --exclude) while enough nodes remain (MIN_NODES, by default
 # all of them), else the job is requeued without it (ExcNodeList); either costs one
 # restart of the MAX_RESTARTS budget; with the budget spent the job stops (exit 1) instead
 # of training on it. A check that could not run is logged and training goes ahead.

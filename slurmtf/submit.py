@@ -31,7 +31,7 @@ _AS_GIVEN = (
     "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "mem",
     "partition", "account", "qos", "constraint", "exclusive", "job_name", "log_dir",
     "signal_delay_s", "array_parallelism", "cluster", "legacy_keras", "stage_data",
-    "check_first", "jobs", "cluster_flags",
+    "check_first", "jobs", "cluster_flags", "spare_nodes",
 )  # fmt: skip
 
 
@@ -60,6 +60,7 @@ def spec_from_args(fv: Any, rest: Sequence[str]) -> JobSpec:
         sweep=jobvalues.parse_sweep(fv.sweep),
         samples=fv.samples,
         sweep_seed=fv.seed,
+        no_kill=not fv.kill_on_node_failure,
         **{name: getattr(fv, name) for name in _AS_GIVEN},
     )
 

@@ -385,3 +385,22 @@ def test_bench_restarts_flatness_and_verdict() -> None:
     assert not br.live("JobState=COMPLETED Restarts=0")
     assert not br.live("")
     assert "PASS" in br.markdown({**result, "samples": [], "load": [1.0, 1.0, 1.0], "pass": True})
+
+
+# ---------------------------------------------------------------------------- recovery
+def test_bench_recovery_reads_the_resumed_step_and_the_table(tmp_path: Path) -> None:
+    from benchmarks import bench_recovery as brec
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    lines = [{"event": "cluster"}, {"event": "progress", "step": 11},
+             {"event": "progress", "step": 12}, {"event": "cluster"},
+             {"event": "progress", "step": 11}]  # fmt: skip
+    (logs / "rank0.out").write_text("".join(json.dumps(x) + "\n" for x in lines[:3]))
+    assert (brec.last_step(tmp_path), brec.resumed_step(tmp_path)) == (12, None)
+    (logs / "rank0.out").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert brec.resumed_step(tmp_path) == 11
+    row = {"kind": "spare", "path": "in_place", "seconds": 25.2, "steps_lost": 2,
+           "slurm_restarts": 0, "competitor_pending": True, "load": [2.0, 2.1, 2.2]}  # fmt: skip
+    table = brec.markdown({"results": [row]})
+    assert "| spare | in_place | 25.2 | 2 | 0 | pending |" in table

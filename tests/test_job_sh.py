@@ -79,7 +79,9 @@ OWN_FIRST = (
 CASES = [
     ("rank killed", KILLED, {0: PEER, 1: ""}, 137, "", "1", "", "rank 1 was killed by SIGKILL"),
     ("node dead", PEER_FIRST, {0: PEER}, 1, "node2", "1", "node2", "rank 0 lost a peer"),
-    ("rank frozen", KILLED, {0: f"{HEARTBEAT}\n{PEER}"}, 137, "", "1", "node2", "rank 1"),
+    # heartbeats stopped: its node is left out only when it does not answer a probe
+    ("rank frozen", KILLED, {0: f"{HEARTBEAT}\n{PEER}"}, 137, "", "1", "", "rank 1"),
+    ("node frozen", KILLED, {0: f"{HEARTBEAT}\n{PEER}"}, 137, "node2", "1", "node2", "node2"),
     ("stall", PEER_FIRST, {0: STALL}, 1, "", "1", "", "saw a stall"),
     ("model error", OWN_FIRST, {0: "", 1: TRACE}, 1, "", "0", "", "bad shape (3, 4)"),
     (
@@ -273,7 +275,7 @@ def check_first(
     script = f"""
         source {JOB_SH}
         LOG_DIR={logs}; SLURM_JOB_ID=77; slurmtf_restarts={restarts}; slurmtf_budget=2
-        CHECK_FIRST=1; PYTHON={fake}; SLURM_JOB_NODELIST='{nodes}'; SLURMTF_MIN_NODES=2
+        CHECK_FIRST=1; PYTHON={fake}; SLURM_JOB_NODELIST='{nodes}'; MIN_NODES=2
         scontrol() {{ echo "$*" >> {calls}; [ "$1" != show ] || echo "ExcNodeList=(null)"; }}
         slurmtf_check_first
         echo training

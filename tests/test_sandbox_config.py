@@ -72,6 +72,27 @@ def test_settings_that_matter() -> None:
     assert ports == ["20001", "20002", "20003"]
 
 
+@pytest.mark.parametrize("seconds", [5, 10, 120, 3600])
+def test_cred_expire_reaches_auth_info(seconds: int) -> None:
+    cfg = SandboxConfig(dir=Path("/srv/sbx"), nodes=1, cred_expire=seconds)
+    auth = [line for line in c.render_slurm_conf(cfg).splitlines() if line.startswith("AuthInfo")]
+    assert auth == [f"AuthInfo=socket=/srv/sbx/munge/munge.socket,cred_expire={seconds}"]
+
+
+def test_cred_expire_defaults_to_the_sandbox_s_ten() -> None:
+    assert SandboxConfig(dir=Path("/srv/sbx")).cred_expire == c.DEFAULT_CRED_EXPIRE_S == 10
+    assert c.parse_cred_expire(" 120 ") == c.SLURM_CRED_EXPIRE_S
+
+
+@pytest.mark.parametrize("text", ["", "abc", "1.5", "0", "-120", "4", "3601"])
+def test_a_bad_cred_expire_names_the_flag_and_value(text: str) -> None:
+    with pytest.raises(InputError, match="HINT: ") as info:
+        c.parse_cred_expire(text)
+    assert info.value.name == "--cred_expire"
+    assert text in str(info.value).split(":", 1)[0]  # the value as typed, before the problem
+    assert "\n" not in str(info.value)
+
+
 def test_distinct_dirs_get_distinct_names_ports_and_job_ids() -> None:
     dirs = [Path(f"/tmp/sbx{i}") for i in range(50)]
     assert len({c.cluster_name_for(d) for d in dirs}) == 50
@@ -117,6 +138,8 @@ def test_daemon_job_and_local_step_port_ranges_are_apart() -> None:
         ({"dir": Path("/tmp/x"), "gpus_per_node": -1}, "--gpus_per_node"),
         ({"dir": Path("/tmp/x"), "gpus_per_node": 4, "cpus_per_node": 2}, "cpus_per_node"),
         ({"dir": Path("/tmp/x"), "nodes": 2, "slurmd_ports": (1,)}, "slurmd_ports"),
+        ({"dir": Path("/tmp/x"), "cred_expire": 0}, "--cred_expire"),
+        ({"dir": Path("/tmp/x"), "cred_expire": "120"}, "--cred_expire"),
     ],
 )
 def test_bad_values_name_the_flag(kwargs: dict[str, object], name: str) -> None:
@@ -217,6 +240,10 @@ def test_cli_usage_errors_exit_2(capsys: pytest.CaptureFixture[str], tmp_path: P
     assert "--nodes=0" in capsys.readouterr().err
     assert main(["status", "--dir", "/tmp/a b"]) == 2
     capsys.readouterr()
+    assert main(["up", "--dir", str(tmp_path), "--cred_expire", "2m"]) == 2
+    err = capsys.readouterr().err
+    assert "--cred_expire='2m': must be whole seconds. HINT: " in err
+    assert err.count("\n") == 1
     assert main(["bogus"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("slurmtf sandbox: argument command: invalid choice: 'bogus'")

@@ -1,7 +1,11 @@
-"""``slurmtf recovery start|decide``: the job scripts' decisions (slurmtf/job.sh calls it).
+"""``slurmtf recovery start|watch|decide``: the job scripts' decisions (slurmtf/job.sh).
 
 ``start`` prints ``slurmtf_attempt=N``: this attempt's number (restarts in place +
-requeues so far, from the job's record and Slurm's requeue count). ``decide`` reads the
+requeues so far, from the job's record and Slurm's requeue count), and the first step's
+nodes (``slurmtf_nodes``: the first N of N+``--spare_nodes``), after checking
+``SPARE_NODES`` and ``MIN_NODES``. ``watch`` runs while a step does: it probes the nodes
+the ranks say they lost and prints the silent ones (``slurmtf_lost``), for which the
+script ends the step at once. ``decide`` reads the
 attempt that just ended (srun's status and messages, the ranks' event lines from the
 offsets the script noted), records a restart, requeue or stop, and prints the decision
 as shell assignments (``slurmtf_action``, ``slurmtf_line``, ``slurmtf_exclude``, ...):
@@ -11,6 +15,7 @@ as shell assignments (``slurmtf_action``, ``slurmtf_line``, ``slurmtf_exclude``,
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,15 +23,24 @@ from pathlib import Path
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.errors import InputError
-from slurmtf.runtime.attempts import LogFiles, Step, decide_step, read_record, restarts_so_far
-from slurmtf.runtime.recovery import Nodes
+from slurmtf.runtime.attempts import (
+    LogFiles,
+    Step,
+    decide_step,
+    read_record,
+    restarts_so_far,
+    shell_assignments,
+    watch_step,
+)
+from slurmtf.runtime.recovery import job_nodes
+from slurmtf.slurm.runner import default_runner
 
 PROGRAM = "slurmtf recovery"
 
 
 def _parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROGRAM, description=__doc__)
-    parser.add_argument("command", choices=("start", "decide"))
+    parser.add_argument("command", choices=("start", "watch", "decide"))
     add_flag(parser, "log_dir", type=Path, help="the job's log folder")
     add_flag(parser, "job_id", default="", help="the Slurm job id (names the record)")
     add_flag(parser, "requeues", type=int, default=0, help="Slurm's SLURM_RESTART_COUNT")
@@ -38,10 +52,14 @@ def _parser() -> ArgumentParser:
     parser.add_argument("--offset", action="append", default=[], metavar="FILE=BYTES")
     add_flag(parser, "nodes", default="", help="the allocation's nodes (a hostlist)")
     add_flag(parser, "excluded", default="", help="nodes left out already (comma-separated)")
-    add_flag(parser, "minimum", type=int, help="fewest nodes to train on [all of --nodes]")
+    add_flag(parser, "minimum", default="", help="MIN_NODES: fewest nodes to train on [N]")
+    add_flag(parser, "spare_nodes", default="", help="SPARE_NODES: train on N of N+K nodes [0]")
+    add_flag(parser, "dead", default="", help="nodes the watch found silent (comma-separated)")
+    add_flag(parser, "probed", default="", help="nodes that answered a probe this step")
+    add_flag(parser, "in_place", default="1", help="SLURMTF_RESTART_IN_PLACE: 0 requeues instead")
     add_flag(parser, "outliers", default="", help="--check_first's outlier nodes (comma-separated)")
     add_flag(parser, "python", default="python3", help="the job's interpreter (for hints)")
-    add_flag(parser, "probe_timeout", type=float, default=15.0, help="seconds per node probe")
+    add_flag(parser, "probe_timeout", type=float, default=10.0, help="seconds per node probe")
     return parser
 
 
@@ -59,21 +77,40 @@ def _body(args: argparse.Namespace) -> int:
     if args.log_dir is None or not args.job_id:
         what = "--log_dir" if args.log_dir is None else "--job_id"
         raise InputError(what, "", "is required", f"{what}=... (slurmtf/job.sh passes it)")
+    allocated = tuple(expand_hostlist(args.nodes, name="--nodes")) if args.nodes else ()
+    nodes = job_nodes(allocated, args.spare_nodes, args.minimum)
+    nodes = dataclasses.replace(nodes, excluded=_names(args.excluded))
     if args.command == "start":
         used = restarts_so_far(read_record(args.log_dir, args.job_id), args.requeues)
-        print(f"slurmtf_attempt={used}")
+        first = ",".join(nodes.first_step()) if nodes.width else ""
+        sys.stdout.write(shell_assignments(attempt=str(used), nodes=first))
         return 0
-    allocated = tuple(expand_hostlist(args.nodes, name="--nodes")) if args.nodes else ()
-    minimum = len(allocated) if args.minimum is None else args.minimum
-    excluded = tuple(n for n in args.excluded.split(",") if n)
     files = LogFiles(args.log_dir, args.prefix, args.suffix, args.srun_err, _offsets(args.offset))
+    if args.command == "watch":
+        lost, alive = watch_step(files, nodes, _names(args.probed), default_runner,
+                                 args.probe_timeout)  # fmt: skip
+        sys.stdout.write(shell_assignments(lost=",".join(lost), probed=",".join(alive)))
+        return 0
     step = Step(
-        args.job_id, args.status, args.max_restarts, args.requeues,
-        Nodes(allocated, excluded, minimum), args.probe_timeout,
-        tuple(n for n in args.outliers.split(",") if n), args.python,
+        args.job_id, args.status, args.max_restarts, args.requeues, nodes, args.probe_timeout,
+        _names(args.outliers), args.python, dead=_names(args.dead), alive=_names(args.probed),
+        in_place=_in_place(args.in_place),
     )  # fmt: skip
     sys.stdout.write(decide_step(step, files))
     return 0
+
+
+def _in_place(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise InputError(
+            "SLURMTF_RESTART_IN_PLACE", text, "must be 1 or 0",
+            "leave it unset (restart in place); 0 requeues every failed attempt instead",
+        )  # fmt: skip
+    return text == "1"
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n for n in text.split(",") if n)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

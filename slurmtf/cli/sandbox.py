@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
         default=2,
         help="fake GPUs per node (default 2; 0 = none)",
     )
+    _add_link_flags(parser)
+    return parser
+
+
+def _add_link_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that give nodes links of their own (and the firewall that needs them)."""
     parser.add_argument(
         "--link",
         default="",
@@ -70,12 +76,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     add_flag(
         parser,
+        "cred_expire",
+        default=str(cfgmod.DEFAULT_CRED_EXPIRE_S),
+        metavar="SECONDS",
+        help="munge credential lifetime, which is also how long a requeued job waits before "
+        f"it may start again (default {cfgmod.DEFAULT_CRED_EXPIRE_S}: fast requeues; "
+        f"{cfgmod.SLURM_CRED_EXPIRE_S} is Slurm's default, what a real cluster costs)",
+    )
+    add_flag(
+        parser,
         "job_firewall",
         action="store_true",
         help="run slurmtf's per-job firewall as the nodes' Prolog/Epilog: a job's worker "
         "ports are reachable only from its own nodes (needs --link; docs/SECURITY.md)",
     )
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -97,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
         link=args.link,
         job_firewall=args.job_firewall,
         node_link=node_link,
+        cred_expire=cfgmod.parse_cred_expire(args.cred_expire),
     )
     if args.command == "up":
         t0 = time.monotonic()
@@ -108,16 +123,17 @@ def _run(args: argparse.Namespace) -> int:
             link = f", links {cfg.link} each way" if cfg.link else ""
             link += f" ({', '.join(cfg.node_link)})" if cfg.node_link else ""
             link += ", per-job firewall" if cfg.job_firewall else ""
+            link += f", cred_expire {cfg.cred_expire} s"
             print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
                   f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}{link}",
                   file=sys.stderr)  # fmt: skip
         else:
             print(f"sandbox already up in {sandbox.dir} ({cfg.nodes} nodes, "
                   f"{cfg.gpus_per_node} GPUs each)", file=sys.stderr)  # fmt: skip
-            wanted = (args.nodes, args.gpus_per_node, args.link)
-            if (cfg.nodes, cfg.gpus_per_node, cfg.link) != wanted:
+            wanted = (args.nodes, args.gpus_per_node, args.link, sandbox.cred_expire)
+            if (cfg.nodes, cfg.gpus_per_node, cfg.link, cfg.cred_expire) != wanted:
                 print("HINT: `slurmtf sandbox down` first to change --nodes, "
-                      "--gpus_per_node or --link", file=sys.stderr)  # fmt: skip
+                      "--gpus_per_node, --link or --cred_expire", file=sys.stderr)  # fmt: skip
             elif node_link and node_link != cfg.node_link:
                 print("HINT: `slurmtf sandbox link NODE RATE` changes one node's rate",
                       file=sys.stderr)  # fmt: skip

@@ -32,6 +32,7 @@ def _parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROGRAM, add_help=False, usage=f"{PROGRAM} [FLAGS] [-- ARGS]")
     _what_runs(parser.add_argument_group("what every task runs (exactly one)"))
     _resources(parser.add_argument_group("resources"))
+    _node_failure(parser.add_argument_group("node failure"))
     _job(parser.add_argument_group("the job"))
     mode = parser.add_argument_group("how")
     add_flag(
@@ -135,6 +136,25 @@ def _resources(group: argparse._ArgumentGroup) -> None:
         help="a ParameterServerStrategy job: roles of the tasks, e.g. chief:1,ps:2,worker:2 "
         "(all counted: that many tasks over --nodes; a last role without a count takes the "
         "rest). ps and worker tasks run `slurmtf serve`, the chief --command/--module",
+    )
+
+
+def _node_failure(group: argparse._ArgumentGroup) -> None:
+    """What a failed node costs: spares to take its place, whether Slurm ends the job."""
+    add_flag(
+        group,
+        "spare_nodes",
+        type=int,
+        default=0,
+        help="allocate --nodes plus this many nodes and train on --nodes; a spare takes a "
+        "lost node's place in the same allocation (default 0)",
+    )
+    add_flag(
+        group,
+        "kill_on_node_failure",
+        action="store_true",
+        help="let Slurm end the job when one of its nodes fails (sbatch's default); "
+        "without it the job runs with --no-kill and goes on without the node",
     )
 
 

@@ -20,6 +20,7 @@ import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from slurmtf.runtime.recovery import (
     Nodes,
     TaskEnding,
     after_check,
+    as_requeue,
     decide,
 )
 from slurmtf.slurm.runner import Runner, default_runner
@@ -138,16 +140,47 @@ def restarts_so_far(records: Sequence[Mapping[str, Any]], slurm_requeues: int) -
     return restarts + max(requeues, slurm_requeues)
 
 
+def probe_args(node: str) -> list[str]:
+    """A one-task step on ``node`` that does nothing. ``--overlap``: after a node hangs,
+    Slurm keeps the old step on the books (it holds the CPUs of every node of the step)
+    until that node answers again, and a step without it would wait for them."""
+    return [
+        "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--time=1",
+        "--output=/dev/null", "--error=/dev/null", "true",
+    ]  # fmt: skip
+
+
 def probe_dead(nodes: Sequence[str], runner: Runner, timeout: float) -> tuple[str, ...]:
-    """The nodes whose slurmd no longer starts a task of this job (dead or frozen)."""
-    dead = []
-    for node in nodes:
-        probe = ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--time=1"]
+    """The nodes whose slurmd no longer starts a task of this job (dead or frozen), probed
+    side by side, each within ``timeout`` seconds."""
+
+    def silent(node: str) -> bool:
         try:
-            runner([*probe, "--output=/dev/null", "--error=/dev/null", "true"], timeout=timeout)
+            runner(probe_args(node), timeout=timeout)
         except SlurmCommandError:
-            dead.append(node)
-    return tuple(dead)
+            return True
+        return False
+
+    if not nodes:
+        return ()
+    with ThreadPoolExecutor(max_workers=min(len(nodes), 8)) as pool:
+        answers = list(pool.map(silent, nodes))
+    return tuple(node for node, dead in zip(nodes, answers, strict=True) if dead)
+
+
+def watch_step(
+    files: LogFiles, nodes: Nodes, probed: Sequence[str], runner: Runner, timeout: float
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """While a step runs: the nodes its ranks say they lost (``peer_lost`` events) that do
+    not answer a probe, and every node probed so far that answered (``probed`` and the new
+    ones), so that a node is probed once per step. The job script ends the step when the
+    first is not empty: its srun would wait for a hung node until Slurm's SlurmdTimeout."""
+    attempt = read_attempt(0, files)
+    left_out = {*nodes.excluded, *probed}
+    suspects = [n for n in attempt.lost_nodes() if n not in left_out]
+    dead = probe_dead(suspects, runner, timeout)
+    alive = tuple(dict.fromkeys([*probed, *(n for n in suspects if n not in dead)]))
+    return dead, alive
 
 
 def write_record(path: Path, record: Mapping[str, Any]) -> None:
@@ -166,8 +199,14 @@ def shell_lines(decision: Decision, line: str) -> str:
         "slurmtf_note": decision.note,
         "slurmtf_exclude": ",".join(decision.exclude),
         "slurmtf_next_restart": str(decision.restart),
+        "slurmtf_nodes": ",".join(decision.nodes),
     }
     return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
+
+
+def shell_assignments(**values: str) -> str:
+    """``slurmtf_KEY='value'`` lines (``eval`` in slurmtf/job.sh)."""
+    return "".join(f"slurmtf_{k}={shlex.quote(v)}\n" for k, v in values.items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,10 +218,13 @@ class Step:
     limit: int
     slurm_requeues: int = 0
     nodes: Nodes = dataclasses.field(default_factory=Nodes)
-    probe_timeout: float = 15.0
+    probe_timeout: float = 10.0
     outliers: tuple[str, ...] = ()  # --check_first's verdict, before any step ran
     python: str = "python3"  # the job's interpreter, named in an install hint
     on_this_machine: bool = False  # --cluster=local: no queue, no node to leave out
+    dead: tuple[str, ...] = ()  # nodes the watch found silent during the step (no probe again)
+    alive: tuple[str, ...] = ()  # nodes the watch found answering during the step
+    in_place: bool = True  # False (SLURMTF_RESTART_IN_PLACE=0): a restart is a requeue
 
 
 def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) -> str:
@@ -203,30 +245,60 @@ def decide_and_record(
         decision = after_check(step.outliers, budget, step.nodes)
         return _recorded(decision, step, files, budget.used, None)
     attempt = read_attempt(step.status, files, step.python)
-    decision = decide(attempt, budget, step.nodes)
+    nodes = dataclasses.replace(step.nodes, dead=step.dead, kills=_kills(records, attempt))
+    decision = decide(attempt, budget, nodes)
     if step.on_this_machine:
         if decision.action == "requeue":  # preempted: the ranks saved a checkpoint
             why = "preemption (checkpoint saved)"
             decision = dataclasses.replace(decision, action="restart", why=why)
-    elif decision.action in ("restart", "requeue") and attempt.lost_nodes():
-        suspects = attempt.lost_nodes()
-        dead = suspects if attempt.frozen() else probe_dead(suspects, runner, step.probe_timeout)
-        nodes = dataclasses.replace(step.nodes, dead=dead)
+    elif decision.action in ("restart", "requeue") and _suspects(attempt, step):
+        suspects = _suspects(attempt, step)
+        # Probed, not assumed: a rank that stopped sending heartbeats (a hung rank) may sit
+        # on a node that answers; with --overlap a probe starts beside the old step.
+        dead = probe_dead(suspects, runner, step.probe_timeout)
+        nodes = dataclasses.replace(nodes, dead=tuple(dict.fromkeys([*step.dead, *dead])))
         decision = decide(attempt, budget, nodes)
-    return _recorded(decision, step, files, budget.used, _since_failure(files))
+    if not step.in_place and not step.on_this_machine:
+        decision = as_requeue(decision)
+    seconds = _since_failure(files)
+    return _recorded(decision, step, files, budget.used, seconds, killed=attempt.killed_nodes())
+
+
+def _suspects(attempt: Attempt, step: Step) -> tuple[str, ...]:
+    """The lost nodes still worth probing: not left out already, not found silent, not
+    found answering by the watch during the step."""
+    known = {*step.nodes.excluded, *step.dead, *step.alive}
+    return tuple(n for n in attempt.lost_nodes() if n not in known)
+
+
+def _kills(records: Sequence[Mapping[str, Any]], attempt: Attempt) -> tuple[tuple[str, int], ...]:
+    """How often ranks were killed on each node: the record's attempts and this one."""
+    counts: dict[str, int] = {}
+    for node in [*(n for r in records for n in r.get("killed") or ()), *attempt.killed_nodes()]:
+        counts[str(node)] = counts.get(str(node), 0) + 1
+    return tuple(counts.items())
 
 
 def _recorded(
-    decision: Decision, step: Step, files: LogFiles, attempt: int, seconds: float | None
+    decision: Decision,
+    step: Step,
+    files: LogFiles,
+    attempt: int,
+    seconds: float | None,
+    *,
+    killed: Sequence[str] = (),
 ) -> tuple[Decision, str]:
-    """Append the decision to the job's record (not a success); the decision and its line."""
+    """Append the decision to the job's record (not a success), with the nodes whose ranks
+    were killed (``killed``: two kills on one node leave it out); the decision and its line."""
     line = decision.line(step.job_id, seconds)
     if decision.action != "done":
         record = {"time": round(time.time(), 3), "job_id": step.job_id, "attempt": attempt}
         record.update(action=decision.action, why=decision.why, status=decision.status)
         record.update(exclude=list(decision.exclude), line=line, ends=_err_sizes(files))
         if decision.action == "restart":
-            record.update(restart=decision.restart, seconds=seconds)
+            record.update(restart=decision.restart, seconds=seconds, nodes=list(decision.nodes))
+        if killed:
+            record.update(killed=list(killed))
         write_record(record_path(files.log_dir, step.job_id), record)
     return decision, line
 

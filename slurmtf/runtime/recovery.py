@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, ending_signal
+from slurmtf.errors import InputError
 
 ACTIONS = ("done", "restart", "requeue", "stop")
 Event = dict[str, Any]
@@ -143,9 +144,18 @@ class Attempt:
         nodes = [n for rank in sorted(self.events) for n in self._lost_by(rank)]
         return tuple(dict.fromkeys([*nodes, *self.failed_nodes]))
 
-    def frozen(self) -> bool:
-        """A rank saw a peer's heartbeats stop (TensorFlow's coordination service)."""
-        return any(e.get("heartbeat") for r in self.events for e in self.of(r, "peer_lost"))
+    def killed_nodes(self) -> tuple[str, ...]:
+        """The nodes of the ranks srun saw killed by a signal (from the ranks' ``cluster``
+        events), once per rank: a node that does this :data:`STRIKES` times is left out."""
+        found = (e.get("workers") for r in self.events for e in self.of(r, "cluster"))
+        workers: list[Any] = next((w for w in found if isinstance(w, list)), [])
+        killed = []
+        for ending in self.endings:
+            sig = ending.signal
+            if sig is None or sig.startswith("a signal"):
+                continue
+            killed += [str(workers[r]).rsplit(":", 1)[0] for r in ending.ranks if r < len(workers)]
+        return tuple(killed)
 
     def _lost_by(self, rank: int) -> list[str]:
         return [
@@ -168,22 +178,59 @@ class Budget:
         return self.used >= self.limit
 
 
+STRIKES = 2  # ranks on one node killed this often in a job's life: the node is left out
+
+
 @dataclasses.dataclass(frozen=True)
 class Nodes:
     """The allocation's nodes (Slurm's order), those left out already, the fewest a step
-    may train on, and those found dead after this attempt (probed by the edge)."""
+    may train on, those found dead after this attempt (probed by the edge), how many a
+    step trains on (``width``: N of the N+``SPARE_NODES`` allocated; 0: every usable one)
+    and how often ranks were killed on each node in the job's life (``kills``)."""
 
     allocated: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
     minimum: int = 0
     dead: tuple[str, ...] = ()
+    width: int = 0
+    kills: tuple[tuple[str, int], ...] = ()
 
     def next_excluded(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys([*self.excluded, *self.dead]))
+        """Left out before, found dead now, and nodes whose ranks were killed
+        :data:`STRIKES` times when the job can go on in place without them (a spare or a
+        range): a killed rank alone never sends a job back to the queue. Each once, in
+        the order first seen."""
+        out = dict.fromkeys([*self.excluded, *self.dead])
+        struck = [n for n, count in self.kills if count >= STRIKES and n not in out]
+        left = [n for n in self.allocated if n not in out and n not in struck]
+        if struck and len(left) >= max(self.minimum, 1):
+            out.update(dict.fromkeys(struck))
+        return tuple(out)
 
     def usable(self) -> tuple[str, ...]:
         left_out = set(self.next_excluded())
         return tuple(n for n in self.allocated if n not in left_out)
+
+    def step_nodes(self) -> tuple[str, ...]:
+        """The next step's nodes: ``width`` of the usable ones in Slurm's order (a spare
+        takes a lost node's place), or every usable one when fewer are left (a range)."""
+        usable = self.usable()
+        return usable[: self.width] if self.width else usable
+
+    def first_step(self) -> tuple[str, ...]:
+        """The nodes the first step trains on: the first ``width`` (the others are spares)."""
+        return self.allocated[: self.width] if self.width else self.allocated
+
+    def placement(self) -> str:
+        """The next step's nodes in words, once some were left out: ``training on a spare
+        (node4)`` or ``training on the 2 node(s) left``."""
+        nodes = self.step_nodes()
+        spares = [n for n in nodes if n not in self.first_step()]
+        if spares:
+            return f"training on a spare ({','.join(spares)})"
+        if len(nodes) < len(self.first_step()):
+            return f"training on the {len(nodes)} node(s) left (minimum {self.minimum})"
+        return f"training on {','.join(nodes)}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +248,8 @@ class Decision:
     limit: int = 0
     new_exclusions: tuple[str, ...] = ()
     note: str = ""  # a line to log first (workers tolerated while others failed)
+    nodes: tuple[str, ...] = ()  # the next step's nodes (srun --nodelist), when some are out
+    placement: str = ""  # those nodes in words (Nodes.placement)
 
     def line(self, job_id: str, seconds: float | None = None) -> str:
         """The job log's one line about this decision."""
@@ -215,6 +264,8 @@ class Decision:
         line = f"restart {of} in place (MAX_RESTARTS){after} {self.why}"
         if self.new_exclusions:
             line += f"; {','.join(self.new_exclusions)} left out"
+        if self.placement:
+            line += f"{',' if self.new_exclusions else ';'} {self.placement}"
         return line
 
 
@@ -241,6 +292,8 @@ def decide(attempt: Attempt, budget: Budget, nodes: Nodes = Nodes()) -> Decision
 def _after_failure(attempt: Attempt, budget: Budget, nodes: Nodes) -> Decision:
     why, retry = classify(attempt)
     status = attempt.status or EXIT_FAILURE
+    if nodes.dead:
+        why, retry = f"{','.join(nodes.dead)} stopped answering ({why})", True
     if not retry:
         if why.startswith("bad flags"):
             status = EXIT_USAGE
@@ -277,7 +330,19 @@ def _again(action: str, why: str, status: int, budget: Budget, nodes: Nodes) -> 
         )
     exclude = nodes.next_excluded()
     new = tuple(n for n in exclude if n not in nodes.excluded)
-    return Decision(action, why, status, exclude, budget.used + 1, budget.limit, new)
+    decision = Decision(action, why, status, exclude, budget.used + 1, budget.limit, new)
+    if action != "restart" or not exclude or not nodes.allocated:
+        return decision
+    return dataclasses.replace(decision, nodes=nodes.step_nodes(), placement=nodes.placement())
+
+
+def as_requeue(decision: Decision) -> Decision:
+    """A restart in place turned into a requeue (``SLURMTF_RESTART_IN_PLACE=0``: the path
+    every failure took before restarts in place, kept to compare against)."""
+    if decision.action != "restart":
+        return decision
+    why = decision.why if decision.why.startswith("failed") else f"failed: {decision.why}"
+    return dataclasses.replace(decision, action="requeue", why=why, nodes=(), placement="")
 
 
 def classify(attempt: Attempt) -> tuple[str, bool]:
@@ -330,3 +395,32 @@ def tolerate_workers(attempt: Attempt) -> tuple[Attempt, str]:
 
 def _is_worker(attempt: Attempt, rank: int) -> bool:
     return any(e.get("role") == "worker" for e in attempt.of(rank, "serving"))
+
+
+def job_nodes(allocated: Sequence[str], spare_nodes: str = "", min_nodes: str = "") -> Nodes:
+    """The job script's ``SPARE_NODES`` and ``MIN_NODES`` (as typed; "" when unset) over
+    the allocation: train on the first N of N+``SPARE_NODES`` nodes; after a node loss go
+    on with no fewer than ``MIN_NODES`` (default: N). An :class:`InputError` names the
+    variable, its value and the fix."""
+    total = len(allocated)
+    spares = _count("SPARE_NODES", spare_nodes or "0", "e.g. SPARE_NODES=1")
+    if total and spares >= total:
+        raise InputError(
+            "SPARE_NODES", spares, f"leaves none of the job's {total} node(s) to train on",
+            f"ask for the training nodes plus the spares (sbatch -N{spares + 2} with "
+            f"SPARE_NODES={spares} trains on 2 nodes)",
+        )  # fmt: skip
+    width = total - spares
+    least = _count("MIN_NODES", min_nodes, "e.g. MIN_NODES=2") if min_nodes else width
+    if total and not 1 <= least <= width:
+        raise InputError(
+            "MIN_NODES", least, f"must be 1..{width} (the nodes the job trains on)",
+            f"MIN_NODES={min(2, width)} with sbatch --nodes={min(2, width)}-{width}, or unset it",
+        )  # fmt: skip
+    return Nodes(tuple(allocated), minimum=least, width=width if spares else 0)
+
+
+def _count(name: str, text: str, hint: str) -> int:
+    if not text.strip().isdigit():
+        raise InputError(name, text, "is not a node count", hint)
+    return int(text)

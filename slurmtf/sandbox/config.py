@@ -27,6 +27,12 @@ PORT_RANGE = (7000, DEFAULT_PORT)
 PARTITION = "debug"
 # Finished jobs stay visible to squeue (and so to the sacct shim) this long.
 MIN_JOB_AGE_S = 300
+# Munge credential lifetime: also the delay before a requeued job may start again
+# (its begin time is now + cred_expire). The sandbox's default keeps requeues fast;
+# Slurm's own default (real clusters) is 120.
+DEFAULT_CRED_EXPIRE_S = 10
+SLURM_CRED_EXPIRE_S = 120
+MAX_CRED_EXPIRE_S = 3600
 _NODE_PREFIX = "node"
 
 
@@ -45,8 +51,10 @@ class SandboxConfig:
     slurmd_timeout: int = 60  # s until a silent node is declared failed (node-failure tests)
     job_firewall: bool = False  # run slurmtf's per-job firewall as Prolog/Epilog (needs link)
     node_link: tuple[str, ...] = ()  # ``node3=100mbit``: a node's own rate (needs link)
+    cred_expire: int = DEFAULT_CRED_EXPIRE_S  # s; also a requeued job's wait before it may start
 
     def __post_init__(self) -> None:
+        check_cred_expire(self.cred_expire)
         if self.link:
             links.parse_rate(self.link)  # InputError naming --link
         self._check_node_link()
@@ -148,6 +156,34 @@ class SandboxConfig:
         return plan.node_addr(index) if plan else "127.0.0.1"
 
 
+def check_cred_expire(seconds: object) -> int:
+    """``--cred_expire`` as seconds, or an :class:`InputError` naming the flag."""
+    if isinstance(seconds, bool) or not isinstance(seconds, int):
+        raise InputError(
+            "--cred_expire", seconds, "must be whole seconds", f"use e.g. {SLURM_CRED_EXPIRE_S}"
+        )
+    if not 5 <= seconds <= MAX_CRED_EXPIRE_S:
+        raise InputError(
+            "--cred_expire",
+            seconds,
+            f"must be 5..{MAX_CRED_EXPIRE_S} seconds",
+            f"use {SLURM_CRED_EXPIRE_S} (Slurm's default) or {DEFAULT_CRED_EXPIRE_S} "
+            "(the sandbox's, fast requeues)",
+        )
+    return seconds
+
+
+def parse_cred_expire(text: str) -> int:
+    """``--cred_expire`` as typed (``120``) to checked seconds."""
+    try:
+        seconds = int(text.strip())
+    except ValueError:
+        raise InputError(
+            "--cred_expire", text, "must be whole seconds", f"use e.g. {SLURM_CRED_EXPIRE_S}"
+        ) from None
+    return check_cred_expire(seconds)
+
+
 def node_names(count: int) -> list[str]:
     """``node1..nodeN`` (no zero padding: Slurm's own order is the numeric one)."""
     return [f"{_NODE_PREFIX}{i}" for i in range(1, count + 1)]
@@ -206,7 +242,7 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         f"SlurmctldPort={cfg.ctld_port}",
         "SlurmUser=root",
         "SlurmdUser=root",
-        f"AuthInfo=socket={cfg.munge_socket},cred_expire=10",
+        f"AuthInfo=socket={cfg.munge_socket},cred_expire={cfg.cred_expire}",
         f"StateSaveLocation={d}/state",
         f"SlurmdSpoolDir={d}/spool/%n",
         f"SlurmctldPidFile={d}/run/slurmctld.pid",

@@ -109,6 +109,7 @@ class Sandbox:
     slurmd_timeout: int = 60  # SlurmdTimeout: seconds until a silent node is declared failed
     job_firewall: bool = False  # slurmtf's per-job firewall as Prolog/Epilog (needs link)
     node_link: tuple[str, ...] = ()  # ``node3=100mbit``: one node's own rate (needs link)
+    cred_expire: int = cfgmod.DEFAULT_CRED_EXPIRE_S  # s (Slurm's default 120): requeue delay
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).absolute()
@@ -119,6 +120,7 @@ class Sandbox:
             link=self.link,
             job_firewall=self.job_firewall,
             node_link=tuple(self.node_link),
+            cred_expire=self.cred_expire,
         )  # validate
 
     # ---- state -------------------------------------------------------------
@@ -164,6 +166,7 @@ class Sandbox:
             slurmd_timeout=int(str(state.get("slurmd_timeout", 60))),
             job_firewall=bool(state.get("job_firewall", False)),
             node_link=tuple(str(n) for n in _as_list(state.get("node_link"))),
+            cred_expire=int(str(state.get("cred_expire", cfgmod.DEFAULT_CRED_EXPIRE_S))),
         )
 
     def config(self) -> SandboxConfig:
@@ -236,6 +239,7 @@ class Sandbox:
             slurmd_timeout=self.slurmd_timeout,
             job_firewall=self.job_firewall,
             node_link=tuple(self.node_link),
+            cred_expire=self.cred_expire,
         )
         self.cfg = cfg
         self._write_files(cfg)
@@ -251,6 +255,7 @@ class Sandbox:
             "slurmd_timeout": cfg.slurmd_timeout,
             "job_firewall": cfg.job_firewall,
             "node_link": list(cfg.node_link),
+            "cred_expire": cfg.cred_expire,
             "netns": [],
         }
         self._write_state(state)
@@ -480,6 +485,8 @@ class Sandbox:
             return f"sandbox {self.dir}: down"
         live = self.live_daemons()
         lines = [f"sandbox {self.dir}: {'up' if len(live) == len(pids) else 'DEGRADED'}"]
+        expire = self._read_state().get("cred_expire", cfgmod.DEFAULT_CRED_EXPIRE_S)
+        lines.append(f"  cred_expire {expire} s (a requeued job waits this long)")
         netns = self._recorded_netns()
         if netns:
             link = self._read_state().get("link", "")

@@ -9,7 +9,8 @@
 
 A node's processes are found through ``/proc``: this sandbox's ``slurmd -N NODE``, the
 processes whose environment has ``SLURMD_NODENAME=NODE`` and this sandbox's
-``SLURM_CONF``, and the ``slurmstepd`` that started them. Only those PIDs are signalled.
+``SLURM_CONF``, the ``slurmstepd`` that started them, and everything else those step
+daemons started (:func:`node_members`). Only those PIDs are signalled.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+from dataclasses import dataclass
 from pathlib import Path
 
 from slurmtf.sandbox import daemons
@@ -39,22 +41,63 @@ def _parent(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def node_pids(sandbox: Sandbox, node: str) -> list[int]:
-    """``slurmd`` first, then the step daemons and job processes running on ``node``."""
-    conf = str(sandbox.config().conf_path).encode()
-    slurmd = sandbox.live_daemons().get(f"slurmd-{node}")
-    found: list[int] = [slurmd] if slurmd else []
+@dataclass(frozen=True)
+class Proc:
+    """What tells a process's node: its parent, command line and two environment values."""
+
+    ppid: int
+    cmdline: str
+    node: bytes = b""  # SLURMD_NODENAME
+    conf: bytes = b""  # SLURM_CONF
+
+
+def processes() -> dict[int, Proc]:
+    """Every process of this machine (but this one), read from /proc."""
+    found: dict[int, Proc] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
-        env = _environ(int(entry.name))
-        if env.get(b"SLURMD_NODENAME") == node.encode() and env.get(b"SLURM_CONF") == conf:
-            pid = int(entry.name)
+        pid = int(entry.name)
+        env = _environ(pid)
+        found[pid] = Proc(
+            _parent(pid), daemons.cmdline(pid), env.get(b"SLURMD_NODENAME", b""),
+            env.get(b"SLURM_CONF", b""),
+        )  # fmt: skip
+    return found
+
+
+def node_members(procs: dict[int, Proc], node: str, conf: str, slurmd: int = 0) -> list[int]:
+    """The node's processes: ``slurmd`` first, then every task of this sandbox (``conf``)
+    with ``SLURMD_NODENAME=node`` and the ``slurmstepd`` that started it, then whatever
+    those step daemons started that carries no such variable (a task that cleared its
+    environment); each once."""
+    found: list[int] = [slurmd] if slurmd else []
+    steps: set[int] = set()
+    for pid, proc in procs.items():
+        if proc.node == node.encode() and proc.conf == conf.encode():
             found.append(pid)
-            parent = _parent(pid)
-            if parent and daemons.cmdline(parent).startswith("slurmstepd"):
-                found.append(parent)
+            parent = procs.get(proc.ppid)
+            if parent is not None and parent.cmdline.startswith("slurmstepd"):
+                found.append(proc.ppid)
+                steps.add(proc.ppid)
+    found += [pid for pid in procs if _descends(procs, pid, steps)]
     return list(dict.fromkeys(found))
+
+
+def _descends(procs: dict[int, Proc], pid: int, roots: set[int]) -> bool:
+    seen = 0
+    while pid in procs and seen < 64:  # bounded: a parent chain is short
+        pid, seen = procs[pid].ppid, seen + 1
+        if pid in roots:
+            return True
+    return False
+
+
+def node_pids(sandbox: Sandbox, node: str) -> list[int]:
+    """``slurmd`` first, then the step daemons and job processes running on ``node``."""
+    conf = str(sandbox.config().conf_path)
+    slurmd = sandbox.live_daemons().get(f"slurmd-{node}") or 0
+    return node_members(processes(), node, conf, slurmd)
 
 
 def _signal(pids: list[int], signum: signal.Signals) -> list[int]:

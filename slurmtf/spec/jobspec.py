@@ -82,6 +82,8 @@ class JobSpec:
     check_first: bool = False  # `slurmtf check` first; an outlier node: requeue without it
     jobs: str | None = None  # roles (chief:1,ps:2,worker): a ParameterServerStrategy job
     cluster_flags: bool = False  # the script gets --worker_hosts, --task_index (slurmtf.run)
+    spare_nodes: int = 0  # allocate nodes + spare_nodes, train on nodes (SPARE_NODES)
+    no_kill: bool = True  # sbatch --no-kill: a failed node does not end the allocation
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -132,11 +134,19 @@ class JobSpec:
             ("--signal_delay_s", 0, self.signal_delay_s),
             ("--max_requeues", 0, self.max_requeues),
             ("--array_parallelism", 1, self.array_parallelism),
+            ("--spare_nodes", 0, self.spare_nodes),
         ):
             if value < low:
                 raise InputError(
                     name, value, f"must be at least {low}", f"pass {name}={low} or more"
                 )
+        if self.spare_nodes and (self.is_range or self.jobs is not None):
+            raise InputError(
+                "--spare_nodes",
+                self.spare_nodes,
+                "goes with a fixed node count of a data-parallel job",
+                "drop --spare_nodes (a --nodes=MIN-MAX range goes on on the nodes left)",
+            )
         if self.max_nodes and self.max_nodes < self.nodes:
             raise InputError(
                 "--nodes",
@@ -336,10 +346,21 @@ SOURCE_JOB_SH = (
 def job_sh_setup(spec: JobSpec, python: str) -> list[str]:
     """Setup lines that load slurmtf/job.sh (:data:`SOURCE_JOB_SH`, through ``python``)
     and call its parts the job asks for; none when it asks for none."""
-    calls = [*restart_setup(spec), *check_first_setup(spec), *stage_setup(spec)]
+    calls = [*node_setup(spec), *restart_setup(spec), *check_first_setup(spec)]
+    calls += stage_setup(spec)
     if not calls:
         return []
     return [f"PYTHON={shlex.quote(python)}", *SOURCE_JOB_SH, *calls]
+
+
+def node_setup(spec: JobSpec) -> list[str]:
+    """What slurmtf/job.sh needs to go on without a lost node: ``SPARE_NODES`` (the
+    allocation holds ``--spare_nodes`` more than the step trains on) and, for a
+    ``--nodes=MIN-MAX`` range, ``MIN_NODES`` (the fewest to go on with)."""
+    if not spec.max_requeues:
+        return []
+    lines = [f"export SPARE_NODES={spec.spare_nodes}"] if spec.spare_nodes else []
+    return lines + ([f"export MIN_NODES={spec.nodes}"] if spec.is_range else [])
 
 
 def restart_setup(spec: JobSpec) -> list[str]:
@@ -435,12 +456,24 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}
     # Requeueable, so that `scontrol requeue` (after exit 75) and node failures restart it.
     extra["requeue" if spec.max_requeues else "no-requeue"] = True
+    extra.update(node_failure_parameters(spec, params["srun_args"]))
     extra.update(ranged)
     if spec.fixed_tasks is not None:
         extra["ntasks"] = spec.fixed_tasks
     extra.update({k: (v if v else True) for k, v in spec.sbatch_extra})
     params["additional_parameters"] = extra
     return params
+
+
+def node_failure_parameters(spec: JobSpec, srun_args: list[str]) -> dict[str, Any]:
+    """sbatch options for a failed node: ``--no-kill`` (the job and its other nodes go on)
+    unless ``--kill_on_node_failure``; with ``--spare_nodes=K``, N+K nodes of which the
+    step (``srun_args``, extended here) trains on N."""
+    extra: dict[str, Any] = {"no-kill": True} if spec.no_kill else {}
+    if spec.spare_nodes:
+        extra["nodes"] = spec.nodes + spec.spare_nodes
+        srun_args += [f"--nodes={spec.nodes}", f"--ntasks={spec.num_tasks}"]
+    return extra
 
 
 def range_parameters(spec: JobSpec) -> dict[str, Any]:

@@ -18,6 +18,9 @@ GPUs each) in a pytest temporary directory and stops it at the end. Its API:
 - ``.state(job_id)`` -> current state or ``""``; ``.logs(job_id)`` -> text with
   ``scontrol show job`` and the daemon log tails, for failure messages.
 
+``recovery_sandbox`` (session scope, started when first asked for) is a second one with
+the same API, where a requeue costs what it does on a real cluster (``cred_expire=120``).
+
 Tests that need it carry ``@pytest.mark.slurm``. A missing prerequisite (root,
 unshare, Slurm that cannot be installed) skips locally and fails in CI
 (``SLURMTF_STRICT_PREREQS=1``).
@@ -150,6 +153,28 @@ def slurm_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSan
     require_sandbox_prereqs()
     link = os.environ.get("SLURMTF_TEST_LINK", "")
     sandbox = Sandbox(tmp_path_factory.mktemp("slurm"), nodes=3, gpus_per_node=2, link=link)
+    sandbox.up()
+    try:
+        yield SlurmSandbox(sandbox)
+    finally:
+        sandbox.down()
+
+
+@pytest.fixture(scope="session")
+def recovery_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
+    """A 3-node sandbox where a requeue costs what it costs on a real cluster, for the
+    recovery tests: Slurm's default ``cred_expire`` (120 s: a requeued job may not start
+    again before then), ``SlurmdTimeout`` 120 s (a recovery that waits for Slurm to
+    declare a node failed shows), and nodes with network namespaces of their own (a
+    frozen rank keeps its port on its node only, as on separate machines)."""
+    require_sandbox_prereqs()
+    sandbox = Sandbox(
+        tmp_path_factory.mktemp("realistic"),
+        nodes=3,
+        link="unshaped",
+        slurmd_timeout=120,
+        cred_expire=120,
+    )
     sandbox.up()
     try:
         yield SlurmSandbox(sandbox)

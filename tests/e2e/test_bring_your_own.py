@@ -15,9 +15,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import re
-import signal
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -30,7 +28,7 @@ import pytest
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import read_events
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
-from tests.e2e.jobruns import SandboxJob, check_clean_end, rank_pids, submit_job
+from tests.e2e.jobruns import SandboxJob, check_clean_end, submit_job
 from tests.prereqs import require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf]
@@ -323,43 +321,6 @@ def test_preempted_fit_job_requeues_and_resumes(
             dones,
             expected,
         )
-
-
-def test_a_killed_rank_of_a_fit_job_through_submit_command_restarts_in_place(
-    slurm_sandbox: SlurmSandbox, tmp_path: Path
-) -> None:
-    """``slurmtf submit --command="python3 SCRIPT"`` (the script runs through ``slurmtf
-    run``): Keras ``model.fit`` with BackupAndRestore, rank 1 SIGKILLed after epoch 2.
-    The job starts a new step in the same allocation (Slurm's Restarts stays 0); fit
-    resumes from the backup, not from epoch 0, and both ranks end with one checksum."""
-    model_dir = tmp_path / "model"
-    command = (f"python3 {FIT_CHECKS} --mode=backup --epochs=5 --steps=4 --sleep=0.25 "
-               f"--model_dir={model_dir}")  # fmt: skip
-    jid = submit_command(slurm_sandbox, command, tmp_path, tmp_path, "--max_restarts=2")
-    rank0 = tmp_path / f"{jid}_0_log.out"
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        text = rank0.read_text(errors="replace") if rank0.exists() else ""
-        if '"epoch": 1}' in text or slurm_sandbox.state(jid) in TERMINAL:
-            break
-        time.sleep(0.3)
-    pids = rank_pids(jid, 1, str(FIT_CHECKS))
-    assert pids, f"no process of rank 1\n{slurm_sandbox.logs(jid)}"
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-    assert slurm_sandbox.wait(jid, timeout=400) == "COMPLETED", slurm_sandbox.logs(jid)
-    text = rank0.read_text(errors="replace")
-    said = r"restart 1 of 2 in place \(MAX_RESTARTS\), \d+ s after rank 1 was killed by SIGKILL"
-    assert re.search(said, text), text[-3000:]
-    assert "Restarts=0 " in slurm_sandbox.run(["scontrol", "show", "job", jid]).stdout
-    sums = set()
-    for rank in (0, 1):
-        events = read_events(tmp_path / f"{jid}_{rank}_log.out")
-        epochs = [e["epoch"] for e in events if e["event"] == "epoch_end"]
-        assert epochs.count(0) == 1, epochs  # resumed from the backup, not from epoch 0
-        assert epochs[-1] == 4, epochs
-        sums.add(final(events)["weights_checksum"])
-    assert len(sums) == 1, sums
 
 
 OFFICIAL = REPO / "tests" / "scripts" / "official_flags.py"

@@ -1,0 +1,202 @@
+"""The nodes of the next step after a node is lost (runtime.recovery.Nodes, job_nodes) and
+the watch during a step (runtime.attempts.watch_step): spares, ranges, strikes, probes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from slurmtf.errors import InputError, SlurmCommandError
+from slurmtf.runtime.attempts import LogFiles, Step, decide_step, probe_args, watch_step
+from slurmtf.runtime.recovery import Attempt, Budget, Nodes, TaskEnding, decide, job_nodes
+
+ALLOC = ("node1", "node2", "node3")
+LOST_PEER = Attempt(
+    status=137,
+    endings=(TaskEnding((0,), "Exited with exit code 1"),),
+    events={0: [{"event": "peer_lost", "lost": [{"rank": 1, "node": "node2"}]}]},
+)
+
+
+@pytest.mark.parametrize(
+    ("nodes", "step"),
+    [
+        (Nodes(ALLOC, minimum=2, width=2), ("node1", "node2")),  # node3 a spare
+        (Nodes(ALLOC, minimum=2, width=2, dead=("node2",)), ("node1", "node3")),  # on it
+        (Nodes(ALLOC, minimum=2, dead=("node3",)), ("node1", "node2")),  # a range: survivors
+        (Nodes(ALLOC, minimum=1, width=2, dead=("node1", "node3")), ("node2",)),
+    ],
+)
+def test_the_next_step_takes_a_spare_or_the_survivors(nodes: Nodes, step: tuple[str, ...]) -> None:
+    assert nodes.step_nodes() == step
+
+
+@pytest.mark.parametrize(
+    ("nodes", "words"),
+    [
+        (Nodes(ALLOC, minimum=2, width=2, dead=("node2",)), "training on a spare (node3)"),
+        (Nodes(ALLOC, minimum=2, dead=("node3",)), "training on the 2 node(s) left (minimum 2)"),
+    ],
+)
+def test_the_placement_in_words(nodes: Nodes, words: str) -> None:
+    assert nodes.placement() == words
+
+
+def test_a_node_whose_ranks_were_killed_twice_is_left_out_when_the_job_can_go_on() -> None:
+    once = Nodes(ALLOC, minimum=2, width=2, kills=(("node2", 1),))
+    twice = Nodes(ALLOC, minimum=2, width=2, kills=(("node2", 2),))
+    assert once.next_excluded() == ()
+    assert twice.next_excluded() == ("node2",)
+    assert twice.step_nodes() == ("node1", "node3")
+    # without a spare or a range it stays: a killed rank never sends the job to the queue
+    assert Nodes(ALLOC, minimum=3, kills=(("node2", 5),)).next_excluded() == ()
+
+
+def test_a_silent_node_with_a_spare_restarts_in_place_on_the_spare() -> None:
+    nodes = Nodes(ALLOC, minimum=2, width=2, dead=("node2",))
+    decision = decide(LOST_PEER, Budget(0, 3), nodes)
+    assert (decision.action, decision.exclude, decision.nodes) == (
+        "restart",
+        ("node2",),
+        ("node1", "node3"),
+    )
+    line = decision.line("7", 11)
+    assert line.startswith("restart 1 of 3 in place (MAX_RESTARTS), 11 s after node2 stopped")
+    assert line.endswith("; node2 left out, training on a spare (node3)")
+
+
+def test_too_few_nodes_left_requeue() -> None:
+    nodes = Nodes(ALLOC, minimum=2, width=2, dead=("node2",), excluded=("node3",))
+    assert decide(LOST_PEER, Budget(0, 3), nodes).action == "requeue"
+
+
+@pytest.mark.parametrize(
+    ("spares", "least", "width", "minimum", "first"),
+    [
+        ("", "", 0, 3, ALLOC),
+        ("1", "", 2, 2, ("node1", "node2")),
+        ("", "2", 0, 2, ALLOC),
+        ("1", "1", 2, 1, ("node1", "node2")),
+    ],
+)
+def test_the_job_scripts_spare_and_minimum(
+    spares: str, least: str, width: int, minimum: int, first: tuple[str, ...]
+) -> None:
+    nodes = job_nodes(ALLOC, spares, least)
+    assert (nodes.width, nodes.minimum, nodes.first_step()) == (width, minimum, first)
+
+
+@pytest.mark.parametrize(
+    ("spares", "least", "name", "value"),
+    [
+        ("3", "", "SPARE_NODES", 3),
+        ("x", "", "SPARE_NODES", "x"),
+        ("-1", "", "SPARE_NODES", "-1"),
+        ("1", "3", "MIN_NODES", 3),
+        ("", "0", "MIN_NODES", 0),
+        ("", "two", "MIN_NODES", "two"),
+    ],
+)
+def test_bad_spare_or_minimum_names_the_variable(
+    spares: str, least: str, name: str, value: object
+) -> None:
+    with pytest.raises(InputError, match="HINT: ") as info:
+        job_nodes(ALLOC, spares, least)
+    assert (info.value.name, info.value.value) == (name, value)
+
+
+def test_every_probe_overlaps_the_old_step() -> None:
+    args = probe_args("node2")
+    assert args[:2] == ["srun", "--overlap"]
+    assert "--nodelist=node2" in args
+
+
+def peer_lost_logs(tmp_path: Path) -> LogFiles:
+    event = {"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]}
+    (tmp_path / "rank0.out").write_text(json.dumps(event) + "\n")
+    (tmp_path / "rank1.out").write_text("")
+    return LogFiles(tmp_path)
+
+
+def silent(*nodes: str) -> Any:
+    probed: list[str] = []
+
+    def runner(args: Any, **_: Any) -> str:
+        node = next(a.split("=", 1)[1] for a in args if a.startswith("--nodelist="))
+        probed.append(node)
+        if node in nodes:
+            raise SlurmCommandError("srun", 1, f"{node} does not answer")
+        return ""
+
+    runner.probed = probed  # type: ignore[attr-defined]
+    return runner
+
+
+def test_the_watch_names_a_lost_node_that_does_not_answer(tmp_path: Path) -> None:
+    lost, alive = watch_step(peer_lost_logs(tmp_path), Nodes(ALLOC), (), silent("node2"), 1)
+    assert (lost, alive) == (("node2",), ())
+
+
+def test_the_watch_probes_a_node_once_and_leaves_one_that_answers(tmp_path: Path) -> None:
+    runner = silent()
+    files = peer_lost_logs(tmp_path)
+    assert watch_step(files, Nodes(ALLOC), (), runner, 1) == ((), ("node2",))
+    assert watch_step(files, Nodes(ALLOC), ("node2",), runner, 1) == ((), ("node2",))
+    assert runner.probed == ["node2"]
+
+
+def test_the_decision_after_the_watch_does_not_probe_again(tmp_path: Path) -> None:
+    runner = silent("node2")
+    files = peer_lost_logs(tmp_path)
+    step = Step("7", 137, 3, nodes=job_nodes(ALLOC, "1"), dead=("node2",))
+    out = decide_step(step, files, runner)
+    assert "slurmtf_action=restart\n" in out
+    assert "slurmtf_nodes=node1,node3\n" in out
+    assert runner.probed == []
+    record = json.loads((tmp_path / "recovery-7.jsonl").read_text())
+    assert record["nodes"] == ["node1", "node3"]
+
+
+def test_kills_per_node_are_recorded_and_counted_across_attempts(tmp_path: Path) -> None:
+    workers = ["node1:12000", "node2:12001", "node3:12002"]
+    (tmp_path / "rank0.out").write_text(json.dumps({"event": "cluster", "workers": workers}))
+    (tmp_path / "srun.err").write_text("srun: error: node2: task 1: Killed\n")
+    files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
+    step = Step("7", 137, 5, nodes=job_nodes(ALLOC, "1"))
+    first = decide_step(step, files, silent())
+    second = decide_step(step, files, silent())
+    assert "slurmtf_exclude=''\n" in first
+    assert "slurmtf_exclude=node2\n" in second
+    assert "slurmtf_nodes=node1,node3\n" in second
+
+
+def test_after_the_watch_other_named_nodes_are_probed_not_assumed_dead(tmp_path: Path) -> None:
+    lost = [{"rank": 0, "node": "node1"}, {"rank": 2, "node": "node3"}]
+    event = {"event": "peer_lost", "rank": 1, "lost": lost, "heartbeat": True}
+    (tmp_path / "rank1.out").write_text(json.dumps(event) + "\n")
+    runner = silent("node3")
+    step = Step("7", 137, 3, nodes=job_nodes(ALLOC, "", "2"), dead=("node3",))
+    out = decide_step(step, LogFiles(tmp_path), runner)
+    assert "slurmtf_action=restart\n" in out
+    assert "slurmtf_exclude=node3\n" in out
+    assert runner.probed == ["node1"]
+
+
+def test_restart_in_place_off_requeues_instead(tmp_path: Path) -> None:
+    (tmp_path / "srun.err").write_text("srun: error: node2: task 1: Killed\n")
+    files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
+    step = Step("7", 137, 3, nodes=job_nodes(ALLOC), in_place=False)
+    out = decide_step(step, files, silent())
+    assert "slurmtf_action=requeue\n" in out
+    assert "failed: rank 1 was killed by SIGKILL: requeueing job 7 (restart 1 of 3" in out
+
+
+def test_a_node_the_watch_found_answering_is_not_probed_again(tmp_path: Path) -> None:
+    runner = silent("node2")  # it would not answer now: the decision trusts the watch
+    step = Step("7", 137, 3, nodes=job_nodes(ALLOC, "1"), alive=("node2",))
+    out = decide_step(step, peer_lost_logs(tmp_path), runner)
+    assert "slurmtf_exclude=''\n" in out
+    assert runner.probed == []
