@@ -210,7 +210,8 @@ def test_the_edge_probes_lost_nodes_records_and_prints_shell(tmp_path: Path) -> 
     out = decide_step(step, logs(tmp_path), runner)
     assert "slurmtf_action=restart\n" in out
     assert "slurmtf_exclude=node2\n" in out
-    assert "--nodelist=node2" in probed[0]
+    assert ["sinfo" in a for a in probed] == [True, False]  # drained? then the probe
+    assert "--nodelist=node2" in probed[1]
     (record,) = read_record(tmp_path, "77")
     assert (record["action"], record["exclude"]) == ("restart", ["node2"])
 

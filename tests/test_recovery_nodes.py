@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from slurmtf.errors import InputError, SlurmCommandError
-from slurmtf.runtime.attempts import LogFiles, Step, decide_step, probe_args, watch_step
+from slurmtf.runtime.attempts import (
+    LogFiles,
+    Step,
+    decide_step,
+    drained_nodes,
+    probe_args,
+    watch_step,
+)
 from slurmtf.runtime.recovery import Attempt, Budget, Nodes, TaskEnding, decide, job_nodes
 
 ALLOC = ("node1", "node2", "node3")
@@ -121,10 +128,13 @@ def peer_lost_logs(tmp_path: Path) -> LogFiles:
     return LogFiles(tmp_path)
 
 
-def silent(*nodes: str) -> Any:
+def silent(*nodes: str, drained: str = "") -> Any:
+    """A fake runner: ``nodes`` do not answer a probe; sinfo reports ``drained`` drained."""
     probed: list[str] = []
 
     def runner(args: Any, **_: Any) -> str:
+        if args[0] == "sinfo":
+            return "".join(f"{n} {'drained' if n == drained else 'allocated'}\n" for n in ALLOC)
         node = next(a.split("=", 1)[1] for a in args if a.startswith("--nodelist="))
         probed.append(node)
         if node in nodes:
@@ -133,6 +143,41 @@ def silent(*nodes: str) -> Any:
 
     runner.probed = probed  # type: ignore[attr-defined]
     return runner
+
+
+def test_a_drained_node_is_left_out_when_the_job_can_go_on_without_it(tmp_path: Path) -> None:
+    (tmp_path / "srun.err").write_text("srun: error: node3: task 2: Killed\n")
+    files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
+    drained = silent(drained="node3")
+    ranged = decide_step(Step("7", 137, 3, nodes=job_nodes(ALLOC, "", "2")), files, drained)
+    assert "slurmtf_action=restart\n" in ranged
+    assert "slurmtf_exclude=node3\n" in ranged
+    assert "slurmtf_nodes=node1,node2\n" in ranged
+    assert "node3 left out, training on the 2 node(s) left (minimum 2)" in ranged
+    # the job cannot train on fewer: it goes on, in place, on the drained node too
+    full = decide_step(Step("8", 137, 3, nodes=job_nodes(ALLOC)), files, drained)
+    assert "slurmtf_action=restart\n" in full
+    assert "slurmtf_exclude=''\n" in full
+
+
+@pytest.mark.parametrize(
+    ("states", "out"),
+    [
+        ("node1 allocated\nnode2 draining\nnode3 down*\n", ("node2", "node3")),
+        ("node1 mixed\nnode2 idle\nnode3 allocated\n", ()),
+        ("node1 fail\nnode2 drained\n", ("node1", "node2")),
+        ("", ()),
+    ],
+)
+def test_drained_nodes_reads_sinfo_states(states: str, out: tuple[str, ...]) -> None:
+    assert drained_nodes(ALLOC, lambda args, **_: states) == out
+
+
+def test_drained_nodes_is_none_when_sinfo_fails() -> None:
+    def broken(args: Any, **_: Any) -> str:
+        raise SlurmCommandError("sinfo", 1, "slurm_load_node: Unable to contact slurm controller")
+
+    assert drained_nodes(ALLOC, broken) == ()
 
 
 def test_the_watch_names_a_lost_node_that_does_not_answer(tmp_path: Path) -> None:

@@ -168,6 +168,26 @@ def probe_dead(nodes: Sequence[str], runner: Runner, timeout: float) -> tuple[st
     return tuple(node for node, dead in zip(nodes, answers, strict=True) if dead)
 
 
+# sinfo's long state names (%T) of a node out of service: drained, draining, down, fail,
+# failing (a trailing * means not responding, ~ powered off, ...).
+_OUT_OF_SERVICE = ("drain", "down", "fail")
+
+
+def drained_nodes(nodes: Sequence[str], runner: Runner) -> tuple[str, ...]:
+    """Those of ``nodes`` that Slurm reports drained, draining, down or failing (an
+    administrator or a health check took them out of service); none when sinfo cannot
+    tell."""
+    if not nodes:
+        return ()
+    args = ["sinfo", "--noheader", "--Node", f"--nodes={','.join(nodes)}", "--format=%N %T"]
+    try:
+        out = runner(args, timeout=10)
+    except SlurmCommandError:
+        return ()
+    states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
+    return tuple(n for n in nodes if states.get(n, "").startswith(_OUT_OF_SERVICE))
+
+
 def watch_step(
     files: LogFiles, nodes: Nodes, probed: Sequence[str], runner: Runner, timeout: float
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -247,6 +267,10 @@ def decide_and_record(
     attempt = read_attempt(step.status, files, step.python)
     nodes = dataclasses.replace(step.nodes, dead=step.dead, kills=_kills(records, attempt))
     decision = decide(attempt, budget, nodes)
+    if decision.action == "restart" and not step.on_this_machine:
+        drained = drained_nodes(nodes.allocated, runner)
+        nodes = dataclasses.replace(nodes, drained=drained)
+        decision = decide(attempt, budget, nodes) if drained else decision
     if step.on_this_machine:
         if decision.action == "requeue":  # preempted: the ranks saved a checkpoint
             why = "preemption (checkpoint saved)"

@@ -186,7 +186,9 @@ class Nodes:
     """The allocation's nodes (Slurm's order), those left out already, the fewest a step
     may train on, those found dead after this attempt (probed by the edge), how many a
     step trains on (``width``: N of the N+``SPARE_NODES`` allocated; 0: every usable one)
-    and how often ranks were killed on each node in the job's life (``kills``)."""
+    how often ranks were killed on each node in the job's life (``kills``) and the nodes
+    Slurm reports drained or down (``drained``: an administrator or a health check took
+    them out of service while the job held them)."""
 
     allocated: tuple[str, ...] = ()
     excluded: tuple[str, ...] = ()
@@ -194,17 +196,19 @@ class Nodes:
     dead: tuple[str, ...] = ()
     width: int = 0
     kills: tuple[tuple[str, int], ...] = ()
+    drained: tuple[str, ...] = ()
 
     def next_excluded(self) -> tuple[str, ...]:
-        """Left out before, found dead now, and nodes whose ranks were killed
-        :data:`STRIKES` times when the job can go on in place without them (a spare or a
-        range): a killed rank alone never sends a job back to the queue. Each once, in
-        the order first seen."""
+        """Left out before, found dead now, then nodes whose ranks were killed
+        :data:`STRIKES` times and drained nodes, each when the job can go on in place
+        without it (a spare or a range): neither alone sends a job back to the queue.
+        Each once, in the order first seen."""
         out = dict.fromkeys([*self.excluded, *self.dead])
-        struck = [n for n, count in self.kills if count >= STRIKES and n not in out]
-        left = [n for n in self.allocated if n not in out and n not in struck]
-        if struck and len(left) >= max(self.minimum, 1):
-            out.update(dict.fromkeys(struck))
+        struck = [n for n, count in self.kills if count >= STRIKES]
+        for node in dict.fromkeys([*struck, *self.drained]):
+            left = [n for n in self.allocated if n not in out and n != node]
+            if node in self.allocated and node not in out and len(left) >= max(self.minimum, 1):
+                out[node] = None
         return tuple(out)
 
     def usable(self) -> tuple[str, ...]:
