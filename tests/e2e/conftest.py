@@ -196,9 +196,9 @@ def baseline(
     job.cancel()
 
 
-@pytest.fixture
-def jobs(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> Iterator[list[SandboxJob]]:
-    """Live jobs a test breaks (``tests.e2e.jobruns.new_job``): cancelled at the end."""
+def tracked_jobs() -> Iterator[list[SandboxJob]]:
+    """The jobs a test appends: cancelled and released at the end, each job's report
+    printed (shown by pytest only when the test failed). Needs TensorFlow."""
     require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
     made: list[SandboxJob] = []
     yield made
@@ -207,4 +207,10 @@ def jobs(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> Iterator[list[SandboxJo
         job.release()
     for job in made:
         if job.job_id:
-            print(job.report())  # shown by pytest only when the test failed
+            print(job.report())
+
+
+@pytest.fixture
+def jobs(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> Iterator[list[SandboxJob]]:
+    """Live jobs a test breaks (``tests.e2e.jobruns.new_job``): cancelled at the end."""
+    yield from tracked_jobs()

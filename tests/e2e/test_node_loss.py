@@ -16,7 +16,6 @@ pending, and the job COMPLETED at the final step with one weights checksum.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import time
 from collections.abc import Iterator
@@ -26,9 +25,8 @@ import pytest
 
 from slurmtf.sandbox import daemons, nodefaults
 from slurmtf.sandbox.competitor import Competitor, submit_competitor
-from tests.e2e.conftest import SlurmSandbox
+from tests.e2e.conftest import SlurmSandbox, tracked_jobs
 from tests.e2e.jobruns import SandboxJob, wait_until
-from tests.prereqs import require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
@@ -44,15 +42,7 @@ RESUME_WITHIN_S = 90
 @pytest.fixture
 def jobs(recovery_sandbox: SlurmSandbox) -> Iterator[list[SandboxJob]]:
     """Jobs of this module's tests on the recovery sandbox: cancelled at the end."""
-    require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
-    made: list[SandboxJob] = []
-    yield made
-    for job in made:
-        job.cancel()
-        job.release()
-    for job in made:
-        if job.job_id:
-            print(job.report())  # shown by pytest only when the test failed
+    yield from tracked_jobs()
 
 
 @pytest.fixture
