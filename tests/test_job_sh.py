@@ -351,6 +351,7 @@ def test_workers_killed_while_the_chief_completes_are_tolerated(tmp_path: Path, 
     assert calls == ""
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("srun", "why"),
     [

@@ -1,7 +1,8 @@
 """slurmtf/job.sh with spare nodes and a node that stops answering mid-step.
 
 Fake ``srun``/``squeue``/``scancel``/``scontrol`` on PATH stand in for Slurm; the real
-job.sh runs in bash and asks the real ``slurmtf recovery``. No Slurm, no TF.
+job.sh runs in bash and asks the real ``slurmtf recovery``. No Slurm, no TF; the watch's
+one-second polls make each case take seconds (the slow tier).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_SH = REPO / "slurmtf" / "job.sh"
+
+pytestmark = pytest.mark.slow
 
 # The training step: in the first, rank 0 reports node2 lost (a `peer_lost` event); with
 # node2 in $DEAD srun then hangs, as it waits for a frozen node. Later steps end at once.
