@@ -36,7 +36,8 @@ from slurmtf.spec import values as jobvalues
         (["--function=nocolon"], "--function"),
         (["--module=not a module"], "--module"),
         (["--command=echo 'open"], "--command"),
-        (["--model=mnist", "--max_requeues=-1"], "--max_requeues"),
+        (["--model=mnist", "--max_restarts=-1"], "--max_restarts"),
+        (["--model=mnist", "--max_requeues=-1"], "--max_restarts"),  # the former name
         (
             ["--command=python t.py", "--jobs=chief:1,ps:2,boss"],
             "--jobs='chief:1,ps:2,boss': names the unknown role 'boss'",

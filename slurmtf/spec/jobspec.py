@@ -132,7 +132,7 @@ class JobSpec:
             ("--gpus_per_task", 1, self.gpus_per_task),
             ("--time", 1, self.time_min),
             ("--signal_delay_s", 0, self.signal_delay_s),
-            ("--max_requeues", 0, self.max_requeues),
+            ("--max_restarts", 0, self.max_requeues),
             ("--array_parallelism", 1, self.array_parallelism),
             ("--spare_nodes", 0, self.spare_nodes),
         ):

@@ -39,8 +39,8 @@ _MANAGED = {
     "mem": "--mem",
     "cpus-per-task": "--cpus_per_task",
     "open-mode": "nothing (slurmtf appends to the logs across requeues)",
-    "requeue": "--max_requeues (0 turns requeueing off)",
-    "no-requeue": "--max_requeues=0",
+    "requeue": "--max_restarts (0 turns restarts and requeues off)",
+    "no-requeue": "--max_restarts=0",
 }
 _SBATCH_KEY = re.compile(r"^[a-z][a-z0-9-]*$")
 _SWEEP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

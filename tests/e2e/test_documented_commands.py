@@ -42,9 +42,10 @@ class Doc:
 
     nodes: int = 0  # sbatch jobs: nodes and tasks per node the command asks for
     per_node: int = 1
-    # GPU request forms of many workers: the job runs the model's --placement_only
-    # (resolve, GPU plan, no TensorFlow) and every rank must hold its own GPU; training
-    # in those forms is tests/e2e/test_gpu_binding.py's and test_width.py's.
+    # GPU request forms of many workers and ResNet-50: the job runs the model's
+    # --placement_only (resolve, GPU plan, no TensorFlow) and every rank must hold its
+    # own GPU(s); training in those forms is tests/e2e/test_gpu_binding.py's and
+    # test_width.py's, ResNet-50's tests/integration/test_models_train.py's.
     placement: bool = False
     not_run: str = ""  # the reason a command is not executed by this test
 
@@ -86,7 +87,9 @@ COMMANDS: dict[str, Doc] = {
     "sbatch -N1 jobs/resnet.sbatch --resnet_size=56": Doc(nodes=1),
     "sbatch -N2 --gres=gpu:4 --ntasks-per-node=4 jobs/resnet.sbatch --resnet_size=50 "
     "--dtype=bf16 --data_dir=/data/imagenet": Doc(nodes=2, per_node=4, placement=True),
-    "sbatch -N2 --gres=gpu:4 --ntasks-per-node=1 jobs/resnet.sbatch --resnet_size=50": Doc(nodes=2),
+    "sbatch -N2 --gres=gpu:4 --ntasks-per-node=1 jobs/resnet.sbatch --resnet_size=50": Doc(
+        nodes=2, placement=True
+    ),
     "sbatch --nodes=2-4 --gres=gpu:4 --mincpus=4 jobs/resnet.sbatch": Doc(
         nodes=4, per_node=4, placement=True
     ),

@@ -8,16 +8,19 @@ broken once at a random step, in one of three ways:
   SIGKILL (:func:`slurmtf.sandbox.nodefaults.kill_node`);
 * ``freeze``: rank 1's node hangs: ``slurmd``, ``slurmstepd`` and the tasks get SIGSTOP.
 
-No one resubmits: the job script sees the failure, requeues the job (same id) and,
-for the node-level kinds, excludes the node that stopped answering. The job must end
-COMPLETED at the same final step and with the same weights (``weights_checksum``) as
-the uninterrupted run (the preemption tests' baseline, same flags), with restart count 1
-and, after a node failure, without that node. Printed per run: ``RECOVERED <kind>
-<seconds from the failure to the first training step after the restart>`` (also
-appended to ``$SLURMTF_FAULT_REPORT``).
+No one resubmits. A killed rank restarts in place: a new step in the same allocation.
+A lost node leaves the two-node job fewer nodes than it needs (no spare, no range), so
+the job script requeues the job (same id) without the node that stopped answering.
+The job must end COMPLETED at the same final step and with the same weights
+(``weights_checksum``) as the uninterrupted run (the preemption tests' baseline, same
+flags), with restart count 1 and, after a node failure, without that node. Printed per
+run: ``RECOVERED <kind> <seconds from the failure to the first training step after the
+restart>`` (also appended to ``$SLURMTF_FAULT_REPORT``).
 
-CI runs one moment per kind; ``SLURMTF_RECOVERIES=N`` runs N per kind (the soak:
-``scripts/recovery_soak.sh``), ``SLURMTF_RECOVERY_SEED`` picks the moments.
+CI runs one moment of ``node`` and ``freeze``: the rank kill restarting in place is
+tests/e2e/test_kill_in_place.py's, on every launch path. ``SLURMTF_RECOVERIES=N`` runs N
+moments per kind, ``SLURMTF_RECOVERY_KINDS`` picks the kinds (the soak,
+``scripts/recovery_soak.sh``, runs all three), ``SLURMTF_RECOVERY_SEED`` the moments.
 """
 
 from __future__ import annotations
@@ -39,11 +42,19 @@ from tests.helpers.localjobs import report
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
 KINDS = ("rank", "node", "freeze")
+CHOSEN = os.environ.get("SLURMTF_RECOVERY_KINDS", "node freeze").split()
 COUNT = int(os.environ.get("SLURMTF_RECOVERIES", "1"))
 SEED = int(os.environ.get("SLURMTF_RECOVERY_SEED", "2027"))
 _rng = random.Random(SEED)
-# (kind, step, run): the run number keeps two draws of one kind and step apart
-CASES = [(kind, _rng.randint(3, STEPS - 25), i) for i in range(COUNT) for kind in KINDS]
+# (kind, step, run): the run number keeps two draws of one kind and step apart. Every
+# kind draws its moments, so a seed gives each kind the same moments whichever are chosen.
+DRAWN = [(kind, _rng.randint(3, STEPS - 25), i) for i in range(COUNT) for kind in KINDS]
+CASES = [case for case in DRAWN if case[0] in CHOSEN]
+if not CHOSEN or set(CHOSEN) - set(KINDS):
+    raise ValueError(
+        f"SLURMTF_RECOVERY_KINDS={' '.join(CHOSEN)!r}: not kinds of failure. "
+        f"HINT: name some of {' '.join(KINDS)}, separated by spaces"
+    )
 
 
 @pytest.fixture(scope="module")

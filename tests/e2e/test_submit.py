@@ -248,13 +248,13 @@ def test_hostile_job_name_and_log_dir_round_trip(
 def test_preempted_job_requeues_and_resumes_to_the_same_step(
     slurm_sandbox: SlurmSandbox, tmp_path: Path
 ) -> None:
-    steps = 300
+    steps = 150
     model = [
         f"--train_steps={steps}",
         "--log_every=10",
         "--eval_steps=1",
     ]
-    common = ["--model=mnist", "--nodes=2", "--time=10", "--max_requeues=2"]
+    common = ["--model=mnist", "--nodes=2", "--time=10", "--max_restarts=2"]
     done = submit(slurm_sandbox, *common, f"--log_dir={tmp_path}", "--", *model)
     assert done.returncode == 0, done.stderr
     jid = job_id(done.stdout)
