@@ -154,17 +154,7 @@ def break_it(sandbox: Sandbox, kind: str, job_id: str) -> list[int]:
 def mend(sandbox: Sandbox, stopped: list[int], job_id: str) -> None:
     """Cancel the job, thaw and kill what was stopped, and bring every node back."""
     sandbox.run(["scancel", job_id], check=False)
-    nodefaults.thaw_node(stopped)
-    nodefaults.kill_pids([p for p in stopped if not daemons.cmdline(p).startswith("slurmd")])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        states = sandbox.node_states()
-        if states and all(s == "idle" for s in states.values()):
-            return
-        for node, state in states.items():
-            if "down" in state or "drain" in state:
-                sandbox.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
-        time.sleep(1)
+    nodefaults.mend(sandbox, stopped, frozenset({"idle"}), timeout=120)
 
 
 def measure(sandbox: Sandbox, kind: str, path: str, work: Path) -> JSONDict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,3 +153,24 @@ def restart_node(sandbox: Sandbox, node: str) -> int:
     )
     sandbox.record_pid(f"slurmd-{node}", pid)
     return pid
+
+
+def mend(sandbox: Sandbox, stopped: list[int], states: frozenset[str], timeout: float) -> bool:
+    """After a node failure: thaw the ``stopped`` PIDs, kill the job processes among them
+    (they belong to an attempt Slurm has given up on), start the slurmd of every node that
+    lost it, and resume down or drained nodes until each is in one of ``states``.
+    False if that took longer than ``timeout`` seconds."""
+    thaw_node(stopped)
+    kill_pids([p for p in stopped if not daemons.cmdline(p).startswith("slurmd")])
+    for node in sandbox.config().node_names:
+        restart_node(sandbox, node)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        now = sandbox.node_states()
+        if now and all(state in states for state in now.values()):
+            return True
+        for node, state in now.items():
+            if "down" in state or "drain" in state:
+                sandbox.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+        time.sleep(1)
+    return False

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.sandbox import daemons, nodefaults
+from slurmtf.sandbox import nodefaults
 from slurmtf.sandbox.competitor import Competitor, submit_competitor
 from tests.e2e.conftest import SlurmSandbox, tracked_jobs
 from tests.e2e.jobruns import SandboxJob, wait_until
@@ -37,6 +37,7 @@ ARGS = [
     f"--train_steps={STEPS}", "--checkpoint_every=5", "--heartbeat_timeout=10",
 ]  # fmt: skip
 RESUME_WITHIN_S = 90
+IN_SERVICE = frozenset({"idle", "mixed", "allocated"})
 
 
 @pytest.fixture
@@ -50,19 +51,8 @@ def frozen(recovery_sandbox: SlurmSandbox) -> Iterator[list[int]]:
     """PIDs the test froze; afterwards thawed (job processes killed), every node back."""
     pids: list[int] = []
     yield pids
-    nodefaults.thaw_node(pids)
-    nodefaults.kill_pids([p for p in pids if not daemons.cmdline(p).startswith("slurmd")])
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        states = recovery_sandbox.sandbox.node_states()
-        if all(s in {"idle", "mixed", "allocated"} for s in states.values()):
-            return
-        for node, state in states.items():
-            if "down" in state or "drain" in state:
-                recovery_sandbox.run(
-                    ["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False
-                )
-        time.sleep(1)
+    if not nodefaults.mend(recovery_sandbox.sandbox, pids, IN_SERVICE, timeout=60):
+        pytest.fail(f"nodes not back in service: {recovery_sandbox.sandbox.node_states()}")
 
 
 @pytest.fixture

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from slurmtf.sandbox import Sandbox, daemons, nodefaults
+from slurmtf.sandbox import Sandbox, nodefaults
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
 from tests.e2e.jobruns import ARGS, STEPS, SandboxJob, wait_until
 from tests.helpers.localjobs import report
@@ -81,23 +81,9 @@ def mended(own_sandbox: SlurmSandbox) -> Iterator[list[int]]:
     slurm_sandbox = own_sandbox
     frozen: list[int] = []
     yield frozen
-    nodefaults.thaw_node(frozen)
-    # The frozen job processes belong to an attempt Slurm has given up on.
-    nodefaults.kill_pids([p for p in frozen if not daemons.cmdline(p).startswith("slurmd")])
-    for node in [f"node{i}" for i in range(1, slurm_sandbox.nodes + 1)]:
-        nodefaults.restart_node(slurm_sandbox.sandbox, node)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        states = slurm_sandbox.sandbox.node_states()
-        if all(s in {"idle", "mixed", "allocated"} for s in states.values()):
-            return
-        for node, state in states.items():
-            if "down" in state or "drain" in state:
-                slurm_sandbox.run(
-                    ["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False
-                )
-        time.sleep(1)
-    pytest.fail(f"nodes not back in service: {slurm_sandbox.sandbox.node_states()}")
+    in_service = frozenset({"idle", "mixed", "allocated"})
+    if not nodefaults.mend(slurm_sandbox.sandbox, frozen, in_service, timeout=120):
+        pytest.fail(f"nodes not back in service: {slurm_sandbox.sandbox.node_states()}")
 
 
 def restarted_step(job: SandboxJob) -> int | None:
