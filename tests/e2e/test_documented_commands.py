@@ -24,7 +24,7 @@ import pytest
 from slurmtf.events import named, read_events
 from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
-from tests.e2e.jobruns import SandboxJob, check_training
+from tests.e2e.jobruns import SandboxJob, check_clean_end, check_training
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
@@ -291,6 +291,7 @@ def test_documented_submit_commands_and_job_commands(wide: SlurmSandbox, tmp_pat
     job = re.search(r"submitted job (\d+)", out)
     assert job, out
     assert "final accuracy" in out, out
+    check_submitted_mnist(wide, job.group(1), out)
     out = _submit(wide, per_node, tmp_path, ["--wait"], TINY["resnet"])
     assert "final accuracy" in out, out
     # The array's four points parse their flags and place their ranks; the per-node
@@ -314,6 +315,20 @@ def test_documented_submit_commands_and_job_commands(wide: SlurmSandbox, tmp_pat
         done = wide.run(argv, cwd=tmp_path, timeout=120, check=False)
         assert done.returncode == 0, f"{command}: {done.stdout}\n{done.stderr}"
     assert (tmp_path / f"{job.group(1)}.png").read_bytes().startswith(b"\x89PNG"), out
+
+
+def check_submitted_mnist(wide: SlurmSandbox, job_id: str, out: str) -> None:
+    """``--wait`` names each rank's logs: 8 workers (2 nodes x 4 GPUs) on two nodes, all
+    at the last step, no error line, and the ranks left together."""
+    found = re.findall(r"^  rank (\d+): (\S+\.out)  (\S+\.err)$", out, re.M)
+    logs = {int(rank): [Path(o), Path(e)] for rank, o, e in found}
+    assert sorted(logs) == list(range(8)), out
+    for rank, (log, _) in logs.items():
+        workers = named(read_events(log), "cluster")[-1]["workers"]
+        assert len(workers) == 8, workers
+        assert len({w.rsplit(":", 1)[0] for w in workers}) == 2, workers
+        assert named(read_events(log), "done")[-1]["step"] == 4, (rank, log)
+    check_clean_end(wide, job_id, logs)
 
 
 def test_documented_resolver_commands_in_a_job_step(wide: SlurmSandbox, tmp_path: Path) -> None:

@@ -17,7 +17,6 @@ import pytest
 
 from slurmtf.cluster.ports import free_port_base
 from tests.e2e.conftest import SlurmSandbox
-from tests.e2e.jobruns import check_clean_end
 
 PY = sys.executable
 
@@ -48,35 +47,6 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
             return
         time.sleep(0.5)
     raise TimeoutError(what)
-
-
-@pytest.mark.slurm
-@pytest.mark.tf
-def test_two_node_mnist_trains_and_wait_reports(
-    slurm_sandbox: SlurmSandbox, tmp_path: Path
-) -> None:
-    logs = tmp_path / "logs"
-    done = submit(
-        slurm_sandbox,
-        "--model=mnist",
-        "--nodes=2",
-        "--time=5",
-        f"--log_dir={logs}",
-        "--wait",
-        "--",
-        "--train_steps=20",
-        "--eval_steps=2",
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    jid = job_id(done.stdout)
-    assert f"rank 1: {logs}/{jid}_1_log.out" in done.stdout
-    assert "final accuracy" in done.stdout
-    for rank in (0, 1):
-        (cluster,) = events(logs / f"{jid}_{rank}_log.out", "cluster")
-        assert cluster["num_workers"] == 2
-        assert cluster["workers"][0].split(":")[0] != cluster["workers"][1].split(":")[0]
-        assert events(logs / f"{jid}_{rank}_log.out", "done")[-1]["step"] == 20
-    check_clean_end(slurm_sandbox, jid, {r: logs.glob(f"{jid}_{r}_log.*") for r in (0, 1)})
 
 
 # Each point prints its flags and reports an eval accuracy of seed/10 + lr as event
