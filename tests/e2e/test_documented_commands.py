@@ -318,13 +318,16 @@ def test_documented_submit_commands_and_job_commands(wide: SlurmSandbox, tmp_pat
 
 
 def check_submitted_mnist(wide: SlurmSandbox, job_id: str, out: str) -> None:
-    """``--wait`` names each rank's logs: 8 workers (2 nodes x 4 GPUs) on two nodes, all
-    at the last step, no error line, and the ranks left together."""
+    """``--wait`` names each rank's logs: 8 workers (2 nodes x 4 GPUs) on two nodes with
+    the default batch fitted to them, all at the last step, no error line, and the ranks
+    left together."""
     found = re.findall(r"^  rank (\d+): (\S+\.out)  (\S+\.err)$", out, re.M)
     logs = {int(rank): [Path(o), Path(e)] for rank, o, e in found}
     assert sorted(logs) == list(range(8)), out
     for rank, (log, _) in logs.items():
-        workers = named(read_events(log), "cluster")[-1]["workers"]
+        cluster = named(read_events(log), "cluster")[-1]
+        assert cluster["global_batch"] == 96, cluster  # the default 100, fitted to 8 replicas
+        workers = cluster["workers"]
         assert len(workers) == 8, workers
         assert len({w.rsplit(":", 1)[0] for w in workers}) == 2, workers
         assert named(read_events(log), "done")[-1]["step"] == 4, (rank, log)
