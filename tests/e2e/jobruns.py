@@ -25,7 +25,7 @@ import pytest
 
 from slurmtf.events import Event, named, read_events
 from slurmtf.training.checkpoints import WORKERS_FILE
-from tests.e2e.conftest import REPO, TERMINAL, SlurmSandbox
+from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
 
 # The MNIST job the preemption and recovery tests interrupt: deterministic, checkpoints
 # every INTERVAL steps, ends at STEPS.
@@ -358,3 +358,17 @@ def new_job(jobs: list[SandboxJob], sandbox: SlurmSandbox, root: Path, name: str
     job = SandboxJob(sandbox, root / name)
     jobs.append(job)
     return job
+
+
+def check_status(sandbox: SlurmSandbox, job_id: str, state_home: Path, steps: int) -> None:
+    """``slurmtf status`` and ``logs`` find a job restarted once by its id alone, from
+    another folder (its record in ``state_home``), and say what happened as a person
+    reads it."""
+    cli = [PYTHON, "-m", "slurmtf.cli"]
+    env = {"XDG_STATE_HOME": str(state_home), "PYTHONPATH": str(REPO)}
+    status = sandbox.run([*cli, "status", job_id], cwd=state_home, env=env).stdout
+    assert "restarts 1" in status, status
+    assert f"step {steps}/{steps}" in status, status
+    logs = sandbox.run([*cli, "logs", job_id, "--rank=1"], cwd=state_home, env=env).stdout
+    assert "rank 1: done at step" in logs, logs
+    assert '"event"' not in logs, logs

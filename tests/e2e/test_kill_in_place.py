@@ -28,7 +28,7 @@ from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import read_events
 from slurmtf.sandbox.competitor import Competitor, submit_competitor
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
-from tests.e2e.jobruns import SandboxJob, rank_pids, wait_until
+from tests.e2e.jobruns import SandboxJob, check_status, rank_pids, wait_until
 from tests.prereqs import require
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
@@ -94,19 +94,6 @@ def check_in_place(
     assert re.search(SAID, text()), text()[-3000:]
 
 
-def check_status(sandbox: SlurmSandbox, jid: str, state_home: Path) -> None:
-    """``slurmtf status`` and ``logs`` find the job by its id alone, from another folder,
-    and say what happened as a person reads it."""
-    cli = [PYTHON, "-m", "slurmtf.cli"]
-    env = {"XDG_STATE_HOME": str(state_home), "PYTHONPATH": str(REPO)}
-    status = sandbox.run([*cli, "status", jid], cwd=state_home, env=env).stdout
-    assert "restarts 1" in status, status
-    assert "step 60/60" in status, status
-    logs = sandbox.run([*cli, "logs", jid, "--rank=1"], cwd=state_home, env=env).stdout
-    assert "rank 1: done at step" in logs, logs
-    assert '"event"' not in logs, logs
-
-
 def submit(sandbox: SlurmSandbox, folder: Path, *flags: str) -> str:
     done = sandbox.run(
         [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", "--max_restarts=2",
@@ -152,7 +139,7 @@ def test_a_killed_rank_of_an_sbatch_job_trains_again_in_place(
         check_in_place(recovery_sandbox, job.job_id, job.job_output, rival[0])
         logs = [job.log_dir / f"rank{r}.out" for r in (0, 1)]
         assert len(final_sums(logs, 60)) == 1
-        check_status(recovery_sandbox, job.job_id, state_home)
+        check_status(recovery_sandbox, job.job_id, state_home, 60)
     finally:
         job.cancel()
 

@@ -35,8 +35,8 @@ from collections.abc import Iterator
 import pytest
 
 from slurmtf.sandbox import Sandbox, nodefaults
-from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
-from tests.e2e.jobruns import ARGS, STEPS, SandboxJob, wait_until
+from tests.e2e.conftest import SlurmSandbox, require_sandbox_prereqs
+from tests.e2e.jobruns import ARGS, STEPS, SandboxJob, check_status, wait_until
 from tests.helpers.localjobs import report
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
@@ -153,14 +153,7 @@ def test_a_hard_failure_recovers_by_itself(
         assert node not in hosts, f"the restarted job ran on the failed {node}: {hosts}"
 
     if kind == "rank":  # found by its id alone, from another directory
-        cli = [PYTHON, "-m", "slurmtf.cli"]
-        env = {"XDG_STATE_HOME": str(state_home), "PYTHONPATH": str(REPO)}
-        status = slurm_sandbox.run([*cli, "status", job.job_id], cwd=state_home, env=env)
-        assert "restarts 1" in status.stdout, status.stdout
-        assert f"step {STEPS}/{STEPS}" in status.stdout, status.stdout
-        logs = slurm_sandbox.run([*cli, "logs", job.job_id, "--rank=1"], cwd=state_home, env=env)
-        assert "rank 1: done at step" in logs.stdout, logs.stdout  # as a person reads it
-        assert '"event"' not in logs.stdout, logs.stdout
+        check_status(slurm_sandbox, job.job_id, state_home, STEPS)
 
     assert baseline.wait(400) == "COMPLETED", baseline.report()
     reference = baseline.events(0, "done")[-1]
