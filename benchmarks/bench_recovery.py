@@ -154,7 +154,7 @@ def break_it(sandbox: Sandbox, kind: str, job_id: str) -> list[int]:
 def mend(sandbox: Sandbox, stopped: list[int], job_id: str) -> None:
     """Cancel the job, thaw and kill what was stopped, and bring every node back."""
     sandbox.run(["scancel", job_id], check=False)
-    nodefaults.mend(sandbox, stopped, frozenset({"idle"}), timeout=120)
+    nodefaults.mend(sandbox, stopped, timeout=120, states=frozenset({"idle"}))
 
 
 def measure(sandbox: Sandbox, kind: str, path: str, work: Path) -> JSONDict:

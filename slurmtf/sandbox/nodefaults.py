@@ -155,7 +155,12 @@ def restart_node(sandbox: Sandbox, node: str) -> int:
     return pid
 
 
-def mend(sandbox: Sandbox, stopped: list[int], states: frozenset[str], timeout: float) -> bool:
+IN_SERVICE = frozenset({"idle", "mixed", "allocated"})  # node states that take jobs
+
+
+def mend(
+    sandbox: Sandbox, stopped: list[int], timeout: float, states: frozenset[str] = IN_SERVICE
+) -> bool:
     """After a node failure: thaw the ``stopped`` PIDs, kill the job processes among them
     (they belong to an attempt Slurm has given up on), start the slurmd of every node that
     lost it, and resume down or drained nodes until each is in one of ``states``.

@@ -325,12 +325,13 @@ def check_submitted_mnist(wide: SlurmSandbox, job_id: str, out: str) -> None:
     logs = {int(rank): [Path(o), Path(e)] for rank, o, e in found}
     assert sorted(logs) == list(range(8)), out
     for rank, (log, _) in logs.items():
-        cluster = named(read_events(log), "cluster")[-1]
+        events = read_events(log)
+        cluster = named(events, "cluster")[-1]
         assert cluster["global_batch"] == 96, cluster  # the default 100, fitted to 8 replicas
         workers = cluster["workers"]
         assert len(workers) == 8, workers
         assert len({w.rsplit(":", 1)[0] for w in workers}) == 2, workers
-        assert named(read_events(log), "done")[-1]["step"] == 4, (rank, log)
+        assert named(events, "done")[-1]["step"] == 4, (rank, log)
     check_clean_end(wide, job_id, logs)
 
 

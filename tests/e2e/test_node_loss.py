@@ -37,7 +37,6 @@ ARGS = [
     f"--train_steps={STEPS}", "--checkpoint_every=5", "--heartbeat_timeout=10",
 ]  # fmt: skip
 RESUME_WITHIN_S = 90
-IN_SERVICE = frozenset({"idle", "mixed", "allocated"})
 
 
 @pytest.fixture
@@ -51,7 +50,7 @@ def frozen(recovery_sandbox: SlurmSandbox) -> Iterator[list[int]]:
     """PIDs the test froze; afterwards thawed (job processes killed), every node back."""
     pids: list[int] = []
     yield pids
-    if not nodefaults.mend(recovery_sandbox.sandbox, pids, IN_SERVICE, timeout=60):
+    if not nodefaults.mend(recovery_sandbox.sandbox, pids, timeout=60):
         pytest.fail(f"nodes not back in service: {recovery_sandbox.sandbox.node_states()}")
 
 

@@ -81,8 +81,7 @@ def mended(own_sandbox: SlurmSandbox) -> Iterator[list[int]]:
     slurm_sandbox = own_sandbox
     frozen: list[int] = []
     yield frozen
-    in_service = frozenset({"idle", "mixed", "allocated"})
-    if not nodefaults.mend(slurm_sandbox.sandbox, frozen, in_service, timeout=120):
+    if not nodefaults.mend(slurm_sandbox.sandbox, frozen, timeout=120):
         pytest.fail(f"nodes not back in service: {slurm_sandbox.sandbox.node_states()}")
 
 
