@@ -268,3 +268,55 @@ def test_both_flag_spellings_reach_the_same_option() -> None:
 
     for spelling in ("--gpus_per_node", "--gpus-per-node"):
         assert _parser().parse_args(["up", spelling, "4"]).gpus_per_node == 4
+
+
+def test_the_build_s_commands_come_first_and_its_daemons_run() -> None:
+    cfg = SandboxConfig(
+        dir=Path("/srv/sbx"), slurm_prefix="/opt/slurm-26.05.3", slurm_release="26.05.3"
+    )
+    assert cfg.daemon("slurmctld") == "/opt/slurm-26.05.3/sbin/slurmctld"
+    assert cfg.client_dir == "/opt/slurm-26.05.3/bin"
+    assert 'export PATH=/srv/sbx/bin:/opt/slurm-26.05.3/bin:"$PATH"' in c.render_env(cfg)
+    debian = SandboxConfig(dir=Path("/srv/sbx"))
+    assert debian.daemon("slurmd") == "slurmd"
+    assert debian.client_dir == ""
+    assert str(debian.release) == "22.05.8"
+
+
+@pytest.mark.parametrize(
+    ("release", "cgroup"),
+    [("", None), ("22.05.8", None), ("23.11.10", None), ("24.05.0", "CgroupPlugin=disabled"),
+     ("25.11.7", "CgroupPlugin=disabled"), ("26.05.3", "CgroupPlugin=disabled")],
+)  # fmt: skip
+def test_cgroup_conf_only_where_the_plugin_can_be_disabled(
+    release: str, cgroup: str | None
+) -> None:
+    cfg = SandboxConfig(dir=Path("/srv/sbx"), slurm_release=release)
+    text = c.render_cgroup_conf(cfg)
+    if cgroup is None:
+        assert text is None
+    else:
+        assert text is not None
+        assert text.splitlines()[-1] == cgroup
+
+
+def test_mpi_ports_are_a_slice_of_the_job_window_or_left_out() -> None:
+    cfg = SandboxConfig(dir=Path("/srv/sbx"))
+    low, high = c.resv_port_range(cfg.dir)
+    assert ports.WINDOW_LOW <= low < high < ports.WINDOW_HIGH
+    assert high - low + 1 == c.RESV_PORTS_SPAN
+    assert f"MpiParams=ports={low}-{high}" in c.render_slurm_conf(cfg).splitlines()
+    without = SandboxConfig(dir=Path("/srv/sbx"), resv_ports=False)
+    assert without.resv_port_range is None
+    assert "MpiParams" not in c.render_slurm_conf(without)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "release", "problem"),
+    [("opt/slurm", "", "--slurm='opt/slurm': must be an absolute path"),
+     ("/opt/slurm", "twenty", "slurm_release='twenty': names no Slurm release")],
+)  # fmt: skip
+def test_bad_slurm_build_values_are_named(prefix: str, release: str, problem: str) -> None:
+    with pytest.raises(InputError, match="HINT") as caught:
+        SandboxConfig(dir=Path("/srv/sbx"), slurm_prefix=prefix, slurm_release=release)
+    assert str(caught.value).startswith(problem)

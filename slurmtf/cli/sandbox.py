@@ -12,7 +12,7 @@ from typing import Any
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.errors import InputError
 from slurmtf.sandbox import config as cfgmod
-from slurmtf.sandbox.core import Sandbox, default_dir
+from slurmtf.sandbox.core import PREFIX_VARIABLE, Sandbox, default_dir, default_slurm_prefix
 
 
 class _Parser(ArgumentParser):
@@ -50,6 +50,22 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=2,
         help="fake GPUs per node (default 2; 0 = none)",
+    )
+    parser.add_argument(
+        "--slurm",
+        default=None,
+        metavar="PREFIX",
+        help="run the Slurm build installed in PREFIX (daemons and every client command: "
+        "scripts/build-slurm.sh TARBALL prints it), e.g. /opt/slurm-26.05.3 "
+        f"(default ${PREFIX_VARIABLE}, else Debian's packaged Slurm)",
+    )
+    add_flag(
+        parser,
+        "no_resv_ports",
+        action="store_true",
+        help="leave MpiParams=ports out of slurm.conf: srun --resv-ports then reserves "
+        "nothing and jobs take the resolver's ports (by default the sandbox reserves ports "
+        "per step, as sites that set MpiParams do)",
     )
     _add_link_flags(parser)
     return parser
@@ -112,6 +128,8 @@ def _run(args: argparse.Namespace) -> int:
         job_firewall=args.job_firewall,
         node_link=node_link,
         cred_expire=cfgmod.parse_cred_expire(args.cred_expire),
+        slurm=default_slurm_prefix() if args.slurm is None else args.slurm,
+        resv_ports=not args.no_resv_ports,
     )
     if args.command == "up":
         t0 = time.monotonic()
@@ -123,17 +141,21 @@ def _run(args: argparse.Namespace) -> int:
             link = f", links {cfg.link} each way" if cfg.link else ""
             link += f" ({', '.join(cfg.node_link)})" if cfg.node_link else ""
             link += ", per-job firewall" if cfg.job_firewall else ""
-            link += f", cred_expire {cfg.cred_expire} s"
+            link += f", cred_expire {cfg.cred_expire} s, Slurm {cfg.release}"
+            link += f" from {cfg.slurm_prefix}" if cfg.slurm_prefix else ""
             print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
                   f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}{link}",
                   file=sys.stderr)  # fmt: skip
         else:
             print(f"sandbox already up in {sandbox.dir} ({cfg.nodes} nodes, "
                   f"{cfg.gpus_per_node} GPUs each)", file=sys.stderr)  # fmt: skip
-            wanted = (args.nodes, args.gpus_per_node, args.link, sandbox.cred_expire)
-            if (cfg.nodes, cfg.gpus_per_node, cfg.link, cfg.cred_expire) != wanted:
-                print("HINT: `slurmtf sandbox down` first to change --nodes, "
-                      "--gpus_per_node, --link or --cred_expire", file=sys.stderr)  # fmt: skip
+            wanted = (args.nodes, args.gpus_per_node, args.link, sandbox.cred_expire,
+                      sandbox.slurm, sandbox.resv_ports)  # fmt: skip
+            if (cfg.nodes, cfg.gpus_per_node, cfg.link, cfg.cred_expire, cfg.slurm_prefix,
+                    cfg.resv_ports) != wanted:  # fmt: skip
+                print("HINT: `slurmtf sandbox down` first to change --nodes, --gpus_per_node, "
+                      "--link, --cred_expire, --slurm or --no_resv_ports",
+                      file=sys.stderr)  # fmt: skip
             elif node_link and node_link != cfg.node_link:
                 print("HINT: `slurmtf sandbox link NODE RATE` changes one node's rate",
                       file=sys.stderr)  # fmt: skip

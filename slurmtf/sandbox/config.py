@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slurmtf import firewall
-from slurmtf.cluster.ports import DEFAULT_PORT
+from slurmtf.cluster.ports import DEFAULT_PORT, WINDOW_LOW
 from slurmtf.errors import InputError
 from slurmtf.firewall import rules as firewall_rules
 from slurmtf.sandbox import links
+from slurmtf.slurm.release import CGROUP_PLUGIN_DISABLED, DEBIAN_12, SlurmRelease
 
 MAX_NODES = 64
 MAX_GPUS_PER_NODE = 16
@@ -34,6 +35,10 @@ DEFAULT_CRED_EXPIRE_S = 10
 SLURM_CRED_EXPIRE_S = 120
 MAX_CRED_EXPIRE_S = 3600
 _NODE_PREFIX = "node"
+# MpiParams=ports: the range Slurm reserves step ports from (srun --resv-ports), inside
+# the resolver's per-job window; the sandbox's slice of it follows from its directory.
+RESV_PORTS_SPAN = 1000
+RESV_PORTS_SLICES = 20
 
 
 @dataclass(frozen=True)
@@ -52,9 +57,13 @@ class SandboxConfig:
     job_firewall: bool = False  # run slurmtf's per-job firewall as Prolog/Epilog (needs link)
     node_link: tuple[str, ...] = ()  # ``node3=100mbit``: a node's own rate (needs link)
     cred_expire: int = DEFAULT_CRED_EXPIRE_S  # s; also a requeued job's wait before it may start
+    slurm_prefix: str = ""  # a Slurm build's install prefix; "" = the commands on PATH
+    slurm_release: str = ""  # what that Slurm's ``sinfo --version`` says; "" = Debian 12's
+    resv_ports: bool = True  # MpiParams=ports: steps may ask srun --resv-ports
 
     def __post_init__(self) -> None:
         check_cred_expire(self.cred_expire)
+        self._check_slurm()
         if self.link:
             links.parse_rate(self.link)  # InputError naming --link
         self._check_node_link()
@@ -103,6 +112,17 @@ class SandboxConfig:
             ports = tuple(self.ctld_port + 1 + i for i in range(self.nodes))
             object.__setattr__(self, "slurmd_ports", ports)
 
+    def _check_slurm(self) -> None:
+        if self.slurm_release:
+            SlurmRelease.parse(self.slurm_release, "slurm_release")
+        if self.slurm_prefix and not self.slurm_prefix.startswith("/"):
+            raise InputError(
+                "--slurm",
+                self.slurm_prefix,
+                "must be an absolute path",
+                "pass the prefix scripts/build-slurm.sh printed, e.g. /opt/slurm-26.05.3",
+            )
+
     def _check_node_link(self) -> None:
         if self.node_link and not self.link:
             raise InputError(
@@ -117,6 +137,29 @@ class SandboxConfig:
     @property
     def node_names(self) -> list[str]:
         return node_names(self.nodes)
+
+    @property
+    def release(self) -> SlurmRelease:
+        """The Slurm release the daemons run (Debian 12's when not told)."""
+        if not self.slurm_release:
+            return DEBIAN_12
+        return SlurmRelease.parse(self.slurm_release, "slurm_release")
+
+    def daemon(self, name: str) -> str:
+        """How to start daemon ``name`` (``slurmctld``, ``slurmd``): the prefix's own."""
+        return f"{self.slurm_prefix}/sbin/{name}" if self.slurm_prefix else name
+
+    @property
+    def client_dir(self) -> str:
+        """The folder of the client commands to put on PATH ("" = leave PATH as it is)."""
+        return f"{self.slurm_prefix}/bin" if self.slurm_prefix else ""
+
+    @property
+    def resv_port_range(self) -> tuple[int, int] | None:
+        """``MpiParams=ports=LOW-HIGH`` (inclusive) of this sandbox, or None without."""
+        if not self.resv_ports:
+            return None
+        return resv_port_range(self.dir)
 
     @property
     def conf_path(self) -> Path:
@@ -222,6 +265,13 @@ def preferred_port_base(path: Path, nodes: int) -> int:
     return low + (int(dir_digest(path)[8:16], 16) % span) * (MAX_NODES + 1)
 
 
+def resv_port_range(path: Path) -> tuple[int, int]:
+    """The sandbox's MpiParams port range: a slice of the resolver's per-job window chosen
+    by its directory, so that two sandboxes on one machine rarely share one."""
+    low = WINDOW_LOW + (int(dir_digest(path)[32:40], 16) % RESV_PORTS_SLICES) * RESV_PORTS_SPAN
+    return low, low + RESV_PORTS_SPAN - 1
+
+
 def first_job_id(path: Path) -> int:
     """A first job id that differs between directories (job ids seed per-job ports).
 
@@ -275,6 +325,9 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         "InactiveLimit=0",
         "Waittime=0",
     ]
+    ports = cfg.resv_port_range
+    if ports is not None:
+        lines.append(f"MpiParams=ports={ports[0]}-{ports[1]}")
     if cfg.job_firewall:
         lines += firewall_rules.slurm_conf_lines(str(firewall.PROLOG), str(firewall.EPILOG))
     gres = ""
@@ -312,6 +365,18 @@ def render_gres_conf(cfg: SandboxConfig) -> str:
     return "\n".join(lines) + "\n"
 
 
+def render_cgroup_conf(cfg: SandboxConfig) -> str | None:
+    """cgroup.conf for releases that load the cgroup plugin by default: disabled (the
+    sandbox's nodes share one host and track processes with proctrack/linuxproc).
+    None for releases before ``CgroupPlugin=disabled`` existed (they need no file)."""
+    if cfg.release < CGROUP_PLUGIN_DISABLED:
+        return None
+    return (
+        f"# Generated by `slurmtf sandbox up` for Slurm {cfg.release}; edits are overwritten.\n"
+        "CgroupPlugin=disabled\n"
+    )
+
+
 def render_hosts(base: str, names: list[str], plan: links.LinkPlan | None = None) -> str:
     """The host's /etc/hosts plus node names: all on loopback, or each on its own address."""
     text = base if base.endswith("\n") or not base else base + "\n"
@@ -337,8 +402,8 @@ def render_task_prolog(cfg: SandboxConfig) -> str:
 def render_env(cfg: SandboxConfig) -> str:
     """Shell lines to ``eval`` (or ``source``) so Slurm commands talk to this sandbox."""
     conf = shlex.quote(str(cfg.conf_path))
-    bin_dir = shlex.quote(str(cfg.bin_dir))
-    return f'export SLURM_CONF={conf}\nexport PATH={bin_dir}:"$PATH"\n'
+    path = ":".join(shlex.quote(p) for p in (str(cfg.bin_dir), cfg.client_dir) if p)
+    return f'export SLURM_CONF={conf}\nexport PATH={path}:"$PATH"\n'
 
 
 def render_sacct_shim(python: str, sandbox_dir: Path) -> str:

@@ -28,11 +28,17 @@ from slurmtf.firewall import rules as firewall_rules
 from slurmtf.sandbox import config as cfgmod
 from slurmtf.sandbox import daemons, links
 from slurmtf.sandbox.config import SandboxConfig
+from slurmtf.slurm.release import installed_release
+from slurmtf.slurm.runner import default_runner
 
 log = logging.getLogger(__name__)
 
 PACKAGES = ("slurmctld", "slurmd", "slurm-client", "munge")
 _BINARIES = ("slurmctld", "slurmd", "sbatch", "munged", "mungekey", "unshare")
+_MUNGE_BINARIES = ("munged", "mungekey", "unshare")
+_BUILD_HINT = "bash scripts/build-slurm.sh TARBALL prints the prefix of a build to pass"
+# The Slurm build the sandbox runs when --slurm is not given ("" = Debian's packages).
+PREFIX_VARIABLE = "SLURMTF_SLURM_PREFIX"
 STATE_FILE = "sandbox.json"
 # Client commands that must reach slurmctld; with links they enter the bridge namespace.
 CLIENTS = ("sbatch", "srun", "salloc", "squeue", "scancel", "scontrol", "sinfo", "sattach",
@@ -52,11 +58,29 @@ def default_dir() -> Path:
     return Path(os.environ.get("SLURMTF_SANDBOX_DIR") or "/tmp/slurmtf-sandbox")
 
 
-def ensure_installed() -> None:
-    """Install Slurm and munge from Debian packages when a binary is missing (root only)."""
-    missing = [
-        b for b in _BINARIES if shutil.which(b) is None and not Path(f"/usr/sbin/{b}").exists()
-    ]
+def default_slurm_prefix() -> str:
+    """``$SLURMTF_SLURM_PREFIX``: the Slurm build to run ("" = Debian's packages)."""
+    return os.environ.get(PREFIX_VARIABLE, "").strip()
+
+
+def check_slurm_prefix(prefix: str) -> None:
+    """A build prefix must hold the daemons and the client commands."""
+    wanted = ("sbin/slurmctld", "sbin/slurmd", "sbin/slurmstepd", "bin/sbatch", "bin/srun")
+    missing = [part for part in wanted if not (Path(prefix) / part).is_file()]
+    if missing:
+        raise InputError(
+            "--slurm", prefix, f"holds no Slurm build (missing {', '.join(missing)})", _BUILD_HINT
+        )
+
+
+def ensure_installed(prefix: str = "") -> None:
+    """Install Slurm and munge from Debian packages when a binary is missing (root only).
+
+    With a build ``prefix``, only munge comes from Debian: Slurm is the prefix's."""
+    if prefix:
+        check_slurm_prefix(prefix)
+    names = _MUNGE_BINARIES if prefix else _BINARIES
+    missing = [b for b in names if shutil.which(b) is None and not Path(f"/usr/sbin/{b}").exists()]
     if not missing:
         return
     if os.geteuid() != 0:
@@ -66,19 +90,37 @@ def ensure_installed() -> None:
         )
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     print(f"sandbox: installing {' '.join(PACKAGES)}", file=sys.stderr)
+    packages = ("munge",) if prefix else PACKAGES
     for cmd in (
         ["apt-get", "update", "-qq"],
-        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES, "util-linux"],
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *packages, "util-linux"],
     ):
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             raise SandboxError(f"{' '.join(cmd)} failed: {done.stderr.strip()[-2000:]}")
 
 
-def _real_binary(name: str, shim_dir: Path) -> str:
-    """The installed client binary (not our own shim of the same name)."""
-    rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != shim_dir]
+def _real_binary(name: str, cfg: SandboxConfig) -> str:
+    """The client binary the sandbox runs: the build's, else the installed one (never our
+    own shim of the same name)."""
+    if cfg.client_dir:
+        return shutil.which(name, path=cfg.client_dir) or ""
+    rest = [p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != cfg.bin_dir]
     return shutil.which(name, path=os.pathsep.join([*rest, "/usr/bin", "/usr/sbin"])) or ""
+
+
+def slurm_release(prefix: str) -> str:
+    """What the Slurm the sandbox would run says of its version (``26.05.3``)."""
+    daemon = f"{prefix}/sbin/slurmctld" if prefix else _real_daemon("slurmctld")
+    try:
+        return str(installed_release(default_runner, daemon))
+    except (SlurmtfError, ValueError) as exc:
+        raise SandboxError(f"cannot tell the Slurm release of {daemon}: {exc}") from exc
+
+
+def _real_daemon(name: str) -> str:
+    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/usr/bin"])
+    return shutil.which(name, path=path) or name
 
 
 def _pick_ports(sandbox_dir: Path, count: int) -> int:
@@ -110,9 +152,12 @@ class Sandbox:
     job_firewall: bool = False  # slurmtf's per-job firewall as Prolog/Epilog (needs link)
     node_link: tuple[str, ...] = ()  # ``node3=100mbit``: one node's own rate (needs link)
     cred_expire: int = cfgmod.DEFAULT_CRED_EXPIRE_S  # s (Slurm's default 120): requeue delay
+    slurm: str = field(default_factory=default_slurm_prefix)  # a build prefix; "" = Debian's
+    resv_ports: bool = True  # MpiParams=ports in slurm.conf (srun --resv-ports works)
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).absolute()
+        self.slurm = str(self.slurm).rstrip("/") if str(self.slurm).strip() else ""
         SandboxConfig(
             dir=self.dir,
             nodes=self.nodes,
@@ -121,6 +166,8 @@ class Sandbox:
             job_firewall=self.job_firewall,
             node_link=tuple(self.node_link),
             cred_expire=self.cred_expire,
+            slurm_prefix=self.slurm,
+            resv_ports=self.resv_ports,
         )  # validate
 
     # ---- state -------------------------------------------------------------
@@ -167,6 +214,9 @@ class Sandbox:
             job_firewall=bool(state.get("job_firewall", False)),
             node_link=tuple(str(n) for n in _as_list(state.get("node_link"))),
             cred_expire=int(str(state.get("cred_expire", cfgmod.DEFAULT_CRED_EXPIRE_S))),
+            slurm_prefix=str(state.get("slurm_prefix", "")),
+            slurm_release=str(state.get("slurm_release", "")),
+            resv_ports=bool(state.get("resv_ports", False)),
         )
 
     def config(self) -> SandboxConfig:
@@ -192,7 +242,9 @@ class Sandbox:
         cfg = self.config()
         env = dict(os.environ if base is None else base)
         env["SLURM_CONF"] = str(cfg.conf_path)
-        env["PATH"] = f"{cfg.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+        first = [str(cfg.bin_dir), *([cfg.client_dir] if cfg.client_dir else [])]
+        rest = [p for p in env.get("PATH", "/usr/bin:/bin").split(os.pathsep) if p not in first]
+        env["PATH"] = os.pathsep.join(first + rest)
         env["SLURMTF_SANDBOX_DIR"] = str(self.dir)
         return env
 
@@ -226,7 +278,8 @@ class Sandbox:
             return False
         if self._pids() or self._recorded_netns():
             self.down()  # half up: stop what is left and start clean
-        ensure_installed()
+        ensure_installed(self.slurm)
+        release = slurm_release(self.slurm)
         self.dir.mkdir(parents=True, exist_ok=True)
         base = _pick_ports(self.dir, self.nodes + 1)
         cfg = SandboxConfig(
@@ -240,6 +293,9 @@ class Sandbox:
             job_firewall=self.job_firewall,
             node_link=tuple(self.node_link),
             cred_expire=self.cred_expire,
+            slurm_prefix=self.slurm,
+            slurm_release=release,
+            resv_ports=self.resv_ports,
         )
         self.cfg = cfg
         self._write_files(cfg)
@@ -256,6 +312,9 @@ class Sandbox:
             "job_firewall": cfg.job_firewall,
             "node_link": list(cfg.node_link),
             "cred_expire": cfg.cred_expire,
+            "slurm_prefix": cfg.slurm_prefix,
+            "slurm_release": cfg.slurm_release,
+            "resv_ports": cfg.resv_ports,
             "netns": [],
         }
         self._write_state(state)
@@ -289,6 +348,11 @@ class Sandbox:
         (d / "log" / "jobcomp.log").write_text("")
         cfg.conf_path.write_text(cfgmod.render_slurm_conf(cfg))
         (d / "gres.conf").write_text(cfgmod.render_gres_conf(cfg))
+        cgroup = cfgmod.render_cgroup_conf(cfg)
+        if cgroup is None:
+            (d / "cgroup.conf").unlink(missing_ok=True)
+        else:
+            (d / "cgroup.conf").write_text(cgroup)
         if cfg.job_firewall:
             settings = cfgmod.render_firewall_settings(cfg, sys.executable)
             (d / firewall_rules.SETTINGS_NAME).write_text(settings)
@@ -296,7 +360,7 @@ class Sandbox:
         plan = cfg.link_plan
         (d / "hosts").write_text(cfgmod.render_hosts(base_hosts, cfg.node_names, plan))
         for name in CLIENTS:
-            shim, real = cfg.bin_dir / name, _real_binary(name, cfg.bin_dir)
+            shim, real = cfg.bin_dir / name, _real_binary(name, cfg)
             shim.unlink(missing_ok=True)
             if plan is not None and real:
                 shim.write_text(links.render_client_shim(real, plan.bridge_ns, plan.prefix))
@@ -367,13 +431,13 @@ class Sandbox:
 
         hosts, plan = d / "hosts", cfg.link_plan
         pids["slurmctld"] = daemons.start(
-            ["slurmctld", "-D", "-c", "-i", "-f", str(cfg.conf_path)],
+            [cfg.daemon("slurmctld"), "-D", "-c", "-i", "-f", str(cfg.conf_path)],
             d / "log" / "slurmctld.out", env, hosts, plan.bridge_ns if plan else None,
         )  # fmt: skip
         self._write_state(state)
         for i, node in enumerate(cfg.node_names, start=1):
             pids[f"slurmd-{node}"] = daemons.start(
-                ["slurmd", "-D", "-f", str(cfg.conf_path), "-N", node],
+                [cfg.daemon("slurmd"), "-D", "-f", str(cfg.conf_path), "-N", node],
                 d / "log" / f"slurmd-{node}.out", env, hosts, plan.node_ns(i) if plan else None,
             )  # fmt: skip
         self._write_state(state)
@@ -485,6 +549,16 @@ class Sandbox:
             return f"sandbox {self.dir}: down"
         live = self.live_daemons()
         lines = [f"sandbox {self.dir}: {'up' if len(live) == len(pids) else 'DEGRADED'}"]
+        cfg = self._config_from_state()
+        if cfg is not None:
+            where = cfg.slurm_prefix or "Debian's packages, on PATH"
+            lines.append(f"  slurm {cfg.release} ({where})")
+            ports = cfg.resv_port_range
+            lines.append(
+                f"  MpiParams=ports={ports[0]}-{ports[1]} (srun --resv-ports)"
+                if ports
+                else "  no MpiParams=ports (steps take the resolver's ports)"
+            )
         expire = self._read_state().get("cred_expire", cfgmod.DEFAULT_CRED_EXPIRE_S)
         lines.append(f"  cred_expire {expire} s (a requeued job waits this long)")
         netns = self._recorded_netns()

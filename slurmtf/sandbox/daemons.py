@@ -72,6 +72,12 @@ def cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
+def program(pid: int) -> str:
+    """The name of the program the process runs (``slurmd`` for /opt/slurm-X/sbin/slurmd)."""
+    words = cmdline(pid).split()
+    return Path(words[0]).name if words else ""
+
+
 def is_zombie(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

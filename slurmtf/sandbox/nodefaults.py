@@ -145,7 +145,7 @@ def restart_node(sandbox: Sandbox, node: str) -> int:
     plan = cfg.link_plan
     index = cfg.node_names.index(node) + 1
     pid = daemons.start(
-        ["slurmd", "-D", "-f", str(cfg.conf_path), "-N", node],
+        [cfg.daemon("slurmd"), "-D", "-f", str(cfg.conf_path), "-N", node],
         cfg.dir / "log" / f"slurmd-{node}.out",
         env,
         cfg.dir / "hosts",
@@ -166,7 +166,7 @@ def mend(
     lost it, and resume down or drained nodes until each is in one of ``states``.
     False if that took longer than ``timeout`` seconds."""
     thaw_node(stopped)
-    kill_pids([p for p in stopped if not daemons.cmdline(p).startswith("slurmd")])
+    kill_pids([p for p in stopped if daemons.program(p) != "slurmd"])
     for node in sandbox.config().node_names:
         restart_node(sandbox, node)
     deadline = time.monotonic() + timeout

@@ -68,6 +68,9 @@ OLDEST_CLIENT_OF_26_05 = SlurmRelease(24, 11)
 
 
 def installed_release(runner: Runner, command: str = "sinfo") -> SlurmRelease:
-    """The release of the Slurm ``command`` (a name on PATH or a path) belongs to."""
-    out = runner([command, "--version"], timeout=15)
-    return SlurmRelease.parse(out, f"{command} --version")
+    """The release the Slurm ``command`` (a name on PATH or a path) belongs to.
+
+    Client commands need a configuration even for their version; a daemon
+    (``slurmctld``, ``slurmd``) answers ``-V`` without one."""
+    out = runner([command, "-V"], timeout=15)
+    return SlurmRelease.parse(out, f"{command} -V")
