@@ -15,8 +15,27 @@ echo "== pytest"
 # Every prerequisite is installed above, so a missing one is a failure, not a skip.
 export SLURMTF_STRICT_PREREQS=1
 status=0
-"$PYTHON" -m pytest "$@" || status=$?
+"$PYTHON" -m pytest --durations=25 "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: failing" >&2
 fi
-exit "$status"
+[ "$status" -eq 0 ] || exit "$status"
+[ $# -eq 0 ] || exit 0  # a selection of tests: no version matrix
+
+# The version matrix: the core of the end-to-end tier again on SchedMD's current release
+# (the run above used Debian's 22.05), built from its tarball or reused (docs/SLURM_VERSIONS.md).
+# SLURMTF_SLURM_MATRIX names other builds, tarballs or `debian`; empty (`=`) skips it.
+default_tarball="${SLURMTF_SLURM_TARBALL:-../shared/slurm/slurm-26.05.3.tar.xz}"
+if [ -z "${SLURMTF_SLURM_MATRIX+set}" ]; then
+    if [ -f "$default_tarball" ]; then
+        export SLURMTF_SLURM_MATRIX="$default_tarball"
+    elif [ "${CI:-}" = "true" ]; then
+        echo "no Slurm tarball at $default_tarball for the version matrix: failing" >&2
+        echo "HINT: set SLURMTF_SLURM_TARBALL (SchedMD's download page) or SLURMTF_SLURM_MATRIX" >&2
+        exit 1
+    else
+        echo "== matrix skipped: no Slurm tarball at $default_tarball" \
+             "(set SLURMTF_SLURM_TARBALL or SLURMTF_SLURM_MATRIX)" >&2
+    fi
+fi
+[ -z "${SLURMTF_SLURM_MATRIX:-}" ] || bash scripts/matrix.sh --durations=10

@@ -45,6 +45,7 @@ def four(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
         sandbox.down()
 
 
+@pytest.mark.matrix
 def test_check_names_the_slow_node_then_passes_once_mended(
     four: SlurmSandbox, tmp_path: Path
 ) -> None:

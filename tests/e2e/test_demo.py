@@ -39,6 +39,7 @@ def _slurmd_pids_of(sandbox_dir: Path) -> list[int]:
     return found
 
 
+@pytest.mark.matrix
 def test_the_demo_trains_on_real_digits_and_ends_with_held_out_accuracy(tmp_path: Path) -> None:
     require_sandbox_prereqs()
     sandbox_dir = tmp_path / "sandbox"

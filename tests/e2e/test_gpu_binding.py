@@ -121,6 +121,7 @@ def sbatch_runs(
     }
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(("name", "tasks", "gpus"), [(f[0], f[2], f[3]) for f in SBATCH_FORMS])
 def test_sbatch_job_script_forms(
     sbatch_runs: dict[str, SandboxJob], name: str, tasks: int, gpus: list[str]
@@ -150,6 +151,7 @@ def submit_runs(
     return runs
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(("name", "tasks", "gpus"), [(f[0], f[2], f[3]) for f in SUBMIT_FORMS])
 def test_submit_forms(
     gpu_sandbox: SlurmSandbox,
@@ -172,6 +174,7 @@ def test_submit_forms(
     _check(seen, tasks, gpus, report)
 
 
+@pytest.mark.matrix
 def test_srun_without_a_binding_is_split_by_the_entry_point(gpu_sandbox: SlurmSandbox) -> None:
     """Plain srun --gres: Slurm shows every task all 4 GPUs; the model narrows them."""
     done = gpu_sandbox.run(

@@ -60,6 +60,7 @@ def training_jobs(
         run.cancel()
 
 
+@pytest.mark.matrix
 def test_mnist_two_nodes(training_jobs: dict[str, SandboxJob]) -> None:
     check_training(training_jobs["mnist2"])
 
@@ -107,12 +108,14 @@ def test_a_corrupted_data_set_stops_the_job_before_training(
     assert not list((slurm_sandbox.dir / "scratch").glob(f"*/slurmtf-data-{run.job_id}*"))
 
 
+@pytest.mark.matrix
 def test_mnist_one_node_fallback(training_jobs: dict[str, SandboxJob]) -> None:
     run = training_jobs["mnist1"]
     check_training(run)
     assert run.of("cluster")[0][0]["num_workers"] == 1
 
 
+@pytest.mark.matrix
 def test_resnet_two_nodes(training_jobs: dict[str, SandboxJob]) -> None:
     check_training(training_jobs["resnet2"])
 

@@ -122,6 +122,7 @@ def final_sums(outs: list[Path], steps: int | None) -> set[float]:
     return sums
 
 
+@pytest.mark.matrix
 def test_a_killed_rank_of_an_sbatch_job_trains_again_in_place(
     recovery_sandbox: SlurmSandbox, rival: list[Competitor], tmp_path: Path
 ) -> None:

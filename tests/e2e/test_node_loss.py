@@ -116,6 +116,7 @@ def check_completed_in_place(
     assert "requeueing" not in output, output
 
 
+@pytest.mark.matrix
 def test_a_frozen_node_is_replaced_by_the_spare_without_a_requeue(
     recovery_sandbox: SlurmSandbox,
     jobs: list[SandboxJob],

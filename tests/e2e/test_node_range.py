@@ -50,6 +50,7 @@ def all_idle(sandbox: SlurmSandbox, timeout: float = 120) -> None:
     pytest.fail(f"nodes not idle within {timeout:.0f} s: {states}")
 
 
+@pytest.mark.matrix
 def test_a_range_job_goes_on_on_the_nodes_left(
     slurm_sandbox: SlurmSandbox,
     jobs: list[SandboxJob],

@@ -185,6 +185,7 @@ def check_completed(job: SandboxJob, total: int) -> list[dict[str, object]]:
     return clusters
 
 
+@pytest.mark.matrix
 def test_parameter_server_job_completes_and_leaves_nothing(
     slurm_sandbox: SlurmSandbox, ps_jobs: dict[str, SandboxJob]
 ) -> None:
@@ -243,6 +244,7 @@ def test_submit_jobs_runs_the_same_shape(
     assert job_processes(job.job_id) == [], job.report()
 
 
+@pytest.mark.matrix
 def test_the_heterogeneous_form_completes(
     slurm_sandbox: SlurmSandbox, ps_jobs: dict[str, SandboxJob]
 ) -> None:

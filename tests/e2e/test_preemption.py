@@ -73,6 +73,7 @@ def check_checkpoints_complete(model_dir: Path) -> None:
         assert list(folder.glob(f"{name}.data-*")), f"{name} data missing: {state}"
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     "case", MOMENTS, ids=[f"{i}-step{m}-{h}" for i, (m, h) in enumerate(MOMENTS)]
 )

@@ -86,6 +86,7 @@ def output_of(folder: Path) -> str:
     )
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_a_rank_ending_is_handled_alike_on_every_launch_path(

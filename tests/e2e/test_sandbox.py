@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 import time
 from pathlib import Path
 
@@ -10,6 +12,7 @@ import pytest
 
 from slurmtf.cli.sandbox import main as sandbox_main
 from slurmtf.sandbox import Sandbox, daemons
+from slurmtf.slurm.release import SlurmRelease
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
 
 pytestmark = pytest.mark.slurm
@@ -23,6 +26,7 @@ RESOLVER_LAYOUTS = [
 ]
 
 
+@pytest.mark.matrix
 def test_all_nodes_idle_with_fake_gpus(slurm_sandbox: SlurmSandbox) -> None:
     assert slurm_sandbox.sandbox.node_states() == {f"node{i}": "idle" for i in (1, 2, 3)}
     show = slurm_sandbox.run(["scontrol", "show", "node", "node2"]).stdout
@@ -30,6 +34,7 @@ def test_all_nodes_idle_with_fake_gpus(slurm_sandbox: SlurmSandbox) -> None:
     assert (slurm_sandbox.dir / "dev" / "nvidia1").resolve() == Path("/dev/null")
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(("layout", "ntasks"), RESOLVER_LAYOUTS)
 def test_resolver_under_srun(slurm_sandbox: SlurmSandbox, layout: list[str], ntasks: int) -> None:
     """Each rank's worker[SLURM_PROCID] is its own node, and every rank sees one list."""
@@ -61,6 +66,38 @@ def test_node_names_resolve_inside_jobs_only(slurm_sandbox: SlurmSandbox) -> Non
     assert "node3" not in Path("/etc/hosts").read_text()
 
 
+@pytest.mark.matrix
+def test_every_command_is_the_requested_slurm(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
+    """The daemons, the client commands (here and inside a job) and `sandbox status` are
+    all of the Slurm SLURMTF_SLURM_PREFIX names (Debian's packages without it)."""
+    prefix = slurm_sandbox.sandbox.slurm
+    daemon = f"{prefix}/sbin/slurmctld" if prefix else "slurmctld"
+    want = str(SlurmRelease.parse(subprocess.check_output([daemon, "-V"], text=True)))
+    assert str(slurm_sandbox.sandbox.config().release) == want
+    config = slurm_sandbox.run(["scontrol", "show", "config"]).stdout
+    assert re.search(rf"^SLURM_VERSION\s+=\s+{re.escape(want)}$", config, re.M), config
+    script = tmp_path / "which.sbatch"
+    script.write_text(
+        "#!/bin/bash\nfor c in sbatch srun scontrol squeue sinfo; do command -v $c; done\n"
+        "srun -N1 sinfo --version\n"
+    )
+    out = tmp_path / "which.out"
+    job = slurm_sandbox.submit(script, sbatch_args=[f"--output={out}"])
+    assert slurm_sandbox.wait(job, 60) == "COMPLETED", slurm_sandbox.logs(job)
+    *paths, version = out.read_text().split("\n")[:6]
+    assert str(SlurmRelease.parse(version)) == want
+    if prefix:
+        assert paths == [
+            f"{prefix}/bin/{c}" for c in ("sbatch", "srun", "scontrol", "squeue", "sinfo")
+        ]
+    else:
+        assert all(p.startswith("/usr/bin/") for p in paths), paths
+    status = slurm_sandbox.run([PYTHON, "-m", "slurmtf.cli", "sandbox", "status",
+                                "--dir", str(slurm_sandbox.dir)]).stdout  # fmt: skip
+    assert f"slurm {want} ({prefix or 'Debian'}" in status
+
+
+@pytest.mark.matrix
 def test_sacct_shim_reports_finished_jobs(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
     output = f"--output={tmp_path}/%j.out"
     ok = slurm_sandbox.submit("--wrap=srun true", sbatch_args=["-N2", output])
@@ -75,6 +112,7 @@ def test_sacct_shim_reports_finished_jobs(slurm_sandbox: SlurmSandbox, tmp_path:
     assert sorted(lines[1:]) == sorted([f"{ok}|COMPLETED|node[1-2]", f"{bad}|FAILED|node1"])
 
 
+@pytest.mark.matrix
 def test_requeue_keeps_the_job_id(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
     """A job that requeues itself once runs again with SLURM_RESTART_COUNT=1."""
     out = tmp_path / "requeue.out"
@@ -142,6 +180,7 @@ def test_separate_sandbox_up_down_leaves_nothing(tmp_path_factory: pytest.TempPa
     assert sandbox_main(["down", "--dir", str(sbx_dir)]) == 0  # down again: harmless
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("script", ["mnist.sbatch", "resnet.sbatch"])
 def test_job_script_plumbing(slurm_sandbox: SlurmSandbox, tmp_path: Path, script: str) -> None:
     """Model flags and env vars reach every rank; per-rank logs; `--gres=none` works.

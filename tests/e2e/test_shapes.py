@@ -44,6 +44,7 @@ def check_ranks(output: str, ntasks: int, types: list[str]) -> list[str]:
     return nodes
 
 
+@pytest.mark.matrix
 def test_het_srun_over_two_components(slurm_sandbox: SlurmSandbox) -> None:
     """``srun A : B`` makes a heterogeneous job itself (only SLURM_*_PACK_GROUP_N set)."""
     first = ["-N1", "--ntasks-per-node=2", "bash", "-c", PRINT, PYTHON]
@@ -63,6 +64,7 @@ def documented_het_script() -> str:
     return script
 
 
+@pytest.mark.matrix
 def test_documented_het_job_script(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
     """``#SBATCH hetjob`` and ``srun --het-group=0,1`` (where the old placement failed),
     run as docs/RESOLVER.md shows it, plus one step that prints every rank's TF_CONFIG."""
@@ -86,6 +88,7 @@ def test_documented_het_job_script(slurm_sandbox: SlurmSandbox, tmp_path: Path) 
     assert own == [["0", "chief:0@0"], ["1", "ps:0@0"], ["2", "worker:0@1"], ["3", "worker:1@1"]]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(
     ("layout", "jobs", "types"),
     [
@@ -108,6 +111,7 @@ def test_roles_under_srun(
     assert len(set(nodes)) == 3
 
 
+@pytest.mark.matrix
 def test_bad_jobs_fail_every_rank_with_one_line(slurm_sandbox: SlurmSandbox) -> None:
     done = slurm_sandbox.run(
         ["srun", "-N2", "-n2", PYTHON, "-m", "slurmtf.resolver"],

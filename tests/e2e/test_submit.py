@@ -138,6 +138,7 @@ def test_stage_data_gives_each_node_its_verified_copy(
     assert not list(scratch.glob(f"*/slurmtf-data-{jid}")), "staged copies left behind"
 
 
+@pytest.mark.matrix
 @pytest.mark.slurm
 def test_cancel_and_status(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
     done = submit(slurm_sandbox, "--command=sleep 300", "--time=5", f"--log_dir={tmp_path}")
@@ -152,6 +153,7 @@ def test_cancel_and_status(slurm_sandbox: SlurmSandbox, tmp_path: Path) -> None:
     assert "CANCELLED" in slurm_sandbox.run([*cli, "status", jid]).stdout
 
 
+@pytest.mark.matrix
 @pytest.mark.slurm
 def test_failed_rank_stops_the_others_and_wait_returns_its_status(
     slurm_sandbox: SlurmSandbox, tmp_path: Path
