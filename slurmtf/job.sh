@@ -58,19 +58,25 @@ slurmtf_job_setup() {
     slurmtf_srun_err="$LOG_DIR/srun.err"
     slurmtf_start_attempt
     slurmtf_step_tasks
-    # Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+) unless
-    # the job chose a binding itself (--gpus-per-task, --gpu-bind); the model checks it.
-    gpu_bind=()
-    local per_node="${slurmtf_tasks_per_node:-${SLURM_NTASKS_PER_NODE:-1}}"
-    if [ -z "${SLURM_GPU_BIND:-}${SLURM_GPUS_PER_TASK:-}" ] && [[ "$per_node" =~ ^[0-9]+$ ]] \
-            && [[ "${SLURM_GPUS_ON_NODE:-0}" =~ ^[0-9]+$ ]] && [ "$per_node" -gt 1 ] \
-            && [ "${SLURM_GPUS_ON_NODE:-0}" -ge "$per_node" ]; then
-        gpu_bind=(--gpu-bind="per_task:$((SLURM_GPUS_ON_NODE / per_node))")
-    fi
+    slurmtf_gpu_bind "${slurmtf_tasks_per_node:-${SLURM_NTASKS_PER_NODE:-1}}"
     echo "$(date -Is) job ${SLURM_JOB_ID:-local} restart $slurmtf_attempt of" \
          "$slurmtf_budget: ${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-}" \
          "x ${slurmtf_tasks_per_node:-${SLURM_NTASKS_PER_NODE:-?}} task(s)," \
          "model_dir $MODEL_DIR, per-rank logs $LOG_DIR"
+}
+
+# gpu_bind: Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+)
+# unless the job chose a binding itself (--gpus-per-task, --gpu-bind: SLURM_TRES_BIND /
+# SLURM_TRES_PER_TASK from Slurm 23.11, SLURM_GPU_BIND / SLURM_GPUS_PER_TASK before);
+# the model checks it. Decided in Python (slurmtf.cluster.step_flags).
+slurmtf_gpu_bind() {
+    gpu_bind=()
+    local flags
+    if ! flags=$("${PYTHON:-python3}" -m slurmtf.cli step-flags gpu-bind --tasks_per_node="$1"); then
+        slurmtf_log "could not decide the step's GPU binding; srun binds none" >&2
+        return 0
+    fi
+    [ -z "$flags" ] || mapfile -t gpu_bind <<<"$flags"
 }
 
 # The step's task count. A job submitted with a task count (--ntasks-per-node, -n,

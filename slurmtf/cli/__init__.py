@@ -39,7 +39,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 # Used by the job scripts (slurmtf/job.sh), not listed: name -> module.
-HIDDEN: dict[str, str] = {"recovery": "slurmtf.cli.recovery"}
+HIDDEN: dict[str, str] = {
+    "recovery": "slurmtf.cli.recovery",
+    "step-flags": "slurmtf.cli.step_flags",
+}
 
 # Subcommands whose module takes the subcommand name as its first argument.
 _PASS_NAME = {"status", "logs", "cancel"}

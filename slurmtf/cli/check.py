@@ -21,6 +21,7 @@ from slurmtf.check import verdict
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.hostlists import expand_hostlist
+from slurmtf.cluster.step_flags import whole_node_flags
 from slurmtf.contracts import is_final
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.events import last, parse_events
@@ -102,7 +103,7 @@ def _run(args: argparse.Namespace, runner: Runner) -> int:
             "run it in salloc or a job script, or pass --nodes=N to submit a check job",
         )
     nodes = len(expand_hostlist(env.nodelist))
-    return _in_allocation(args, nodes, runner)
+    return _in_allocation(args, nodes, runner, whole_node_flags(env))
 
 
 def probe_args(args: argparse.Namespace) -> list[str]:
@@ -110,13 +111,18 @@ def probe_args(args: argparse.Namespace) -> list[str]:
             if getattr(args, name) is not None]  # fmt: skip
 
 
-def step_command(nodes: int, python: str, args: argparse.Namespace) -> list[str]:
-    """The ``srun`` line: one probe per node of the allocation."""
+def step_command(
+    nodes: int, python: str, args: argparse.Namespace, cpus: Sequence[str] = ()
+) -> list[str]:
+    """The ``srun`` line: one probe per node of the allocation, with ``cpus`` (the job's
+    CPUs of each node when the job set ``--cpus-per-task``, which steps inherit from Slurm
+    23.11: :func:`~slurmtf.cluster.step_flags.whole_node_flags`)."""
     return [
         "srun",
         f"--nodes={nodes}",
         f"--ntasks={nodes}",
         "--ntasks-per-node=1",
+        *cpus,
         "--kill-on-bad-exit=1",
         "--job-name=slurmtf-check",
         python,
@@ -126,10 +132,12 @@ def step_command(nodes: int, python: str, args: argparse.Namespace) -> list[str]
     ]
 
 
-def _in_allocation(args: argparse.Namespace, nodes: int, runner: Runner) -> int:
+def _in_allocation(
+    args: argparse.Namespace, nodes: int, runner: Runner, cpus: Sequence[str] = ()
+) -> int:
     t0 = time.monotonic()
     try:
-        out = runner(step_command(nodes, sys.executable, args), timeout=STEP_TIMEOUT_S)
+        out = runner(step_command(nodes, sys.executable, args, cpus), timeout=STEP_TIMEOUT_S)
     except SlurmCommandError as exc:
         raise SlurmtfError(f"the check step failed: {exc}") from exc
     found = last(parse_events(out), "check")

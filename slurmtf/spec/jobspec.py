@@ -438,7 +438,11 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
             params["gpus_per_node"] = spec.gpus_per_node
         else:
             params["gpus_per_task"] = spec.gpus_per_task
-        chosen = any(key in {"gpu-bind", "gpus-per-task"} for key, _ in spec.sbatch_extra)
+        chosen = any(  # the user's own binding (tres-*: Slurm 23.11+'s spelling)
+            key in {"gpu-bind", "gpus-per-task", "tres-bind"}
+            or (key == "tres-per-task" and "gres/gpu" in value)
+            for key, value in spec.sbatch_extra
+        )
         if spec.gpu_flag != "gpus-per-task" and spec.tasks_per_node > 1 and not chosen:
             # Slurm binds each task to its own GPUs (Slurm 21.08+); slurmtf checks it.
             params["srun_args"].append(f"--gpu-bind=per_task:{spec.gpus_per_task}")

@@ -1,0 +1,104 @@
+"""srun flags of slurmtf's own steps that follow from how the job asked for GPUs and CPUs.
+
+Pure: :class:`~slurmtf.cluster.env.SlurmEnv` values in, srun's words out; the job scripts
+ask for them through ``slurmtf step-flags`` (slurmtf/job.sh), ``slurmtf check`` calls
+them directly.
+
+* **GPU binding** (:func:`gpu_bind_flags`): the training step asks Slurm to give each task
+  its own GPUs (``--gpu-bind=per_task:K``) unless the job chose how its tasks get GPUs
+  itself (``--gpu-bind``, ``--gpus-per-task``). Slurm 23.11 and later export that choice
+  as ``SLURM_TRES_BIND=gres/gpu:closest`` / ``SLURM_TRES_PER_TASK=gres/gpu=1`` (a
+  ``--gpus-per-task`` job gets both: ``gres/gpu:per_task:1``), older releases as
+  ``SLURM_GPU_BIND`` / ``SLURM_GPUS_PER_TASK``: the newer names are read first, the older
+  as fallback. ``SLURM_TRES_PER_TASK`` also carries ``cpu=N`` (``-c N``): only its
+  ``gres/gpu`` part counts as a GPU choice.
+* **A step over whole nodes** (:func:`whole_node_flags`): from Slurm 23.11 a step inherits
+  the job's ``--cpus-per-task`` (``SLURM_CPUS_PER_TASK``), which implies ``--exact``, and
+  ``--whole`` is then ignored: a one-task-per-node step of a ``-c 2`` job gets 2 CPUs of
+  each node, not the node (22.05 gave it the node). A step that measures the node asks
+  for the job's CPUs on each node instead, the same on every release.
+"""
+
+from __future__ import annotations
+
+from slurmtf.cluster.env import SlurmEnv
+
+GPU_TRES = "gres/gpu"
+
+
+def tres_count(text: str | None, name: str = GPU_TRES, sep: str = ",") -> int | None:
+    """How many of TRES ``name`` a Slurm TRES list asks for, summed over types:
+    ``gres/gpu=1``, ``gres/gpu:2``, ``cpu=2,gres/gpu:a100:1`` (``None``: not named, or
+    no count). ``sep`` separates the entries (``+`` in ``SLURM_TRES_BIND``)."""
+    total: int | None = None
+    for raw in (text or "").split(sep):
+        entry = raw.strip()
+        if entry != name and not entry.startswith((f"{name}:", f"{name}=")):
+            continue
+        count = entry[len(name) + 1 :].replace("=", ":").rsplit(":", 1)[-1]
+        if count.isdigit():
+            total = (total or 0) + int(count)
+    return total
+
+
+def names_tres(text: str | None, name: str = GPU_TRES, sep: str = "+") -> bool:
+    """True when a TRES binding (``gres/gpu:closest+gres/nic:...``) has an entry for ``name``."""
+    return any(
+        e.strip() == name or e.strip().startswith(f"{name}:") for e in (text or "").split(sep)
+    )
+
+
+def chosen_gpu_binding(env: SlurmEnv) -> tuple[str, str] | None:
+    """The variable and value that show the job chose how its tasks get GPUs (its own
+    ``--gpu-bind`` or ``--gpus-per-task``), newer names first; ``None`` when it did not."""
+    if names_tres(env.tres_bind):
+        return "SLURM_TRES_BIND", str(env.tres_bind)
+    if env.gpu_bind:
+        return "SLURM_GPU_BIND", env.gpu_bind
+    if tres_count(env.tres_per_task):
+        return "SLURM_TRES_PER_TASK", str(env.tres_per_task)
+    if env.gpus_per_task:
+        return "SLURM_GPUS_PER_TASK", env.gpus_per_task
+    return None
+
+
+def gpu_bind_flags(env: SlurmEnv, tasks_per_node: int) -> tuple[str, ...]:
+    """``--gpu-bind=per_task:K`` (K = the node's GPUs / its tasks) for a step of
+    ``tasks_per_node`` tasks on each node when the job chose no binding itself and the
+    node has a GPU for each task; else nothing (one task keeps all of the node's GPUs,
+    and fewer GPUs than tasks is the model's error to report)."""
+    gpus = _count(env.gpus_on_node)
+    if chosen_gpu_binding(env) is not None or gpus is None or tasks_per_node < 2:
+        return ()
+    if gpus < tasks_per_node:
+        return ()
+    return (f"--gpu-bind=per_task:{gpus // tasks_per_node}",)
+
+
+def least_cpus_per_node(text: str | None) -> int | None:
+    """The fewest CPUs of the job on any node: ``SLURM_JOB_CPUS_PER_NODE`` ``8(x2),4`` -> 4."""
+    counts = [_count(part.split("(", 1)[0]) for part in (text or "").split(",")]
+    known = [c for c in counts if c is not None]
+    return min(known) if known else None
+
+
+def job_cpus_per_task(env: SlurmEnv) -> int | None:
+    """The job's ``--cpus-per-task``: ``SLURM_TRES_PER_TASK``'s ``cpu=N`` (23.11+) first,
+    else ``SLURM_CPUS_PER_TASK``; ``None`` when the job did not ask."""
+    return tres_count(env.tres_per_task, "cpu") or _count(env.cpus_per_task)
+
+
+def whole_node_flags(env: SlurmEnv) -> tuple[str, ...]:
+    """srun flags for a one-task-per-node step that should get the job's CPUs on each node
+    whatever the release: ``--cpus-per-task=<the fewest CPUs on a node>`` when the job set
+    ``--cpus-per-task`` (which steps inherit from Slurm 23.11), else nothing (the step gets
+    the job's CPUs of the node by default)."""
+    least = least_cpus_per_node(env.job_cpus_per_node)
+    if job_cpus_per_task(env) is None or least is None:
+        return ()
+    return (f"--cpus-per-task={least}",)
+
+
+def _count(text: str | None) -> int | None:
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 8 else None

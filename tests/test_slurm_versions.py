@@ -1,0 +1,230 @@
+"""Each difference between Slurm releases that slurmtf meets, pinned with what each release
+really exports or prints (22.05.8: Debian 12; 25.11.7 and 26.05.3: SchedMD's source, and
+the sandbox on a 26.05.3 build). docs/SLURM_VERSIONS.md lists them. No Slurm, no TF."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from slurmtf.cli import check as check_cli
+from slurmtf.cli import step_flags as step_flags_cli
+from slurmtf.cluster.env import read_slurm_env
+from slurmtf.cluster.step_flags import (
+    chosen_gpu_binding,
+    gpu_bind_flags,
+    job_cpus_per_task,
+    least_cpus_per_node,
+    tres_count,
+    whole_node_flags,
+)
+from slurmtf.spec.jobspec import GPU_FLAGS, JobSpec, sbatch_parameters
+from tests.conftest import FakeSlurmEnv
+
+JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
+
+# The batch step's GPU and CPU variables of one job form, as each release exports them
+# (measured on the sandbox: 22.05.8 Debian, 26.05.3 built from SchedMD's tag; 25.11.7
+# exports the same names as 26.05.3, from the source: src/common/env.c).
+FORMS: dict[str, dict[str, dict[str, str]]] = {
+    "--gres=gpu:2": {
+        "22.05": {"SLURM_GPUS_ON_NODE": "2"},
+        "25.11": {"SLURM_GPUS_ON_NODE": "2"},
+        "26.05": {"SLURM_GPUS_ON_NODE": "2"},
+    },
+    "--gres=none --gpus-per-node=2": {
+        "22.05": {"SLURM_GPUS_ON_NODE": "2", "SLURM_GPUS_PER_NODE": "2"},
+        "25.11": {"SLURM_GPUS_ON_NODE": "2", "SLURM_GPUS_PER_NODE": "2"},
+        "26.05": {"SLURM_GPUS_ON_NODE": "2", "SLURM_GPUS_PER_NODE": "2"},
+    },
+    "--gres=gpu:2 --gpu-bind=closest": {
+        "22.05": {"SLURM_GPUS_ON_NODE": "2", "SLURM_GPU_BIND": "closest"},
+        "25.11": {"SLURM_GPUS_ON_NODE": "2", "SLURM_TRES_BIND": "gres/gpu:closest"},
+        "26.05": {"SLURM_GPUS_ON_NODE": "2", "SLURM_TRES_BIND": "gres/gpu:closest"},
+    },
+    "--gres=gpu:2 --gpu-bind=map_gpu:1,0": {
+        "22.05": {"SLURM_GPUS_ON_NODE": "2", "SLURM_GPU_BIND": "map_gpu:1,0"},
+        "25.11": {"SLURM_GPUS_ON_NODE": "2", "SLURM_TRES_BIND": "gres/gpu:map_gpu:1,0"},
+        "26.05": {"SLURM_GPUS_ON_NODE": "2", "SLURM_TRES_BIND": "gres/gpu:map_gpu:1,0"},
+    },
+    "--gres=none --gpus-per-task=1 --ntasks-per-node=2": {
+        "22.05": {"SLURM_GPUS_ON_NODE": "2", "SLURM_GPUS_PER_TASK": "1"},
+        "25.11": {
+            "SLURM_GPUS_ON_NODE": "2",
+            "SLURM_TRES_PER_TASK": "gres/gpu=1",
+            "SLURM_TRES_BIND": "gres/gpu:per_task:1",
+        },
+        "26.05": {
+            "SLURM_GPUS_ON_NODE": "2",
+            "SLURM_TRES_PER_TASK": "gres/gpu=1",
+            "SLURM_TRES_BIND": "gres/gpu:per_task:1",
+        },
+    },
+    "--gres=gpu:2 -c 2": {
+        "22.05": {"SLURM_GPUS_ON_NODE": "2", "SLURM_CPUS_PER_TASK": "2"},
+        "25.11": {
+            "SLURM_GPUS_ON_NODE": "2",
+            "SLURM_CPUS_PER_TASK": "2",
+            "SLURM_TRES_PER_TASK": "cpu=2",
+        },
+        "26.05": {
+            "SLURM_GPUS_ON_NODE": "2",
+            "SLURM_CPUS_PER_TASK": "2",
+            "SLURM_TRES_PER_TASK": "cpu=2",
+        },
+    },
+}
+# Whether the job chose its GPU binding itself (then slurmtf adds none).
+CHOSEN = {
+    "--gres=gpu:2": False,
+    "--gres=none --gpus-per-node=2": False,
+    "--gres=gpu:2 --gpu-bind=closest": True,
+    "--gres=gpu:2 --gpu-bind=map_gpu:1,0": True,
+    "--gres=none --gpus-per-task=1 --ntasks-per-node=2": True,
+    "--gres=gpu:2 -c 2": False,  # cpu=2 in SLURM_TRES_PER_TASK is no GPU choice
+}
+VERSIONS = ("22.05", "25.11", "26.05")
+CASES = [(form, version) for form in FORMS for version in VERSIONS]
+
+
+@pytest.mark.parametrize(("form", "version"), CASES)
+def test_the_gpu_binding_is_added_only_when_the_job_chose_none(
+    form: str, version: str, fake_slurm_env: FakeSlurmEnv
+) -> None:
+    fake_slurm_env.set(**FORMS[form][version])
+    env = read_slurm_env()
+    assert (chosen_gpu_binding(env) is not None) == CHOSEN[form]
+    expected = () if CHOSEN[form] else ("--gpu-bind=per_task:1",)
+    assert gpu_bind_flags(env, tasks_per_node=2) == expected
+    assert gpu_bind_flags(env, tasks_per_node=1) == ()  # one task keeps the node's GPUs
+
+
+@pytest.mark.parametrize(("form", "version"), [(f, v) for f, v in CASES if v != "25.11"])
+def test_job_sh_keeps_the_users_binding_on_every_release(form: str, version: str) -> None:
+    """slurmtf/job.sh's setup adds --gpu-bind=per_task:1 for 2 tasks on 2 GPUs only when
+    the job chose none (before, on 23.11+ it overrode --gpu-bind=closest)."""
+    script = f'source {JOB_SH}; slurmtf_gpu_bind 2; echo "bind ${{gpu_bind[*]}}"'
+    done = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **FORMS[form][version]},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    expected = "" if CHOSEN[form] else "--gpu-bind=per_task:1"
+    assert done.stdout.strip() == f"bind {expected}".strip(), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "count"),
+    [
+        ("gres/gpu=1", "gres/gpu", 1),
+        ("gres/gpu:2", "gres/gpu", 2),
+        ("cpu=2,gres/gpu=1", "gres/gpu", 1),
+        ("cpu=2,gres/gpu:a100:1,gres/gpu:h100:2", "gres/gpu", 3),
+        ("cpu=2", "gres/gpu", None),
+        ("cpu=2", "cpu", 2),
+        ("gres/gpu:1", "cpu", None),
+        ("gres/gpus=1", "gres/gpu", None),  # another name
+        ("", "gres/gpu", None),
+        (None, "gres/gpu", None),
+    ],
+)
+def test_tres_counts(text: str | None, name: str, count: int | None) -> None:
+    assert tres_count(text, name) == count
+
+
+def test_the_gpu_binding_cli_prints_one_flag_a_line(
+    fake_slurm_env: FakeSlurmEnv, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_slurm_env.set(SLURM_GPUS_ON_NODE=4)
+    assert step_flags_cli.main(["gpu-bind", "--tasks_per_node=2"]) == 0
+    assert capsys.readouterr().out == "--gpu-bind=per_task:2\n"
+    assert step_flags_cli.main(["gpu-bind", "--tasks_per_node=x"]) == 2
+    err = capsys.readouterr().err
+    assert "--tasks_per_node='x'" in err
+    assert "HINT: " in err
+
+
+# --- CPUs per task: steps inherit them from 23.11 (implying --exact) -----------------
+
+
+@pytest.mark.parametrize(
+    ("text", "least"), [("4(x2)", 4), ("8(x2),4", 4), ("2", 2), ("", None), (None, None)]
+)
+def test_least_cpus_per_node(text: str | None, least: int | None) -> None:
+    assert least_cpus_per_node(text) == least
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_whole_node_step_asks_the_nodes_cpus_when_the_job_set_cpus_per_task(
+    version: str, fake_slurm_env: FakeSlurmEnv
+) -> None:
+    fake_slurm_env.set(**FORMS["--gres=gpu:2 -c 2"][version], SLURM_JOB_CPUS_PER_NODE="8(x2)")
+    env = read_slurm_env()
+    assert job_cpus_per_task(env) == 2
+    assert whole_node_flags(env) == ("--cpus-per-task=8",)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_whole_node_step_needs_no_flag_without_cpus_per_task(
+    version: str, fake_slurm_env: FakeSlurmEnv
+) -> None:
+    fake_slurm_env.set(**FORMS["--gres=gpu:2"][version], SLURM_JOB_CPUS_PER_NODE="8(x2)")
+    assert whole_node_flags(read_slurm_env()) == ()
+
+
+def test_the_check_step_gets_the_whole_node_when_the_job_set_cpus_per_task(
+    fake_slurm_env: FakeSlurmEnv,
+) -> None:
+    fake_slurm_env.set(
+        SLURM_JOB_ID=7, SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_CPUS_PER_NODE="8(x2)",
+        **FORMS["--gres=gpu:2 -c 2"]["26.05"],
+    )  # fmt: skip
+    calls: list[list[str]] = []
+
+    def runner(args: Sequence[str], **_: object) -> str:
+        calls.append(list(args))
+        return ""
+
+    assert check_cli.main([], runner=runner) == 1  # no verdict printed: the check failed
+    assert calls[0][:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+                            "--cpus-per-task=8"]  # fmt: skip
+
+
+# --- GPU options each release accepts: 26.05 refuses --gres=gpu with --gpus-per-node -----
+
+
+@pytest.mark.parametrize("flag", GPU_FLAGS)
+def test_submit_asks_for_gpus_one_way_only(flag: str) -> None:
+    """Slurm 26.05's sbatch refuses --gres=gpu:N beside --gpus-per-node (22.05 accepted
+    both and its step then failed: 'Step requested gres_per_node=gpu:2 is more than the
+    job's gres_per_node=gpu:1'): submit renders exactly one GPU request on every release."""
+    spec = JobSpec(kind="model", target="mnist", nodes=2, gpus_per_node=2, gpu_flag=flag)
+    params = sbatch_parameters(spec)
+    asked = [k for k in ("gres", "gpus_per_node", "gpus_per_task") if k in params]
+    assert len(asked) == 1, params
+    extra = params["additional_parameters"]
+    assert not {"gres", "gpus-per-node", "gpus-per-task"} & set(extra), extra
+
+
+@pytest.mark.parametrize(
+    ("extra", "bound"),
+    [
+        ((), True),
+        ((("gpu-bind", "closest"),), False),
+        ((("tres-bind", "gres/gpu:closest"),), False),  # 23.11+'s spelling
+        ((("tres-per-task", "gres/gpu=1"),), False),
+        ((("tres-per-task", "cpu=2"),), True),  # CPUs only: no GPU choice
+    ],
+)
+def test_submit_keeps_the_users_gpu_binding(
+    extra: tuple[tuple[str, str], ...], bound: bool
+) -> None:
+    spec = JobSpec(kind="model", target="mnist", nodes=2, gpus_per_node=2, sbatch_extra=extra)
+    assert ("--gpu-bind=per_task:1" in sbatch_parameters(spec)["srun_args"]) == bound
