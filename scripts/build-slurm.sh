@@ -105,5 +105,5 @@ step "make -j$jobs" make -j"$jobs"
 step "make install" make -j"$jobs" install
 rm -rf -- "$prefix/share/doc" "$prefix/share/man"
 echo "$stamp_text" >"$stamp"
-echo "build-slurm: $("$prefix/bin/sinfo" --version) in $prefix ($(du -sh "$prefix" | cut -f1))" >&2
+echo "build-slurm: $("$prefix/sbin/slurmctld" -V) in $prefix ($(du -sh "$prefix" | cut -f1))" >&2
 echo "$prefix"

@@ -18,6 +18,7 @@ from slurmtf.cli import main as slurmtf_main
 from slurmtf.cluster import ports
 from slurmtf.errors import InputError
 from slurmtf.firewall import EPILOG, PROLOG, node, rules
+from slurmtf.sandbox import config as c
 from slurmtf.sandbox.config import SandboxConfig, render_slurm_conf
 from tests.prereqs import require
 
@@ -39,7 +40,7 @@ class FakeNode:
 
     def run(self, args: Sequence[str], stdin: str) -> tuple[int, str, str]:
         self.calls.append((list(args), stdin))
-        if args[0] == "scontrol":
+        if Path(args[0]).name == "scontrol":
             return (0, self.scontrol, "") if self.scontrol else (1, "", "no job")
         return self.nft_code, "", "Error: boom" if self.nft_code else ""
 
@@ -49,7 +50,7 @@ class FakeNode:
         return ADDRS[name]
 
     def applied(self) -> str:
-        (text,) = [stdin for args, stdin in self.calls if args[0] != "scontrol"]
+        (text,) = [stdin for args, stdin in self.calls if Path(args[0]).name != "scontrol"]
         return text
 
 
@@ -227,6 +228,21 @@ def test_het_job_component_opens_to_every_component(tmp_path: Path) -> None:
     assert "table inet slurmtf_job_1235 {" in text  # the component's own table
     assert "elements = { 15400-15403 }" in text  # the het job's key and all 4 CPUs
     assert "elements = { 10.0.0.1, 10.0.0.2, 10.0.0.3 }" in text
+
+
+def test_the_clusters_own_scontrol_from_the_settings(tmp_path: Path) -> None:
+    """A Slurm built into a prefix: the prolog's PATH has Debian's scontrol (or none)."""
+    show = "JobId=7 HetJobId=7 HetJobOffset=0 NodeList=node1 NumCPUs=1 NumTasks=1\n"
+    fake = FakeNode(scontrol=show)
+    settings = "scontrol = /opt/slurm-26.05.3/bin/scontrol\n"
+    env = _env(tmp_path, settings, SLURM_JOB_ID="7", SLURM_HET_JOB_ID="7",
+               SLURM_NODELIST="node1", SLURMD_NODENAME="node1")  # fmt: skip
+    node.main(["prolog"], env, fake.run, fake.resolve)
+    assert fake.calls[0][0] == ["/opt/slurm-26.05.3/bin/scontrol", "show", "job", "-o", "7"]
+    text = c.render_firewall_settings(
+        SandboxConfig(dir=Path("/srv/sbx"), link="1gbit", job_firewall=True,
+                      slurm_prefix="/opt/slurm-26.05.3"), "python3")  # fmt: skip
+    assert rules.parse_settings(text)["scontrol"] == "/opt/slurm-26.05.3/bin/scontrol"
 
 
 def test_address_template_adds_the_interconnect(tmp_path: Path) -> None:

@@ -130,7 +130,8 @@ def job_rules(
     cpus = env.cpus_per_node
     max_tasks = sum(parse_task_counts(cpus, name="SLURM_JOB_CPUS_PER_NODE")) if cpus else 0
     if env.het_job_id is not None:
-        code, out, err = run(["scontrol", "show", "job", "-o", str(env.het_job_id)], "")
+        scontrol = settings.get("scontrol") or "scontrol"
+        code, out, err = run([scontrol, "show", "job", "-o", str(env.het_job_id)], "")
         if code != 0:
             raise FirewallError(f"scontrol show job {env.het_job_id} failed: {err.strip()}")
         nodes, max_tasks = parse_het_job(out)

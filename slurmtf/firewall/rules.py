@@ -22,7 +22,7 @@ FAMILY = "inet"
 # Before the usual `filter` chains; a drop in any base chain is final, an accept is not.
 PRIORITY = "filter - 10"
 SETTINGS_NAME = "slurmtf-firewall.conf"
-SETTINGS_KEYS = ("python", "port_base", "address_template", "log", "nft")
+SETTINGS_KEYS = ("python", "port_base", "address_template", "log", "nft", "scontrol")
 
 PortRange = tuple[int, int]  # first, last (inclusive)
 
@@ -181,8 +181,10 @@ def render_settings(
     log: str = "",
     port_base: int | None = None,
     address_template: str = "",
+    scontrol: str = "",
 ) -> str:
-    """The text of ``slurmtf-firewall.conf`` (only ``python`` is needed)."""
+    """The text of ``slurmtf-firewall.conf`` (only ``python`` is needed; ``scontrol``
+    names the cluster's own where it is not on the prolog's PATH)."""
     lines = [
         "# slurmtf per-job firewall settings; beside slurm.conf on every node.",
         "# python: an interpreter that has slurmtf's dependencies installed.",
@@ -194,6 +196,8 @@ def render_settings(
         lines.append(f"port_base = {port_base}")
     if address_template:
         lines.append(f"address_template = {address_template}")
+    if scontrol:
+        lines.append(f"scontrol = {scontrol}")
     return "\n".join(lines) + "\n"
 
 

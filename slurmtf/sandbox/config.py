@@ -349,7 +349,9 @@ def gpu_device_paths(cfg: SandboxConfig) -> list[Path]:
 
 def render_firewall_settings(cfg: SandboxConfig, python: str) -> str:
     """``slurmtf-firewall.conf`` beside slurm.conf; node N logs to ``log/firewall-N.log``."""
-    return firewall_rules.render_settings(python, log=str(cfg.dir / "log" / "firewall-%n.log"))
+    scontrol = f"{cfg.client_dir}/scontrol" if cfg.client_dir else ""
+    log = str(cfg.dir / "log" / "firewall-%n.log")
+    return firewall_rules.render_settings(python, log=log, scontrol=scontrol)
 
 
 def render_gres_conf(cfg: SandboxConfig) -> str:
