@@ -22,6 +22,9 @@ from slurmtf.cluster.step_flags import (
     tres_count,
     whole_node_flags,
 )
+from slurmtf.runtime.attempts import LogFiles, read_attempt
+from slurmtf.runtime.recovery import Attempt, Budget, Nodes, TaskEnding, decide
+from slurmtf.runtime.srun_status import NODE_FAILURE_STATUS, tasks_status
 from slurmtf.spec.jobspec import GPU_FLAGS, JobSpec, sbatch_parameters
 from tests.conftest import FakeSlurmEnv
 
@@ -228,3 +231,93 @@ def test_submit_keeps_the_users_gpu_binding(
 ) -> None:
     spec = JobSpec(kind="model", target="mnist", nodes=2, gpus_per_node=2, sbatch_extra=extra)
     assert ("--gpu-bind=per_task:1" in sbatch_parameters(spec)["srun_args"]) == bound
+
+
+# --- srun after a node failure: 22.05 exits with the tasks' status, 23.02+ exits 1 -----
+
+SERVING = '{{"event": "serving", "rank": {rank}, "role": "{role}", "task_id": 0}}'
+PS_EVENTS = {
+    1: SERVING.format(role="ps", rank=1),
+    3: SERVING.format(role="worker", rank=3),
+    4: SERVING.format(role="worker", rank=4),
+}
+NODE3_FAILED = "srun: error: Node failure on node3\n"
+# (srun's stderr, srun's status on 22.05, the decision's action and why)
+NODE_FAILURES = {
+    "a ps job's worker node failed, the chief completed": (
+        NODE3_FAILED,
+        0,
+        ("done", "completed"),
+    ),
+    "a ps job's worker node failed, then the chief was killed": (
+        NODE3_FAILED + "srun: error: node1: task 0: Killed\n",
+        137,
+        ("restart", "rank 0 was killed by SIGKILL"),
+    ),
+    "a ps job's worker node failed, the chief failed with its own error": (
+        NODE3_FAILED + "srun: error: node1: task 0: Exited with exit code 3\n",
+        3,
+        ("stop", "failed: rank 0 failed with its own error (exit code 3): "),
+    ),
+}
+
+
+def _node_failure_attempt(tmp_path: Path, srun: str, status: int) -> Attempt:
+    logs = tmp_path / "logs"
+    logs.mkdir(exist_ok=True)
+    (logs / "srun.err").write_text(srun)
+    for rank in range(5):
+        (logs / f"rank{rank}.out").write_text(PS_EVENTS.get(rank, "") + "\n")
+        (logs / f"rank{rank}.err").write_text("")
+    return read_attempt(status, LogFiles(logs, srun_err=logs / "srun.err"))
+
+
+@pytest.mark.parametrize("case", NODE_FAILURES)
+@pytest.mark.parametrize("version", VERSIONS)
+def test_a_node_failure_is_decided_the_same_on_every_release(
+    case: str, version: str, tmp_path: Path
+) -> None:
+    srun, status_22_05, (action, why) = NODE_FAILURES[case]
+    status = status_22_05 if version == "22.05" else NODE_FAILURE_STATUS  # 23.02+: 1
+    attempt = _node_failure_attempt(tmp_path, srun, status)
+    assert attempt.failed_nodes == ("node3",)
+    decision = decide(attempt, Budget(0, 3), Nodes(("node1", "node2", "node3"), minimum=2))
+    assert decision.action == action, decision
+    assert decision.why.startswith(why), decision
+    if action != "done":
+        assert decision.status == (status_22_05 or 1)
+
+
+@pytest.mark.parametrize(
+    ("status", "endings", "failed", "expected"),
+    [
+        (1, [], ["node3"], 0),  # 23.02+: only the node failure -> the tasks' 0
+        (0, [], ["node3"], 0),  # 22.05
+        (1, [(2, False)], ["node3"], 2),
+        (1, [(2, False), (137, True)], ["node3"], 137),  # a signal wins, as in srun
+        (1, [(200, False), (137, True)], ["node3"], 137),
+        (1, [(1, False)], ["node3"], 1),  # a task's own 1 explains it
+        (1, [], [], 1),  # no node failure: srun's status as it is
+        (137, [(137, True)], ["node3"], 137),
+    ],
+)
+def test_tasks_status(
+    status: int, endings: list[tuple[int, bool]], failed: list[str], expected: int
+) -> None:
+    assert tasks_status(status, endings, failed) == expected
+
+
+@pytest.mark.parametrize(
+    ("line", "status"),
+    [
+        ("srun: error: node1: task 0: Killed", (137, True)),
+        ("srun: error: node1: task 0: Terminated", (143, True)),
+        ("srun: error: node1: task 0: Exited with exit code 137", (137, False)),
+        ("srun: error: node1: task 0: Exited with exit code 2", (2, False)),
+        ("srun: error: node1: task 0: Out Of Memory", (1, False)),
+    ],
+)
+def test_a_task_ending_as_srun_counts_it(line: str, status: tuple[int, bool]) -> None:
+    ending = TaskEnding.parse(line)
+    assert ending is not None
+    assert ending.status == status

@@ -29,6 +29,7 @@ from typing import Any
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, ending_signal
 from slurmtf.errors import InputError
+from slurmtf.runtime.srun_status import tasks_status
 
 ACTIONS = ("done", "restart", "requeue", "stop")
 Event = dict[str, Any]
@@ -69,6 +70,18 @@ class TaskEnding:
     def exit_code(self) -> int | None:
         found = _EXIT_CODE.search(self.reason)
         return int(found.group(1)) if found else None
+
+    @property
+    def status(self) -> tuple[int, bool]:
+        """This ending as srun counts it in its own status: ``(N, False)`` for exit code N,
+        ``(128+N, True)`` for signal N; an ending srun names otherwise (out of memory) is 1."""
+        code = self.exit_code
+        if code is not None:
+            return code, False
+        name = self.signal or ""
+        if name in signal.Signals.__members__:
+            return 128 + signal.Signals[name].value, True
+        return EXIT_FAILURE, False
 
     @property
     def signal(self) -> str | None:
@@ -275,6 +288,10 @@ class Decision:
 
 def decide(attempt: Attempt, budget: Budget, nodes: Nodes = Nodes()) -> Decision:
     """The next step after ``attempt`` (see the module's docstring)."""
+    # srun's status as the tasks give it, on every release (23.02+ exits 1 after a node
+    # failure where 22.05 gave the tasks' status): slurmtf.runtime.srun_status.
+    status = tasks_status(attempt.status, [e.status for e in attempt.endings], attempt.failed_nodes)
+    attempt = dataclasses.replace(attempt, status=status)
     attempt, tolerated = tolerate_workers(attempt)
     if attempt.status == 0 and not attempt.preempted():
         why = "completed"
