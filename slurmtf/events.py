@@ -11,7 +11,9 @@ Nothing reads the human progress text. Events (fields beyond ``event``):
   link rates), ``straggler``/``straggler_recovered`` (chief), ``eval``, ``checkpoint``,
   ``preempted``, ``done`` (step, preempted) from the training loop (``eval`` and ``done``
   also from a sidecar evaluator task, with ``role``); ``start``/``exit``
-  (status) from the per-task launcher.
+  (status) from the per-task launcher; ``port_in_use`` (rank, port, node, holder,
+  ``moves``: whether a restart takes other ports) from a rank whose port another process
+  holds (:mod:`slurmtf.runtime.held_port`).
 """
 
 from __future__ import annotations

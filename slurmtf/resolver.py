@@ -136,6 +136,8 @@ def explain(layout: ClusterLayout) -> str:
             "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         )
     lines.append("* = this task; gpus: CUDA_VISIBLE_DEVICES of each rank on this node")
+    if layout.port_rule:
+        lines.append(f"ports: {layout.port_rule}")
     lines.append(f"gpus: {_gpu_plan_text(layout)}")
     return "\n".join(lines)
 
@@ -160,13 +162,13 @@ def _summary(layout: ClusterLayout) -> str:
     if layout.is_single_worker:
         head = f"single local worker ({layout.single_worker_reason or 'one task'})"
     else:
-        last = layout.port_base + layout.num_workers - 1
+        numbers = [int(w.rpartition(":")[2]) for w in layout.workers]
         tasks = ", ".join(_count_text(len(v), k) for k, v in layout.cluster().items())
         components = set(layout.components or ())
         het = f" of {_count_text(len(components), 'het component')}" if components else ""
         head = (
             f"{tasks} on {len(set(layout.nodes))} nodes{het}, "
-            f"{layout.distribution} distribution, ports {layout.port_base}..{last}"
+            f"{layout.distribution} distribution, ports {min(numbers)}..{max(numbers)}"
         )
     job = f"job {layout.job_id}" if layout.job_id else "no job id"
     used = ", ".join(layout.sources) or "no Slurm variables"

@@ -79,9 +79,9 @@ def _log(tmp_path: Path, name: str = "node1") -> str:
 @pytest.mark.parametrize(
     ("key", "max_tasks", "base", "expected"),
     [
-        (1234, 2, None, ((15400, 15401),)),  # 1234 % 200 = 34
-        (1234, 6, None, ((15400, 15405),)),  # 3 nodes x 2 tasks
-        (1234, 1, None, ((15400, 15400),)),
+        (1234, 2, None, ((15400, 15499),)),  # 1234 % 200 = 34; every attempt, in its slot
+        (1234, 6, None, ((15400, 15499),)),  # 3 nodes x 2 tasks
+        (1234, 1, None, ((15400, 15499),)),
         (1234, 4, 20000, ((20000, 20003),)),  # cluster-wide SLURMTF_PORT_BASE
         (1234, 100, 65500, ((65500, 65535),)),  # never past the last port
     ],
@@ -181,20 +181,20 @@ def test_prolog_adds_the_jobs_table(tmp_path: Path) -> None:
     text = fake.applied()
     assert fake.calls[0][0] == ["/bin/true", "-f", "-"]
     assert "table inet slurmtf_job_1234 {" in text
-    assert "elements = { 15400-15401 }" in text
+    assert "elements = { 15400-15499 }" in text
     assert "elements = { 10.0.0.1, 10.0.0.2 }" in text
     assert "elements = { fd00::2 }" in text
     assert "meta skuid != 1000" in text
-    assert "table slurmtf_job_1234 added: tcp ports 15400-15401 open to 3 addresses" in _log(
+    assert "table slurmtf_job_1234 added: tcp ports 15400-15499 open to 3 addresses" in _log(
         tmp_path
     )
 
 
 def test_several_tasks_per_node_widen_the_ports(tmp_path: Path) -> None:
     fake = FakeNode()
-    env = _env(tmp_path, SLURM_NODELIST="node[1-3]", SLURM_JOB_CPUS_PER_NODE="4,2(x2)")
+    env = _env(tmp_path, SLURM_NODELIST="node[1-3]", SLURM_JOB_CPUS_PER_NODE="64,32(x2)")
     node.main(["prolog"], env, fake.run, fake.resolve)
-    assert "elements = { 15400-15407 }" in fake.applied()
+    assert "elements = { 15400-17119 }" in fake.applied()  # 128 ranks, and their restarts
     assert "elements = { 10.0.0.1, 10.0.0.2, 10.0.0.3 }" in fake.applied()
 
 
@@ -207,9 +207,9 @@ def test_array_elements_each_get_their_own_table(tmp_path: Path) -> None:
         node.main(["prolog"], env, fake.run, fake.resolve)
         texts.append(fake.applied())
     assert "table inet slurmtf_job_1400 {" in texts[0]
-    assert "{ 12000-12001 }" in texts[0]
+    assert "{ 12000-12099 }" in texts[0]
     assert "table inet slurmtf_job_1401 {" in texts[1]
-    assert "{ 12100-12101 }" in texts[1]
+    assert "{ 12100-12199 }" in texts[1]
 
 
 def test_het_job_component_opens_to_every_component(tmp_path: Path) -> None:
@@ -226,7 +226,7 @@ def test_het_job_component_opens_to_every_component(tmp_path: Path) -> None:
     assert fake.calls[0][0] == ["scontrol", "show", "job", "-o", "1234"]
     text = fake.applied()
     assert "table inet slurmtf_job_1235 {" in text  # the component's own table
-    assert "elements = { 15400-15403 }" in text  # the het job's key and all 4 CPUs
+    assert "elements = { 15400-15499 }" in text  # the het job's key and all 4 CPUs
     assert "elements = { 10.0.0.1, 10.0.0.2, 10.0.0.3 }" in text
 
 

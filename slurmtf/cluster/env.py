@@ -44,7 +44,9 @@ class SlurmEnv:
     name the variable each value came from, for messages. In a heterogeneous job,
     ``het_size`` is ``SLURM_HET_SIZE`` and ``het_nodelists[N]`` / ``het_job_ids[N]`` are
     component ``N``'s ``SLURM_JOB_NODELIST_HET_GROUP_N`` / ``SLURM_JOB_ID_HET_GROUP_N``.
-    ``jobs`` is ``SLURMTF_JOBS`` (roles, :mod:`slurmtf.cluster.roles`).
+    ``jobs`` is ``SLURMTF_JOBS`` (roles, :mod:`slurmtf.cluster.roles`); ``resv_ports``
+    is ``SLURM_STEP_RESV_PORTS`` (Slurm's reserved ports of the step) and ``resv_mode``
+    ``SLURMTF_RESV_PORTS`` (whether to use them, :mod:`slurmtf.cluster.ports`).
     """
 
     scope: str = "none"
@@ -69,6 +71,8 @@ class SlurmEnv:
     hostfile: str | None = None
     hostfile_text: str | None = None
     port_base: str | None = None
+    resv_ports: str | None = None
+    resv_mode: str | None = None
     address_template: str | None = None
     cuda_visible_devices: str | None = None
     slurm_gpus: str | None = None
@@ -225,9 +229,11 @@ def _gpus(get: Callable[[str], str | None]) -> dict[str, Any]:
 
 
 def _settings(get: Callable[[str], str | None]) -> dict[str, Any]:
-    """slurmtf's own variables: ports, addresses, roles."""
+    """slurmtf's own variables (ports, addresses, roles) and Slurm's reserved ports."""
     return {
         "port_base": get("SLURMTF_PORT_BASE"),
+        "resv_ports": get("SLURM_STEP_RESV_PORTS"),
+        "resv_mode": get("SLURMTF_RESV_PORTS"),
         "address_template": get("SLURMTF_ADDRESS_TEMPLATE"),
         "jobs": get("SLURMTF_JOBS"),
     }

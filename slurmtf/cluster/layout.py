@@ -39,7 +39,9 @@ class ClusterLayout:
     ``roles[r]`` is rank ``r``'s TensorFlow task type (``None``: every rank a worker, the
     default without ``SLURMTF_JOBS``); ``components[r]`` its component of a
     heterogeneous job (``None`` outside one). ``workers`` lists every rank whatever its
-    role; :meth:`cluster` groups them by role.
+    role; :meth:`cluster` groups them by role. ``port_source`` says where the ports come
+    from (``fixed``, ``reserved``, ``job``, ``default``: :func:`slurmtf.cluster.ports.plan_ports`)
+    and ``port_rule`` how this attempt's follow from the job, the attempt and the rank.
     """
 
     workers: tuple[str, ...]
@@ -52,6 +54,8 @@ class ClusterLayout:
     single_worker_reason: str | None = None
     distribution: str = "block"
     port_base: int = ports.DEFAULT_PORT
+    port_source: str = "default"
+    port_rule: str = ""
     address_template: str | None = None
     gpus: tuple[str, ...] | None = None
     node_gpus: tuple[str, ...] | None = None
@@ -141,12 +145,12 @@ class ClusterLayout:
 
     def local_ids(self) -> tuple[int, ...]:
         """Every rank's index among the ranks of its node (Slurm's ``SLURM_LOCALID``)."""
-        seen: dict[str, int] = {}
-        ids = []
-        for node in self.nodes:
-            ids.append(seen.get(node, 0))
-            seen[node] = ids[-1] + 1
-        return tuple(ids)
+        return local_ids_of(self.nodes)
+
+    @property
+    def port_moves(self) -> bool:
+        """Whether a restart gives the ranks other ports (not for a base the user fixed)."""
+        return self.port_source != "fixed"
 
     def tf_config(self) -> dict[str, Any]:
         return {
@@ -184,27 +188,40 @@ def build_layout(
     if address_template is not None:
         check_address_template(address_template, address_template_name)
     common = _task_values(env, address_template)
-    key = _port_key(env)
     if env.nodelist is None:
         why = "SLURM_JOB_ID is set but no node list" if env.in_slurm else "not in a Slurm job"
         common["roles"] = None if spec is None else roles.assign_roles(spec, 1)
-        return _single(base, key, node=LOCAL_HOST, reason=f"{why}: one local worker", common=common)
+        plan = ports.step_ports(env, (0,), fixed=base, fixed_name=port_base_name)
+        return _single(plan, node=LOCAL_HOST, reason=f"{why}: one local worker", common=common)
 
     step = _place_step(env, env.nodelist, spec)
     common |= step.values
-    ntasks = len(step.ranks)
-    if ntasks == 1:
+    het = step.values["components"] is not None
+    plan = ports.step_ports(
+        env, local_ids_of(step.ranks), fixed=base, fixed_name=port_base_name, het=het
+    )
+    if len(step.ranks) == 1:
         node = step.hosts[step.ranks[step.task]]
-        return _single(base, key, node=node, reason="a one-task step", common=common)
-    if base is None:
-        base = ports.derive_port_base(key, ntasks, env.num_tasks_var)
-    else:
-        ports.check_port_range(base, ntasks, port_base_name)
-    workers = _workers(step.hosts, step.ranks, base, address_template)
+        return _single(plan, node=node, reason="a one-task step", common=common)
+    workers = _workers(step.hosts, step.ranks, plan.ports, address_template)
     nodes = tuple(map(step.hosts.__getitem__, step.ranks))
     return ClusterLayout(
-        workers=workers, nodes=nodes, task_index=step.task, port_base=base, **common
+        workers=workers, nodes=nodes, task_index=step.task, **_port_values(plan), **common
     )
+
+
+def local_ids_of(nodes: Sequence[object]) -> tuple[int, ...]:
+    """Each rank's index among the ranks of its node (``nodes[r]``: rank r's node)."""
+    seen: dict[object, int] = {}
+    ids = []
+    for node in nodes:
+        ids.append(seen.get(node, 0))
+        seen[node] = ids[-1] + 1
+    return tuple(ids)
+
+
+def _port_values(plan: ports.PortPlan) -> dict[str, Any]:
+    return {"port_base": plan.ports[0], "port_source": plan.source, "port_rule": plan.rule}
 
 
 def _task_values(env: SlurmEnv, address_template: str | None) -> dict[str, Any]:
@@ -271,7 +288,7 @@ def _hosts(nodelist: str, name: str) -> tuple[list[str], dict[str, int]]:
 
 
 def _workers(
-    hosts: list[str], ranks: Sequence[int], base: int, address_template: str | None
+    hosts: list[str], ranks: Sequence[int], rank_ports: Sequence[int], address_template: str | None
 ) -> tuple[str, ...]:
     """``address:port`` of every rank (``ranks[r]``: the index of rank r's node)."""
     if address_template is None:
@@ -279,7 +296,7 @@ def _workers(
     else:
         addresses = [address_template.format(host=host) for host in hosts]
     prefixes = [f"{address}:" for address in addresses]
-    return tuple([f"{prefixes[i]}{base + rank}" for rank, i in enumerate(ranks)])
+    return tuple([f"{prefixes[i]}{rank_ports[rank]}" for rank, i in enumerate(ranks)])
 
 
 def check_address_template(template: str, name: str = "SLURMTF_ADDRESS_TEMPLATE") -> None:
@@ -299,28 +316,15 @@ def check_address_template(template: str, name: str = "SLURMTF_ADDRESS_TEMPLATE"
 
 
 def _single(
-    base: int | None, key: int | None, *, node: str, reason: str, common: dict[str, Any]
+    plan: ports.PortPlan, *, node: str, reason: str, common: dict[str, Any]
 ) -> ClusterLayout:
-    port = ports.derive_port_base(key, 1) if base is None else base
     return ClusterLayout(
-        workers=(f"{LOCAL_HOST}:{port}",),
+        workers=(f"{LOCAL_HOST}:{plan.ports[0]}",),
         nodes=(node,),
-        port_base=port,
         single_worker_reason=reason,
+        **_port_values(plan),
         **common,
     )
-
-
-def _port_key(env: SlurmEnv) -> int | None:
-    """The job's port key: the het job id for heterogeneous jobs, else the job id."""
-    hint = "unset it, or set SLURMTF_PORT_BASE to choose ports yourself"
-    if env.het_job_id is not None:
-        return _count(env.het_job_id, "SLURM_HET_JOB_ID", hint)
-    if env.het_job_ids and env.het_job_ids[0] is not None:  # the same id in every component
-        return _count(env.het_job_ids[0], "SLURM_JOB_ID_HET_GROUP_0", hint)
-    if env.job_id is not None:
-        return _count(env.job_id, "SLURM_JOB_ID", hint)
-    return None
 
 
 def _task_counts(env: SlurmEnv, nnodes: int) -> list[int]:

@@ -5,7 +5,7 @@ One table per job (``inet slurmtf_job_<id>``), so jobs sharing a node never touc
 other's rules. Its ``input`` chain sends TCP packets for the job's ports to ``guard``,
 which accepts loopback and the job's nodes and drops the rest; its ``output`` chain
 drops connections to those ports from local sockets of other users (root excepted).
-Ports come from :func:`slurmtf.cluster.ports.derive_port_base`, the resolver's own derivation.
+Ports come from :func:`slurmtf.cluster.ports.job_port_spans`, the resolver's own derivation.
 """
 
 from __future__ import annotations
@@ -60,7 +60,10 @@ def job_ports(key: int, max_tasks: int, port_base: int | None = None) -> tuple[P
 
     ``key`` is the resolver's port key (the het job id, else the job id); with a
     cluster-wide ``port_base`` every job uses ``base .. base + tasks - 1``. Without one,
-    the base of a step depends on its size, so this is the union over every size.
+    the base of a step depends on its size and its attempt (a restart moves it), so this
+    is the union over every size and the first :data:`ports.COVERED_ATTEMPTS` attempts.
+    Slurm's reserved ports (``SLURM_STEP_RESV_PORTS``) are a step's, unknown to a job's
+    prolog: they are not in the table.
     """
     if max_tasks < 1:
         raise InputError("max_tasks", max_tasks, "must be at least 1", "count the job's CPUs")
@@ -70,8 +73,7 @@ def job_ports(key: int, max_tasks: int, port_base: int | None = None) -> tuple[P
     limit = min(max_tasks, ports.PORT_MAX + 1 - ports.PORT_MIN)
     spans = []
     for ntasks in range(1, limit + 1):
-        base = ports.derive_port_base(key, ntasks)
-        spans.append((base, base + ntasks - 1))
+        spans.extend(ports.job_port_spans(key, ntasks))
     return merge_ranges(spans)
 
 

@@ -48,6 +48,7 @@ from slurmtf.contracts import (
 )
 from slurmtf.events import emit
 from slurmtf.resolver import export_tf_config, resolve
+from slurmtf.runtime.held_port import check_port
 from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
@@ -79,6 +80,7 @@ def run_task(
 ) -> int:
     """Run this task's command; returns the exit status this task should end with."""
     layout = resolve(environ)  # SLURM_PROCID and SLURM_RESTART_COUNT checked there
+    check_port(layout)  # a held port ends this attempt (port_in_use), not the job
     rank = layout.task_index
     job = job_id_of(environ)
     restart = layout.restart_count

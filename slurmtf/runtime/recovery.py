@@ -7,7 +7,8 @@ budget (:class:`Budget`) and the allocation's nodes (:class:`Nodes`), and return
 
 * ``done``: every task ended with 0 (or only parameter-server workers were killed,
   which the chief's ClusterCoordinator tolerates);
-* ``restart``: a rank was killed or crashed (a signal), lost a peer or saw a stall: a new
+* ``restart``: a rank was killed or crashed (a signal), lost a peer, saw a stall or found
+  its port held by another process (the next attempt listens on other ports): a new
   srun step in the same allocation resumes from the last complete checkpoint; nodes that
   stopped answering are left out (``srun --exclude``) while at least ``Nodes.minimum``
   remain;
@@ -29,6 +30,7 @@ from typing import Any
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE, ending_signal
 from slurmtf.errors import InputError
+from slurmtf.runtime import held_port
 from slurmtf.runtime.srun_status import tasks_status
 
 ACTIONS = ("done", "restart", "requeue", "stop")
@@ -371,10 +373,15 @@ def classify(attempt: Attempt) -> tuple[str, bool]:
     failed first; the others were stopped by ``--kill-on-bad-exit``. What happened
     decides, not which wrapper reported it: a task ended by a signal (directly or as exit
     128+N through a launcher) was killed and is retried; exit 2 never is; a rank that
-    exited with its own error (no ``peer_lost`` or ``stalled`` event) is not."""
+    exited with its own error (no ``peer_lost`` or ``stalled`` event) is not; a rank whose
+    port another process held (a ``port_in_use`` event) is, on other ports, unless the user
+    fixed the base."""
     endings = attempt.endings
     if attempt.status == EXIT_USAGE or any(e.exit_code == EXIT_USAGE for e in endings):
         return "bad flags or settings (exit 2): a restart cannot fix them", False
+    held = [e for rank in sorted(attempt.events) for e in attempt.of(rank, held_port.EVENT)]
+    if held:  # a port held by another process: the node's state, not the rank's error
+        return held_port.describe_held(held[0])
     first = next((e for e in endings if e.ranks), None)
     if first is not None:
         rank = first.ranks[0]

@@ -62,6 +62,7 @@ from slurmtf.datasets.stage import resolve_data_dir, staged_args
 from slurmtf.events import emit
 from slurmtf.resolver import export_tf_config
 from slurmtf.runtime import allocator, teardown
+from slurmtf.runtime.held_port import check_port
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +87,8 @@ class Target:
 
 
 def prepare_task(environ: MutableMapping[str, str] = os.environ) -> ClusterLayout:
-    """Resolve this task, narrow its GPUs and export ``TF_CONFIG`` (steps 1-2 above)."""
+    """Resolve this task, check its port, narrow its GPUs and export ``TF_CONFIG`` (steps
+    1-2 above)."""
     env = read_slurm_env(environ)
     layout = build_layout(env)
     if layout.is_single_worker and env.port_base is None:
@@ -94,6 +96,7 @@ def prepare_task(environ: MutableMapping[str, str] = os.environ) -> ClusterLayou
         # cluster; one fixed port would collide with the next single worker on this
         # machine (or node), so it takes a free one, at random.
         layout = build_layout(env, port_base=free_port_base(1))
+    check_port(layout)  # before the script's TensorFlow binds it
     apply_gpu_split(layout, environ)
     export_tf_config(layout, environ)
     return layout

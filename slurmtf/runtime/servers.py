@@ -23,9 +23,9 @@ from typing import Any
 
 from slurmtf.cluster.gpu_plan import apply_gpu_split
 from slurmtf.cluster.layout import ClusterLayout
-from slurmtf.cluster.ports import ensure_port_free
 from slurmtf.errors import InputError
 from slurmtf.runtime.chief_watch import POLL_S, START_TIMEOUT_S, Chief, ChiefWatch, answers
+from slurmtf.runtime.held_port import check_port
 
 SERVER_ROLES = ("ps", "worker")
 _JOBS_HINT = "set SLURMTF_JOBS (or --jobs), e.g. chief:1,ps:2,worker, on every task of the step"
@@ -87,7 +87,7 @@ def start_server(layout: ClusterLayout) -> Any:
     """Start this task's ``tf.distribute.Server`` (its GPUs chosen first); return it."""
     check_server_task(layout)
     apply_gpu_split(layout)  # a ps hides the GPUs before TensorFlow reads them
-    ensure_port_free(layout.port)
+    check_port(layout)
     from slurmtf.tf.lean_import import import_tensorflow_lean
 
     tf = import_tensorflow_lean()  # a server builds no Keras model

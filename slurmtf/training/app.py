@@ -20,6 +20,7 @@ from slurmtf.cluster.flags import NO_INDEX, apply_cluster_flags
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.runtime import allocator
+from slurmtf.runtime.held_port import check_port
 from slurmtf.training import sidecar
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
@@ -98,10 +99,7 @@ def resolve_info(
         layout = resolve(jobs=jobs)
     sidecar.check_model_roles(layout.roles, jobs)
     plan = apply_gpu_split(layout)
-    if not layout.is_single_worker:
-        from slurmtf.cluster.ports import ensure_port_free
-
-        ensure_port_free(layout.port)
+    check_port(layout)  # a held port: a port_in_use event, and the recovery moves on
     return RunInfo(
         layout,
         program=program,

@@ -161,6 +161,7 @@ def _announce(
         synthetic=synthetic,
         data_dir=None if synthetic else config.data_dir,  # the path read (a staged copy)
         restart_count=info.restart_count,
+        port_rule=info.layout.port_rule,  # how this attempt's ports follow from the job
         workers_changed_from=workers_before,
         log_file=log_path,
     )
