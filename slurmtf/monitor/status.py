@@ -33,6 +33,7 @@ from slurmtf.monitor.console import Console, Renderer, render_lines, shown_stder
 from slurmtf.monitor.records import JobPlace
 from slurmtf.runtime.attempts import in_place, read_record, recovered_attempt
 from slurmtf.slurm.runner import Runner, default_runner
+from slurmtf.slurm.sacct import accounting_states
 from slurmtf.slurm.scontrol import parse_records
 from slurmtf.spec import noderange
 
@@ -70,16 +71,11 @@ def job_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
     return [(r.get("JobState", "UNKNOWN"), r.get("ExitCode", "0:0")) for r in records]
 
 
-def accounting_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
-    """``sacct`` states of the job's allocations, or ``None`` without accounting."""
-    try:
-        text = runner(["sacct", "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode"])
-    except SlurmCommandError:
-        return None
-    if not text.strip():
-        return None
-    rows = [line.split("|") for line in text.strip().splitlines()]
-    return [(row[1], row[2]) for row in rows if len(row) >= 3]
+def recorded_status(folder: Path, job_id: str) -> int | None:
+    """The status the job's script ended with, from its recovery record (a stop), if any."""
+    stops = [r for r in read_record(folder, job_id) if r.get("action") == "stop"]
+    status = stops[-1].get("status") if stops else None
+    return status if isinstance(status, int) else None
 
 
 def logged_exit(path: Path) -> int | None:
@@ -108,7 +104,8 @@ def state_line(job_id: str, runner: Runner, folder: Path) -> tuple[str, int | No
     states = job_states(job_id, runner)
     source = "scontrol"
     if states is None:
-        states, source = accounting_states(job_id, runner), "sacct"
+        states = accounting_states(job_id, runner, recorded_status(folder, job_id))
+        source = "sacct"
     if states is None:
         status = logged_exit(rank_log_paths(folder, job_id, 1)[0])
         where = "from its rank 0 log" if status is not None else "unknown"

@@ -5,6 +5,8 @@ answers the questions submitit asks (``sacct -o JobID,State,NodeList --parsable2
 ID``) from ``squeue -t all`` (jobs seen in the last ``MinJobAge`` seconds, requeued
 jobs included) and, for older jobs, from the job-completion log the sandbox's
 slurmctld writes (``JobCompType=jobcomp/filetxt``). Parsing and rendering are pure.
+``ExitCode`` is printed as the sandbox's Slurm release's sacct prints it: an exit code
+above 128 less 128 before 25.11 (:mod:`slurmtf.slurm.sacct`).
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ import subprocess
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from slurmtf.errors import InputError
+from slurmtf.slurm.release import SlurmRelease
+from slurmtf.slurm.sacct import render_exit_code
 
 # sacct field -> squeue format letter
 SQUEUE_FIELDS = {
@@ -114,6 +120,25 @@ def render(
     )
 
 
+def as_release_prints(
+    records: Iterable[dict[str, str]], release: SlurmRelease | None
+) -> list[dict[str, str]]:
+    """The records with ``ExitCode`` as ``release``'s sacct prints it."""
+    return [
+        {**r, "ExitCode": render_exit_code(r["ExitCode"], release)} if "ExitCode" in r else r
+        for r in records
+    ]
+
+
+def _release() -> SlurmRelease | None:
+    """The release of the Slurm on PATH (the sandbox's), ``None`` when it does not say."""
+    done = subprocess.run(["squeue", "-V"], capture_output=True, text=True, check=False)
+    try:
+        return SlurmRelease.parse(done.stdout, "squeue -V")
+    except InputError:
+        return None
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="sacct", description="slurmtf sandbox stand-in for sacct")
     p.add_argument("-j", "--jobs", action="append", default=[])
@@ -146,6 +171,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             finished = parse_jobcomp((Path(sandbox_dir) / "log" / "jobcomp.log").read_text())
     records = select(parse_squeue(done.stdout), finished, ids)
+    if "ExitCode" in fields:
+        records = as_release_prints(records, _release())
     parsable = "2" if args.parsable2 else "1" if args.parsable else ""
     sys.stdout.write(render(records, fields, parsable=parsable, header=not args.noheader))
     return 0
