@@ -12,6 +12,9 @@
 #                                          train) or the job goes on with the nodes left
 #                                          (MIN_NODES, a --nodes=MIN-MAX range); with
 #                                          fewer the job is requeued without it
+#   a rank's port held by another       -> restart in place: every attempt listens on
+#   process (a port_in_use event)          other ports (the job's base moves by attempt;
+#                                          Slurm's reserved ports, below, are new per step)
 #   bad flags (exit 2), a model error   -> no retry; the last line says why
 #
 # The job scripts ask --no-kill, so a node that hangs does not end the allocation. While
@@ -28,7 +31,7 @@
 #
 # Functions (the batch script calls them in this order):
 #   slurmtf_job_setup NAME              REPO, RUN, MODEL_DIR, LOG_DIR, PYTHON, srun_tasks,
-#                                       gpu_bind
+#                                       gpu_bind, slurmtf_resv_span (reserved ports)
 #   slurmtf_find_model NAME             MODEL: models.NAME in a checkout, else slurmtf_models.NAME
 #   slurmtf_job_srun COMMAND...         srun with per-rank logs; sets slurmtf_rc
 #   slurmtf_ps_srun COMMAND...          the same for a parameter-server job (below)
@@ -58,6 +61,7 @@ slurmtf_job_setup() {
     slurmtf_srun_err="$LOG_DIR/srun.err"
     slurmtf_start_attempt
     slurmtf_step_tasks
+    slurmtf_resv_setup
     slurmtf_gpu_bind "${slurmtf_tasks_per_node:-${SLURM_NTASKS_PER_NODE:-1}}"
     echo "$(date -Is) job ${SLURM_JOB_ID:-local} restart $slurmtf_attempt of" \
          "$slurmtf_budget: ${SLURM_JOB_NUM_NODES:-1} node(s) ${SLURM_JOB_NODELIST:-}" \
@@ -239,8 +243,9 @@ slurmtf_job_srun() {
 }
 
 slurmtf_srun_ranks() {
+    slurmtf_resv_args "${srun_tasks[@]}" "${slurmtf_exclude_args[@]}"
     command srun --kill-on-bad-exit="${slurmtf_kill_on_bad_exit:-1}" --open-mode=append \
-        "${srun_tasks[@]}" "${slurmtf_exclude_args[@]}" "${gpu_bind[@]}" \
+        "${srun_tasks[@]}" "${slurmtf_exclude_args[@]}" "${gpu_bind[@]}" "${slurmtf_resv[@]}" \
          --output="$LOG_DIR/rank%t.out" --error="$LOG_DIR/rank%t.err" \
          "$@" 2> >(tee -a "${slurmtf_srun_err:-$LOG_DIR/srun.err}" >&2)
     local rc=$?
@@ -492,6 +497,7 @@ slurmtf_submitit_setup() {
     slurmtf_logs_pattern="{job}_{rank}_log.{kind}"
     slurmtf_srun_err="$(slurmtf_rank_file 0 err)"  # the batch script's stderr too
     slurmtf_start_attempt  # (`slurmtf submit` records the job itself)
+    slurmtf_resv_setup
     export SLURMTF_JOB_SH=1  # slurmtf.launch: on exit 75 this script decides, not rank 0
     # submitit's script runs its step as `srun ... -m submitit.core._submit FOLDER`: this
     # function stands in for that srun, so that the step can run again in place (the same
@@ -504,7 +510,52 @@ slurmtf_submitit_setup() {
     trap 'slurmtf_rc=$?; trap - EXIT; slurmtf_job_end' EXIT
 }
 
-slurmtf_srun_submitit() { command srun "${slurmtf_exclude_args[@]}" "$@"; }
+slurmtf_srun_submitit() {
+    slurmtf_resv_args "${slurmtf_exclude_args[@]}"
+    command srun "${slurmtf_exclude_args[@]}" "${slurmtf_resv[@]}" "$@"
+}
+
+# Slurm's reserved ports (slurmtf.slurm.resv_ports; the same rule): with MpiParams=ports in
+# slurm.conf every training step asks srun for one port per rank (--resv-ports=NTASKS),
+# reserved on each of its nodes against every other step that reserved ports; the ranks
+# listen there (SLURM_STEP_RESV_PORTS). SLURMTF_RESV_PORTS: auto (default: when
+# `scontrol show config` says MpiParams=ports), 1 (ask anyway), 0 (never; the ranks then
+# take slurmtf's own ports). A step of more ranks than the range holds does not ask (Slurm
+# would refuse it) and gets Slurm's own count, one port per local id.
+slurmtf_resv_setup() {
+    slurmtf_resv_span=0
+    local mode="${SLURMTF_RESV_PORTS:-auto}" range
+    case "${mode,,}" in
+        0|off|no|false) return 0 ;;
+        1|on|yes|true|auto|"") ;;
+        *) slurmtf_log "SLURMTF_RESV_PORTS='$mode' is not auto, 1 or 0. HINT: leave it unset" \
+               "(srun reserves ports where the cluster has MpiParams=ports), or 0 for" \
+               "slurmtf's own ports" >&2
+           exit 2 ;;
+    esac
+    range=$(scontrol show config 2>/dev/null | sed -n 's/^MpiParams *=.*ports=\([0-9]*-[0-9]*\).*/\1/p')
+    if [[ "$range" =~ ^([0-9]+)-([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -gt 0 ]; then
+        slurmtf_resv_span=$((BASH_REMATCH[2] - BASH_REMATCH[1] + 1))
+    fi
+    [[ "${mode,,}" =~ ^(1|on|yes|true)$ ]] && [ "$slurmtf_resv_span" -le 0 ] && slurmtf_resv_span=65535
+    return 0
+}
+
+# slurmtf_resv: srun's --resv-ports=N for a step of N ranks (the last --ntasks= of the
+# arguments, else the job's SLURM_NTASKS, else one per node); none in a heterogeneous job
+# (each component would get its own ports, which the other's ranks cannot know).
+slurmtf_resv_args() {
+    slurmtf_resv=()
+    [ "${slurmtf_resv_span:-0}" -gt 0 ] || return 0
+    [[ "${SLURM_HET_SIZE:-1}" =~ ^[0-9]+$ ]] && [ "${SLURM_HET_SIZE:-1}" -gt 1 ] && return 0
+    local n="" arg
+    for arg in "$@"; do [[ "$arg" != --ntasks=* ]] || n="${arg#--ntasks=}"; done
+    n="${n:-${SLURM_NTASKS:-${SLURM_JOB_NUM_NODES:-1}}}"
+    if [[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -gt 0 ] && [ "$n" -le "$slurmtf_resv_span" ]; then
+        slurmtf_resv=(--resv-ports="$n")
+    fi
+    return 0
+}
 
 # slurmtf_stage_data DATA_DIR [ARGS...]
 # STAGE_DATA=1: before training, each node copies the data set SRC once (one task per

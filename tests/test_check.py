@@ -235,7 +235,9 @@ def test_in_allocation_reads_rank0_verdict(
         return "noise\n" + json.dumps({"event": "check", **event}) + "\n"
 
     assert cli.main(["--json", str(tmp_path / "v.json")], runner=runner) == 1
-    assert calls[0][:2] == ["srun", "--nodes=4"]
+    assert calls[0] == ["scontrol", "show", "config"]  # MpiParams=ports: none here
+    assert calls[1][:2] == ["srun", "--nodes=4"]
+    assert not any(a.startswith("--resv-ports") for a in calls[1])
     out = capsys.readouterr().out
     assert out.splitlines()[-1].startswith("OUTLIER node4: link out 0.1 Gb/s")
     assert json.loads((tmp_path / "v.json").read_text())["healthy"] is False

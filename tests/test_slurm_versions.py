@@ -201,7 +201,7 @@ def test_the_check_step_gets_the_whole_node_when_the_job_set_cpus_per_task(
         return ""
 
     assert check_cli.main([], runner=runner) == 1  # no verdict printed: the check failed
-    assert calls[0][:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
+    assert calls[-1][:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
                             "--cpus-per-task=8"]  # fmt: skip
 
 

@@ -21,11 +21,13 @@ from slurmtf.check import verdict
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.hostlists import expand_hostlist
+from slurmtf.cluster.ports import parse_resv_mode
 from slurmtf.cluster.step_flags import whole_node_flags
 from slurmtf.contracts import is_final
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.events import last, parse_events
 from slurmtf.monitor.status import job_states
+from slurmtf.slurm.resv_ports import cluster_span, resv_ports_args
 from slurmtf.slurm.runner import Runner, default_runner
 
 PROBE_FLAGS = ("threshold", "link_seconds", "link_rounds", "allreduce_mb")
@@ -103,7 +105,8 @@ def _run(args: argparse.Namespace, runner: Runner) -> int:
             "run it in salloc or a job script, or pass --nodes=N to submit a check job",
         )
     nodes = len(expand_hostlist(env.nodelist))
-    return _in_allocation(args, nodes, runner, whole_node_flags(env))
+    resv = resv_ports_args(nodes, cluster_span(runner), parse_resv_mode(env.resv_mode))
+    return _in_allocation(args, nodes, runner, [*whole_node_flags(env), *resv])
 
 
 def probe_args(args: argparse.Namespace) -> list[str]:
@@ -116,7 +119,8 @@ def step_command(
 ) -> list[str]:
     """The ``srun`` line: one probe per node of the allocation, with ``cpus`` (the job's
     CPUs of each node when the job set ``--cpus-per-task``, which steps inherit from Slurm
-    23.11: :func:`~slurmtf.cluster.step_flags.whole_node_flags`)."""
+    23.11: :func:`~slurmtf.cluster.step_flags.whole_node_flags`; and ``--resv-ports=N``
+    where the cluster reserves ports: :mod:`slurmtf.slurm.resv_ports`)."""
     return [
         "srun",
         f"--nodes={nodes}",
