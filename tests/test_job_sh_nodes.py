@@ -156,7 +156,7 @@ SCONTROL_SLURM_TAKES_NODE2 = """#!/bin/bash
 echo "scontrol $*" >> "$CALLS"
 case "$1 $2" in
   "show config") echo "SlurmdTimeout           = 2 sec" ;;
-  "show job") n=$(grep -c "show job" "$CALLS")
+  "show job") n=$(grep -c "^scontrol show job" "$CALLS")  # not recovery's -o show job
               [ "$n" -lt 3 ] && echo " NodeList=node[1-3] " || echo " NodeList=node[1,3] " ;;
   "show hostnames") [ "$3" = "node[1-3]" ] && printf 'node1\\nnode2\\nnode3\\n' \\
                     || printf 'node1\\nnode3\\n' ;;

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.hostlists import expand_hostlist
-from slurmtf.errors import InputError
+from slurmtf.errors import InputError, SlurmCommandError
 from slurmtf.runtime.attempts import (
     LogFiles,
     Step,
@@ -33,7 +33,8 @@ from slurmtf.runtime.attempts import (
     watch_step,
 )
 from slurmtf.runtime.recovery import job_nodes
-from slurmtf.slurm.runner import default_runner
+from slurmtf.slurm.runner import Runner, default_runner
+from slurmtf.slurm.scontrol import parse_records, submit_line_nodes
 
 PROGRAM = "slurmtf recovery"
 
@@ -78,7 +79,10 @@ def _body(args: argparse.Namespace) -> int:
         what = "--log_dir" if args.log_dir is None else "--job_id"
         raise InputError(what, "", "is required", f"{what}=... (slurmtf/job.sh passes it)")
     allocated = tuple(expand_hostlist(args.nodes, name="--nodes")) if args.nodes else ()
-    nodes = job_nodes(allocated, args.spare_nodes, args.minimum)
+    minimum = args.minimum
+    if not minimum and not args.spare_nodes and args.command != "watch":
+        minimum = range_minimum(args.job_id, len(allocated), default_runner)
+    nodes = job_nodes(allocated, args.spare_nodes, minimum)
     nodes = dataclasses.replace(nodes, excluded=_names(args.excluded))
     if args.command == "start":
         used = restarts_so_far(read_record(args.log_dir, args.job_id), args.requeues)
@@ -98,6 +102,23 @@ def _body(args: argparse.Namespace) -> int:
     )  # fmt: skip
     sys.stdout.write(decide_step(step, files))
     return 0
+
+
+def range_minimum(job_id: str, allocated: int, runner: Runner) -> str:
+    """``MIN_NODES`` when the user set none: the minimum of the job's ``--nodes=MIN-MAX``
+    range as ``scontrol show job`` shows it (``SubmitLine=``, Slurm 25.11+), when the job
+    got more nodes than that; "" when Slurm does not say (22.05 to 25.05: every node the
+    job trains on is then its minimum) or the job asked no range."""
+    if not job_id or job_id == "local":
+        return ""
+    try:
+        records = parse_records(runner(["scontrol", "-o", "show", "job", job_id], timeout=15))
+    except SlurmCommandError:
+        return ""
+    found = submit_line_nodes(records[0].get("SubmitLine", "")) if records else None
+    if found is None or not found[0] < allocated:
+        return ""
+    return str(found[0])
 
 
 def _in_place(text: str) -> bool:
