@@ -324,6 +324,12 @@ slurmtf_ps_srun() {
     local het=()
     if [[ "${SLURM_HET_SIZE:-}" =~ ^[0-9]+$ ]] && [ "$SLURM_HET_SIZE" -gt 1 ]; then
         het=(--het-group="0-$((SLURM_HET_SIZE - 1))")
+        # Each component's own task count (Slurm 26.05's srun would give a component
+        # without one component 0's): slurmtf.cluster.step_flags.het_task_counts.
+        local count
+        while IFS= read -r count; do
+            [ -z "$count" ] || export "${count?}"
+        done < <("${PYTHON:-python3}" -m slurmtf.cli step-flags het-tasks)
     fi
     slurmtf_kill_on_bad_exit=0
     slurmtf_job_srun "${het[@]}" "$@"

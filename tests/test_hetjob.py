@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from slurmtf.cluster import step_flags
 from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.errors import InputError
@@ -218,3 +219,39 @@ def test_a_step_of_one_component_is_laid_out_over_its_nodes_only() -> None:
                                            for i, n in enumerate((2, 2, 3, 3))]}  # fmt: skip
     assert (layout.task_type, layout.task_id, layout.component) == ("worker", 3, 1)
     assert "4 workers on 2 nodes of 1 het component," in explain(layout)
+
+
+# The batch environment of `sbatch -N1 -n2 : -N1 --ntasks-per-node=1` on Slurm 26.05.3:
+# component 1 has no SLURM_NTASKS_HET_GROUP_1 (and srun --het-group gave it component
+# 0's SLURM_NTASKS=2: "More processors requested than permitted").
+HET_BATCH_26_05 = {
+    "SLURM_HET_SIZE": "2",
+    "SLURM_NTASKS": "2",
+    "SLURM_NTASKS_HET_GROUP_0": "2",
+    "SLURM_NTASKS_PER_NODE_HET_GROUP_1": "1",
+    "SLURM_TASKS_PER_NODE_HET_GROUP_0": "2",
+    "SLURM_TASKS_PER_NODE_HET_GROUP_1": "1",
+}
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        (HET_BATCH_26_05, {"SLURM_NTASKS_HET_GROUP_1": "1"}),
+        ({**HET_BATCH_26_05, "SLURM_TASKS_PER_NODE_HET_GROUP_1": "2(x3),1"},
+         {"SLURM_NTASKS_HET_GROUP_1": "7"}),
+        ({**HET_BATCH_26_05, "SLURM_NTASKS_HET_GROUP_1": "1"}, {}),  # 22.05 set it
+        ({"SLURM_NTASKS": "4", "SLURM_TASKS_PER_NODE": "2(x2)"}, {}),  # not heterogeneous
+        ({**HET_BATCH_26_05, "SLURM_HET_SIZE": "1"}, {}),
+    ],
+)  # fmt: skip
+def test_each_component_gets_its_own_task_count(
+    environ: dict[str, str], expected: dict[str, str]
+) -> None:
+    assert step_flags.het_task_counts(environ) == expected
+
+
+def test_a_bad_component_count_names_its_variable() -> None:
+    bad = {**HET_BATCH_26_05, "SLURM_TASKS_PER_NODE_HET_GROUP_1": "two"}
+    with pytest.raises(InputError, match="SLURM_TASKS_PER_NODE_HET_GROUP_1='two'"):
+        step_flags.het_task_counts(bad)

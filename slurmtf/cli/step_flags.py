@@ -1,23 +1,26 @@
-"""``slurmtf step-flags gpu-bind|whole-node``: srun flags for the job scripts' own steps.
+"""``slurmtf step-flags gpu-bind|whole-node|het-tasks``: srun flags for the job scripts'
+own steps.
 
 ``gpu-bind --tasks_per_node=N`` prints ``--gpu-bind=per_task:K`` when the training step
 should bind each task to its own GPUs (the job chose no binding itself: neither
 ``SLURM_TRES_BIND``/``SLURM_TRES_PER_TASK``, Slurm 23.11+, nor ``SLURM_GPU_BIND``/
 ``SLURM_GPUS_PER_TASK`` name GPUs), ``whole-node`` prints ``--cpus-per-task=C`` when a
 one-task-per-node step needs it to get the job's CPUs of each node (steps inherit
-``--cpus-per-task`` from Slurm 23.11). One flag a line, nothing when none is needed:
-:mod:`slurmtf.cluster.step_flags`.
+``--cpus-per-task`` from Slurm 23.11), ``het-tasks`` prints ``NAME=VALUE`` lines to export
+before ``srun --het-group`` (the task count of each component Slurm left out). One a line,
+nothing when none is needed: :mod:`slurmtf.cluster.step_flags`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.env import read_slurm_env
-from slurmtf.cluster.step_flags import gpu_bind_flags, whole_node_flags
+from slurmtf.cluster.step_flags import gpu_bind_flags, het_task_counts, whole_node_flags
 from slurmtf.errors import InputError
 
 PROGRAM = "slurmtf step-flags"
@@ -25,12 +28,16 @@ PROGRAM = "slurmtf step-flags"
 
 def _parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROGRAM, description=__doc__)
-    parser.add_argument("command", choices=("gpu-bind", "whole-node"))
+    parser.add_argument("command", choices=("gpu-bind", "whole-node", "het-tasks"))
     add_flag(parser, "tasks_per_node", default="1", help="the step's tasks on each node")
     return parser
 
 
 def _body(args: argparse.Namespace) -> int:
+    if args.command == "het-tasks":
+        counts = het_task_counts(os.environ)
+        sys.stdout.write("".join(f"{name}={value}\n" for name, value in counts.items()))
+        return 0
     env = read_slurm_env()
     if args.command == "whole-node":
         flags = whole_node_flags(env)

@@ -21,7 +21,10 @@ them directly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from slurmtf.cluster.env import SlurmEnv
+from slurmtf.cluster.hostlists import parse_task_counts
 
 GPU_TRES = "gres/gpu"
 
@@ -97,6 +100,26 @@ def whole_node_flags(env: SlurmEnv) -> tuple[str, ...]:
     if job_cpus_per_task(env) is None or least is None:
         return ()
     return (f"--cpus-per-task={least}",)
+
+
+def het_task_counts(environ: Mapping[str, str]) -> dict[str, str]:
+    """``SLURM_NTASKS_HET_GROUP_N`` for each component of a heterogeneous job whose batch
+    environment lacks it, from its ``SLURM_TASKS_PER_NODE_HET_GROUP_N`` (``2(x3),1`` -> 7).
+
+    A component submitted with ``--ntasks-per-node`` and no ``-n`` has none, and Slurm
+    26.05's ``srun --het-group`` then gives it component 0's ``SLURM_NTASKS``: "More
+    processors requested than permitted". Exported before that srun, the count is the
+    component's own on every release."""
+    size = _count(environ.get("SLURM_HET_SIZE")) or 0
+    counts = {}
+    for group in range(size if size > 1 else 0):
+        name = f"SLURM_NTASKS_HET_GROUP_{group}"
+        per_node = environ.get(f"SLURM_TASKS_PER_NODE_HET_GROUP_{group}", "").strip()
+        if environ.get(name, "").strip() or not per_node:
+            continue
+        tasks = parse_task_counts(per_node, name=f"SLURM_TASKS_PER_NODE_HET_GROUP_{group}")
+        counts[name] = str(sum(tasks))
+    return counts
 
 
 def _count(text: str | None) -> int | None:
