@@ -265,6 +265,20 @@ NODE_FAILURES = {
         ("stop", "failed: rank 0 failed with its own error (exit code 3): "),
     ),
 }
+# Measured on the sandbox: a 2-node step (srun --kill-on-bad-exit=0) of a --no-kill job
+# whose node2 was set DOWN (scontrol update State=DOWN) 4 s in: Slurm ends the whole step.
+MEASURED_NODE_DOWN = {
+    "22.05": (
+        "srun: error: Node failure on node2\nsrun: error: node1: task 0: Killed\n"
+        "srun: Force Terminated StepId=886105.0\nsrun: error: node2: task 1: Killed\n",
+        137,
+    ),
+    "26.05": (
+        "srun: error: Node failure on node2\nsrun: error: node2: task 1: Killed\n"
+        "srun: error: node1: task 0: Killed\nsrun: Force Terminated StepId=958157.0\n",
+        1,
+    ),
+}
 
 
 def _node_failure_attempt(tmp_path: Path, srun: str, status: int) -> Attempt:
@@ -389,3 +403,17 @@ def test_status_of_a_forgotten_job_reads_sacct_of_either_release(
     line, status = state_line("7", runner, tmp_path)
     assert status == 137, line
     assert line == "job 7: FAILED (exit 137:0) [sacct]"
+
+
+@pytest.mark.parametrize("version", MEASURED_NODE_DOWN)
+def test_a_step_ended_by_a_node_going_down_restarts_in_place_on_both_releases(
+    version: str, tmp_path: Path
+) -> None:
+    srun, status = MEASURED_NODE_DOWN[version]
+    attempt = _node_failure_attempt(tmp_path, srun, status)
+    assert attempt.failed_nodes == ("node2",)
+    nodes = Nodes(("node1", "node2", "node3"), minimum=2, dead=("node2",))
+    decision = decide(attempt, Budget(0, 3), nodes)
+    assert decision.action == "restart", decision
+    assert decision.status == 137  # 26.05's 1 read back as the tasks' SIGKILL
+    assert decision.exclude == ("node2",)
