@@ -22,14 +22,9 @@ from slurmtf.cluster.step_flags import (
     tres_count,
     whole_node_flags,
 )
-from slurmtf.errors import SlurmCommandError
-from slurmtf.monitor.status import state_line
 from slurmtf.runtime.attempts import LogFiles, read_attempt
 from slurmtf.runtime.recovery import Attempt, Budget, Nodes, TaskEnding, decide
 from slurmtf.runtime.srun_status import NODE_FAILURE_STATUS, tasks_status
-from slurmtf.sandbox import sacct as sandbox_sacct
-from slurmtf.slurm.release import SlurmRelease
-from slurmtf.slurm.sacct import read_exit_code, render_exit_code
 from slurmtf.spec.jobspec import GPU_FLAGS, JobSpec, sbatch_parameters
 from tests.conftest import FakeSlurmEnv
 
@@ -340,69 +335,6 @@ def test_a_task_ending_as_srun_counts_it(line: str, status: tuple[int, bool]) ->
     ending = TaskEnding.parse(line)
     assert ending is not None
     assert ending.status == status
-
-
-# --- sacct's ExitCode: before 25.11 an exit code above 128 less 128 -----------------------
-
-R22, R25, R26 = SlurmRelease(22, 5, 8), SlurmRelease(25, 11, 7), SlurmRelease(26, 5, 3)
-
-
-@pytest.mark.parametrize(
-    ("ended", "release", "printed"),
-    [
-        ("137:0", R22, "9:0"),
-        ("128:0", R22, "0:0"),
-        ("127:0", R22, "127:0"),
-        ("0:9", R22, "0:9"),  # a signal is its own field
-        ("137:0", R25, "137:0"),
-        ("137:0", R26, "137:0"),
-        ("137:0", None, "137:0"),
-    ],
-)
-def test_the_sandbox_sacct_prints_exit_codes_as_its_release_does(
-    ended: str, release: SlurmRelease | None, printed: str
-) -> None:
-    assert render_exit_code(ended, release) == printed
-    rows = sandbox_sacct.as_release_prints([{"JobID": "7", "ExitCode": ended}], release)
-    assert rows == [{"JobID": "7", "ExitCode": printed}]
-
-
-@pytest.mark.parametrize(
-    ("printed", "release", "known", "ended"),
-    [
-        ("9:0", R22, 137, "137:0"),  # the job's record says 137: 9 was 137
-        ("9:0", R22, 9, "9:0"),
-        ("9:0", R22, None, "9:0"),  # nothing tells: as printed
-        ("137:0", R26, 137, "137:0"),
-        ("9:0", R26, 137, "9:0"),  # 25.11+ prints what it has
-    ],
-)
-def test_sacct_exit_codes_read_back_as_the_job_ended(
-    printed: str, release: SlurmRelease, known: int | None, ended: str
-) -> None:
-    assert read_exit_code(printed, release, known) == ended
-
-
-@pytest.mark.parametrize(
-    ("version", "printed"), [("slurm-wlm 22.05.8", "9:0"), ("slurm 26.05.3", "137:0")]
-)
-def test_status_of_a_forgotten_job_reads_sacct_of_either_release(
-    version: str, printed: str, tmp_path: Path
-) -> None:
-    """A job killed for the last time (its script exited 137, recorded as a stop) and no
-    longer known to scontrol: `slurmtf status` says exit 137 on every release."""
-    (tmp_path / "recovery-7.jsonl").write_text('{"action": "stop", "status": 137}\n')
-
-    def runner(args: Sequence[str], **_: object) -> str:
-        if args[0] == "scontrol":
-            raise SlurmCommandError("scontrol", 1, "slurm_load_jobs error: Invalid job id")
-        if list(args[1:]) in (["--version"], ["-V"]):
-            return version + "\n"
-        return f"7|FAILED|{printed}\n"
-
-    line, status = state_line("7", runner, tmp_path)
-    assert status == 137, line
-    assert line == "job 7: FAILED (exit 137:0) [sacct]"
 
 
 @pytest.mark.parametrize("version", MEASURED_NODE_DOWN)
