@@ -49,9 +49,11 @@ def walled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
     require(shutil.which("nft") is not None, "nft (apt-get install nftables)")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, check=False)
     require(netns.returncode == 0, "ip netns (iproute2)")
+    # Without MpiParams=ports: a step's reserved ports are not in the job's table (the
+    # prolog runs per job, before any step), so a site with the firewall leaves them off.
     sandbox = Sandbox(
         tmp_path_factory.mktemp("walled"), nodes=3, gpus_per_node=1, link="1gbit",
-        job_firewall=True,
+        job_firewall=True, resv_ports=False,
     )  # fmt: skip
     sandbox.up()
     try:
