@@ -81,14 +81,16 @@ def held_fields(layout: ClusterLayout, holder: Holder | None) -> dict[str, Any]:
 
 def held_message(layout: ClusterLayout, holder: Holder | None, cause: str) -> str:
     """The rank's one line: the port, the node, the holder; what a restart does."""
-    what = f"rank {layout.task_index}'s port {layout.port} on {layout.node} is held by " + (
-        holder.describe() if holder else "another process"
+    found = cause.partition(": another")[0]  # port HOST:PORT is already in use (...)
+    who = holder.describe() if holder else "another process"
+    what = (
+        f"rank {layout.task_index}'s port {layout.port} on {layout.node} is held by {who}: {found}"
     )
     if layout.port_moves:
         return (
-            f"{what} ({cause.split(':', 1)[0]}). HINT: slurmtf's job scripts and slurmtf "
-            "submit restart the step in place on other ports (MAX_RESTARTS); run by hand, "
-            "start it again or stop that process"
+            f"{what}. HINT: slurmtf's job scripts and slurmtf submit restart the step in "
+            "place on other ports (MAX_RESTARTS); run by hand, start it again or stop that "
+            "process"
         )
     return f"{what}. {fixed_hint(layout.port_rule)}"
 

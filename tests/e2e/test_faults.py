@@ -24,7 +24,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 def test_a_taken_port_fails_the_job_at_once_naming_it(
     slurm_sandbox: SlurmSandbox, jobs: list[SandboxJob], tmp_path: Path
 ) -> None:
-    """All sandbox nodes share this machine's network: hold rank 1's port here."""
+    """All sandbox nodes share this machine's network: hold rank 1's port here. The base
+    is fixed (SLURMTF_PORT_BASE), so a restart would meet the same port: the job stops
+    and says what to do (a base slurmtf chose moves instead: tests/e2e/test_ports.py)."""
     base = free_port_base(2)
     job = new_job(jobs, slurm_sandbox, tmp_path, "port")
     with socket.socket() as squatter:
@@ -38,6 +40,9 @@ def test_a_taken_port_fails_the_job_at_once_naming_it(
     assert state == "FAILED", job.report()
     assert f":{base + 1}" in job.text("rank1.err"), job.report()
     assert "HINT:" in job.text("rank1.err"), job.report()
+    said = job.job_output()
+    assert f"rank 1's port {base + 1} on node2 was held by " in said, job.report()
+    assert "so slurmtf does not move them. HINT: " in said, job.report()
 
 
 def test_two_jobs_on_the_same_nodes_at_once_both_train(
