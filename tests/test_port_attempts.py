@@ -21,6 +21,7 @@ import pytest
 from slurmtf.cluster import ports
 from slurmtf.errors import InputError
 from slurmtf.firewall import rules
+from slurmtf.local.step import LocalStep
 from slurmtf.resolver import explain, resolve
 from slurmtf.runtime import held_port
 from slurmtf.runtime.attempts import LogFiles, read_attempt
@@ -299,3 +300,13 @@ def test_the_edge_reads_the_event_from_the_ranks_log(tmp_path: Path) -> None:
     srun_err.write_text("srun: error: node2: task 1: Exited with exit code 1\n")
     found = read_attempt(1, LogFiles(tmp_path, srun_err=srun_err))
     assert decide(found, Budget(0, 3)).action == "restart"
+
+
+def test_a_local_restart_moves_the_ports_too() -> None:
+    """--cluster=local: each attempt's ranks get the attempt as SLURM_RESTART_COUNT."""
+    nodes = ("127.0.0.1", "127.0.0.2")
+    first = resolve(LocalStep(nodes, 2, 4242).rank_env(0))
+    again = resolve(LocalStep(nodes, 2, 4242, restarts=1).rank_env(0))
+    assert first.port_source == again.port_source == "job"
+    old = {w.rsplit(":", 1)[1] for w in first.workers}
+    assert not old & {w.rsplit(":", 1)[1] for w in again.workers}
