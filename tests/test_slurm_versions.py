@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -15,12 +15,11 @@ from slurmtf.cli import check as check_cli
 from slurmtf.cli import step_flags as step_flags_cli
 from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.step_flags import (
+    CPUS_PER_TASK_VARS,
     chosen_gpu_binding,
     gpu_bind_flags,
-    job_cpus_per_task,
-    least_cpus_per_node,
     tres_count,
-    whole_node_flags,
+    whole_node_environ,
 )
 from slurmtf.runtime.attempts import LogFiles, read_attempt
 from slurmtf.runtime.recovery import Attempt, Budget, Nodes, TaskEnding, decide
@@ -158,46 +157,48 @@ def test_the_gpu_binding_cli_prints_one_flag_a_line(
 
 
 @pytest.mark.parametrize(
-    ("text", "least"), [("4(x2)", 4), ("8(x2),4", 4), ("2", 2), ("", None), (None, None)]
+    ("form", "version", "tres"),
+    [
+        ("--gres=gpu:2 -c 2", "22.05", None),
+        ("--gres=gpu:2 -c 2", "26.05", None),  # cpu=2 only: gone
+        ("--gres=none --gpus-per-task=1 --ntasks-per-node=2", "26.05", "gres/gpu=1"),
+        ("--gres=gpu:2", "26.05", None),
+    ],
 )
-def test_least_cpus_per_node(text: str | None, least: int | None) -> None:
-    assert least_cpus_per_node(text) == least
-
-
-@pytest.mark.parametrize("version", VERSIONS)
-def test_a_whole_node_step_asks_the_nodes_cpus_when_the_job_set_cpus_per_task(
-    version: str, fake_slurm_env: FakeSlurmEnv
+def test_a_whole_node_step_runs_without_the_jobs_cpus_per_task(
+    form: str, version: str, tres: str | None
 ) -> None:
-    fake_slurm_env.set(**FORMS["--gres=gpu:2 -c 2"][version], SLURM_JOB_CPUS_PER_NODE="8(x2)")
-    env = read_slurm_env()
-    assert job_cpus_per_task(env) == 2
-    assert whole_node_flags(env) == ("--cpus-per-task=8",)
+    """Measured on the sandbox, a one-task-per-node step of a -c 2 job on 2-node, 4-CPU
+    nodes: 22.05 gives it 8 CPUs (the nodes), 26.05.3 4 (2 a task, inherited), and 8
+    again without SLURM_CPUS_PER_TASK and SLURM_TRES_PER_TASK's cpu=2."""
+    environ = {"PATH": "/usr/bin", "SLURM_JOB_ID": "7", **FORMS[form][version]}
+    env = whole_node_environ(environ)
+    assert "SLURM_CPUS_PER_TASK" not in env
+    assert env.get("SLURM_TRES_PER_TASK") == tres
+    assert {k: v for k, v in env.items() if k not in CPUS_PER_TASK_VARS} == {
+        k: v for k, v in environ.items() if k not in CPUS_PER_TASK_VARS
+    }
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-def test_a_whole_node_step_needs_no_flag_without_cpus_per_task(
-    version: str, fake_slurm_env: FakeSlurmEnv
-) -> None:
-    fake_slurm_env.set(**FORMS["--gres=gpu:2"][version], SLURM_JOB_CPUS_PER_NODE="8(x2)")
-    assert whole_node_flags(read_slurm_env()) == ()
-
-
-def test_the_check_step_gets_the_whole_node_when_the_job_set_cpus_per_task(
+def test_the_check_step_runs_without_the_jobs_cpus_per_task(
     fake_slurm_env: FakeSlurmEnv,
 ) -> None:
     fake_slurm_env.set(
         SLURM_JOB_ID=7, SLURM_JOB_NODELIST="node[1-2]", SLURM_JOB_CPUS_PER_NODE="8(x2)",
         **FORMS["--gres=gpu:2 -c 2"]["26.05"],
     )  # fmt: skip
-    calls: list[list[str]] = []
+    calls: list[tuple[list[str], Mapping[str, str] | None]] = []
 
-    def runner(args: Sequence[str], **_: object) -> str:
-        calls.append(list(args))
+    def runner(args: Sequence[str], env: Mapping[str, str] | None = None, **_: object) -> str:
+        calls.append((list(args), env))
         return ""
 
     assert check_cli.main([], runner=runner) == 1  # no verdict printed: the check failed
-    assert calls[-1][:5] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1",
-                            "--cpus-per-task=8"]  # fmt: skip
+    args, env = calls[-1]
+    assert args[:4] == ["srun", "--nodes=2", "--ntasks=2", "--ntasks-per-node=1"]
+    assert env is not None
+    assert env["SLURM_JOB_ID"] == "7"
+    assert not {"SLURM_CPUS_PER_TASK", "SLURM_TRES_PER_TASK"} & set(env)
 
 
 # --- GPU options each release accepts: 26.05 refuses --gres=gpu with --gpus-per-node -----

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import sys
 import time
@@ -22,7 +23,7 @@ from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.cluster.ports import parse_resv_mode
-from slurmtf.cluster.step_flags import whole_node_flags
+from slurmtf.cluster.step_flags import whole_node_environ
 from slurmtf.contracts import is_final
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.events import last, parse_events
@@ -106,7 +107,7 @@ def _run(args: argparse.Namespace, runner: Runner) -> int:
         )
     nodes = len(expand_hostlist(env.nodelist))
     resv = resv_ports_args(nodes, cluster_span(runner), parse_resv_mode(env.resv_mode))
-    return _in_allocation(args, nodes, runner, [*whole_node_flags(env), *resv])
+    return _in_allocation(args, nodes, runner, resv)
 
 
 def probe_args(args: argparse.Namespace) -> list[str]:
@@ -117,10 +118,11 @@ def probe_args(args: argparse.Namespace) -> list[str]:
 def step_command(
     nodes: int, python: str, args: argparse.Namespace, cpus: Sequence[str] = ()
 ) -> list[str]:
-    """The ``srun`` line: one probe per node of the allocation, with ``cpus`` (the job's
-    CPUs of each node when the job set ``--cpus-per-task``, which steps inherit from Slurm
-    23.11: :func:`~slurmtf.cluster.step_flags.whole_node_flags`; and ``--resv-ports=N``
-    where the cluster reserves ports: :mod:`slurmtf.slurm.resv_ports`)."""
+    """The ``srun`` line: one probe per node of the allocation, with ``cpus`` (extra srun
+    flags: ``--resv-ports=N`` where the cluster reserves ports, :mod:`slurmtf.slurm.resv_ports`).
+    It runs without the job's ``--cpus-per-task``, which steps inherit from Slurm 23.11, so
+    that each probe gets its node's CPUs on every release
+    (:func:`~slurmtf.cluster.step_flags.whole_node_environ`)."""
     return [
         "srun",
         f"--nodes={nodes}",
@@ -141,7 +143,11 @@ def _in_allocation(
 ) -> int:
     t0 = time.monotonic()
     try:
-        out = runner(step_command(nodes, sys.executable, args, cpus), timeout=STEP_TIMEOUT_S)
+        out = runner(
+            step_command(nodes, sys.executable, args, cpus),
+            timeout=STEP_TIMEOUT_S,
+            env=whole_node_environ(os.environ),
+        )
     except SlurmCommandError as exc:
         raise SlurmtfError(f"the check step failed: {exc}") from exc
     found = last(parse_events(out), "check")

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.env import read_slurm_env
-from slurmtf.cluster.step_flags import gpu_bind_flags, het_task_counts, whole_node_flags
+from slurmtf.cluster.step_flags import gpu_bind_flags, het_task_counts
 from slurmtf.errors import InputError
 
 PROGRAM = "slurmtf step-flags"
@@ -28,7 +28,7 @@ PROGRAM = "slurmtf step-flags"
 
 def _parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROGRAM, description=__doc__)
-    parser.add_argument("command", choices=("gpu-bind", "whole-node", "het-tasks"))
+    parser.add_argument("command", choices=("gpu-bind", "het-tasks"))
     add_flag(parser, "tasks_per_node", default="1", help="the step's tasks on each node")
     return parser
 
@@ -38,17 +38,13 @@ def _body(args: argparse.Namespace) -> int:
         counts = het_task_counts(os.environ)
         sys.stdout.write("".join(f"{name}={value}\n" for name, value in counts.items()))
         return 0
-    env = read_slurm_env()
-    if args.command == "whole-node":
-        flags = whole_node_flags(env)
-    else:
-        text = str(args.tasks_per_node).strip()
-        if not text.isdigit() or int(text) < 1:
-            raise InputError(
-                "--tasks_per_node", args.tasks_per_node, "is not a task count",
-                "pass the step's tasks per node, e.g. --tasks_per_node=4",
-            )  # fmt: skip
-        flags = gpu_bind_flags(env, int(text))
+    text = str(args.tasks_per_node).strip()
+    if not text.isdigit() or int(text) < 1:
+        raise InputError(
+            "--tasks_per_node", args.tasks_per_node, "is not a task count",
+            "pass the step's tasks per node, e.g. --tasks_per_node=4",
+        )  # fmt: skip
+    flags = gpu_bind_flags(read_slurm_env(), int(text))
     sys.stdout.write("".join(f"{flag}\n" for flag in flags))
     return 0
 

@@ -84,8 +84,6 @@ class SlurmEnv:
     gpu_bind: str | None = None
     tres_per_task: str | None = None
     gpus_per_task: str | None = None
-    cpus_per_task: str | None = None
-    job_cpus_per_node: str | None = None
     jobs: str | None = None
     het_size: str | None = None
     het_nodelists: tuple[str | None, ...] = ()
@@ -215,7 +213,7 @@ def _gpus(get: Callable[[str], str | None]) -> dict[str, Any]:
         "gpus_on_node": get("SLURM_GPUS_ON_NODE"),
         "job_gpus": get("SLURM_JOB_GPUS"),
         "gpu_split": get("SLURMTF_GPU_SPLIT"),
-        # How the job asked its tasks' GPUs and CPUs. Slurm 23.11+ exports the TRES forms
+        # How the job asked its tasks' GPUs. Slurm 23.11+ exports the TRES forms
         # (SLURM_TRES_BIND=gres/gpu:closest, SLURM_TRES_PER_TASK=gres/gpu=1 or cpu=4),
         # older releases SLURM_GPU_BIND and SLURM_GPUS_PER_TASK: both are kept, the newer
         # read first (slurmtf.cluster.step_flags).
@@ -223,8 +221,6 @@ def _gpus(get: Callable[[str], str | None]) -> dict[str, Any]:
         "gpu_bind": get("SLURM_GPU_BIND"),
         "tres_per_task": get("SLURM_TRES_PER_TASK"),
         "gpus_per_task": get("SLURM_GPUS_PER_TASK"),
-        "cpus_per_task": get("SLURM_CPUS_PER_TASK"),
-        "job_cpus_per_node": get("SLURM_JOB_CPUS_PER_NODE"),
     }
 
 

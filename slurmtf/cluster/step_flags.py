@@ -12,11 +12,12 @@ them directly.
   ``SLURM_GPU_BIND`` / ``SLURM_GPUS_PER_TASK``: the newer names are read first, the older
   as fallback. ``SLURM_TRES_PER_TASK`` also carries ``cpu=N`` (``-c N``): only its
   ``gres/gpu`` part counts as a GPU choice.
-* **A step over whole nodes** (:func:`whole_node_flags`): from Slurm 23.11 a step inherits
-  the job's ``--cpus-per-task`` (``SLURM_CPUS_PER_TASK``), which implies ``--exact``, and
-  ``--whole`` is then ignored: a one-task-per-node step of a ``-c 2`` job gets 2 CPUs of
-  each node, not the node (22.05 gave it the node). A step that measures the node asks
-  for the job's CPUs on each node instead, the same on every release.
+* **A step over whole nodes** (:func:`whole_node_environ`): from Slurm 23.11 a step
+  inherits the job's ``--cpus-per-task`` (``SLURM_CPUS_PER_TASK``, ``cpu=N`` in
+  ``SLURM_TRES_PER_TASK``), which implies ``--exact`` and overrides ``--whole``: a
+  one-task-per-node step of a ``-c 2`` job gets 2 CPUs of each node, not the node (22.05
+  gave it the node). A step that measures the node runs without those variables, and so
+  gets the job's CPUs of each node on every release.
 """
 
 from __future__ import annotations
@@ -78,28 +79,22 @@ def gpu_bind_flags(env: SlurmEnv, tasks_per_node: int) -> tuple[str, ...]:
     return (f"--gpu-bind=per_task:{gpus // tasks_per_node}",)
 
 
-def least_cpus_per_node(text: str | None) -> int | None:
-    """The fewest CPUs of the job on any node: ``SLURM_JOB_CPUS_PER_NODE`` ``8(x2),4`` -> 4."""
-    counts = [_count(part.split("(", 1)[0]) for part in (text or "").split(",")]
-    known = [c for c in counts if c is not None]
-    return min(known) if known else None
+# Where a step finds the job's --cpus-per-task: from Slurm 23.11 srun reads both.
+CPUS_PER_TASK_VARS = ("SLURM_CPUS_PER_TASK", "SLURM_TRES_PER_TASK")
 
 
-def job_cpus_per_task(env: SlurmEnv) -> int | None:
-    """The job's ``--cpus-per-task``: ``SLURM_TRES_PER_TASK``'s ``cpu=N`` (23.11+) first,
-    else ``SLURM_CPUS_PER_TASK``; ``None`` when the job did not ask."""
-    return tres_count(env.tres_per_task, "cpu") or _count(env.cpus_per_task)
-
-
-def whole_node_flags(env: SlurmEnv) -> tuple[str, ...]:
-    """srun flags for a one-task-per-node step that should get the job's CPUs on each node
-    whatever the release: ``--cpus-per-task=<the fewest CPUs on a node>`` when the job set
-    ``--cpus-per-task`` (which steps inherit from Slurm 23.11), else nothing (the step gets
-    the job's CPUs of the node by default)."""
-    least = least_cpus_per_node(env.job_cpus_per_node)
-    if job_cpus_per_task(env) is None or least is None:
-        return ()
-    return (f"--cpus-per-task={least}",)
+def whole_node_environ(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a step that should get the job's CPUs of each node on every release:
+    without ``SLURM_CPUS_PER_TASK`` and the ``cpu=N`` part of ``SLURM_TRES_PER_TASK``, which
+    srun inherits from Slurm 23.11 (implying ``--exact``: the step would get N CPUs a task;
+    an explicit ``--cpus-per-task`` of the node's count warns "may never run"). Other TRES
+    of ``SLURM_TRES_PER_TASK`` (``gres/gpu=1``) stay."""
+    out = {k: v for k, v in environ.items() if k not in CPUS_PER_TASK_VARS}
+    tres = environ.get("SLURM_TRES_PER_TASK", "")
+    kept = [e for e in tres.split(",") if e.strip() and not e.strip().startswith("cpu=")]
+    if kept:
+        out["SLURM_TRES_PER_TASK"] = ",".join(kept)
+    return out
 
 
 def het_task_counts(environ: Mapping[str, str]) -> dict[str, str]:
