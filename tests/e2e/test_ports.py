@@ -98,6 +98,7 @@ def probes(job: SandboxJob, name: str = "probe") -> list[Event]:
     ]
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize("reserved", [True, False], ids=["MpiParams=ports", "without"])
 def test_two_jobs_on_the_same_nodes_never_share_a_port(
     slurm_sandbox: SlurmSandbox, tmp_path: Path, reserved: bool
