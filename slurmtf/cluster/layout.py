@@ -18,7 +18,7 @@ from slurmtf.cluster import ports, roles
 from slurmtf.cluster.env import SlurmEnv
 from slurmtf.cluster.gpu_ids import node_gpus, parse_split_mode, parse_visible_devices
 from slurmtf.cluster.hostlists import expand_hostlist, parse_task_counts, short
-from slurmtf.cluster.placement import SRUN_HINT, Placement, place
+from slurmtf.cluster.placement import SRUN_HINT, Placement, local_ids_of, place
 from slurmtf.cluster.placement import count as _count
 from slurmtf.errors import InputError
 
@@ -208,16 +208,6 @@ def build_layout(
     return ClusterLayout(
         workers=workers, nodes=nodes, task_index=step.task, **_port_values(plan), **common
     )
-
-
-def local_ids_of(nodes: Sequence[object]) -> tuple[int, ...]:
-    """Each rank's index among the ranks of its node (``nodes[r]``: rank r's node)."""
-    seen: dict[object, int] = {}
-    ids = []
-    for node in nodes:
-        ids.append(seen.get(node, 0))
-        seen[node] = ids[-1] + 1
-    return tuple(ids)
 
 
 def _port_values(plan: ports.PortPlan) -> dict[str, Any]:

@@ -7,6 +7,7 @@ job, each component's nodes) into every rank's node, as Slurm's step layout does
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurmtf.cluster.env import HET_NODELIST_VAR, HET_SIZE_VAR, SlurmEnv
@@ -36,6 +37,16 @@ def count(text: str | None, name: str, hint: str = SRUN_HINT) -> int:
     if not value.isascii() or not value.isdigit() or len(value) > 12:
         raise InputError(name, text, "is not a non-negative integer", hint)
     return int(value)
+
+
+def local_ids_of(nodes: Sequence[object]) -> tuple[int, ...]:
+    """Each rank's index among the ranks of its node (``nodes[r]``: rank r's node)."""
+    seen: dict[object, int] = {}
+    ids = []
+    for node in nodes:
+        ids.append(seen.get(node, 0))
+        seen[node] = ids[-1] + 1
+    return tuple(ids)
 
 
 def place(
