@@ -238,6 +238,7 @@ def test_a_held_port_names_port_node_and_holder(
     assert event["moves"] is False
     message = str(info.value)
     assert f"rank 1's port {port} on node2 is held by pid {proc.pid}" in message
+    assert "\n" not in message  # the holder's -c code has newlines: one line all the same
     assert "slurmtf does not move them. HINT: " in message
 
 

@@ -48,7 +48,8 @@ class Holder:
                 task += f" rank {self.slurm['SLURM_PROCID']}"
             if self.slurm.get("SLURMD_NODENAME"):
                 task += f" on {self.slurm['SLURMD_NODENAME']}"
-        return f"pid {self.pid} ({self.command[:120]}{task})"
+        command = " ".join(self.command.split())  # one line, whatever its arguments hold
+        return f"pid {self.pid} ({command[:120]}{task})"
 
 
 def check_port(layout: ClusterLayout, proc: Path = Path("/proc")) -> None:
@@ -107,7 +108,7 @@ def fixed_hint(rule: str) -> str:
 def describe_held(event: Mapping[str, Any]) -> tuple[str, bool]:
     """A ``port_in_use`` event in words for the job's log, and whether a restart (on other
     ports) may help: not when the user fixed the base."""
-    holder = event.get("holder") or "another process"
+    holder = " ".join(str(event.get("holder") or "another process").split())
     port, node = event.get("port"), event.get("node")
     what = f"rank {event.get('rank')}'s port {port} on {node} was held by {holder}"
     if event.get("moves", True):
