@@ -8,7 +8,9 @@ of it.
 
 from __future__ import annotations
 
+import io
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from slurmtf.cli import submit as submit_cli
 from slurmtf.cluster import ports
 from slurmtf.errors import InputError
 from slurmtf.firewall import rules
@@ -311,3 +314,33 @@ def test_a_local_restart_moves_the_ports_too() -> None:
     assert first.port_source == again.port_source == "job"
     old = {w.rsplit(":", 1)[1] for w in first.workers}
     assert not old & {w.rsplit(":", 1)[1] for w in again.workers}
+
+
+def test_cluster_local_restarts_on_other_ports_when_one_is_held(tmp_path: Path) -> None:
+    """--cluster=local (job id: this process's id): rank 1's port held before the run."""
+    port = ports.derive_port_base(os.getpid(), 2) + 1
+    code = (
+        "import socket, sys, time\ns = socket.socket()\n"
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+        "s.bind(('', int(sys.argv[1]))); s.listen(); print('ok', flush=True); time.sleep(60)\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code, str(port)], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == b"ok", "could not hold the port"
+        out = io.StringIO()
+        show = f"{sys.executable} -c \"import os; print('CFG', os.environ['TF_CONFIG'])\""
+        argv = ["--cluster=local", "--nodes=2", f"--log_dir={tmp_path}", f"--command={show}",
+                "--max_restarts=2"]  # fmt: skip
+        assert submit_cli.main(argv, out=out) == 0, out.getvalue()
+    finally:
+        holder.kill()
+        holder.communicate()
+    said = out.getvalue()
+    assert "restart 1 of 2 in place (MAX_RESTARTS)" in said, said
+    assert f"rank 1's port {port} on 127.0.0.2 was held by pid {holder.pid} (" in said, said
+    configs = [line for p in tmp_path.glob("*_log.out") for line in p.read_text().splitlines()
+               if line.startswith("CFG ")]  # fmt: skip
+    rank1 = [line for line in configs if '"index": 1' in line]
+    assert len(rank1) == 1, configs  # rank 1 ran its command once: in the second attempt
+    assert f":{port}" not in rank1[0], configs
