@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slurmtf.cli import submit as submit_cli
 from slurmtf.cluster import ports
@@ -344,3 +346,45 @@ def test_cluster_local_restarts_on_other_ports_when_one_is_held(tmp_path: Path) 
     rank1 = [line for line in configs if '"index": 1' in line]
     assert len(rank1) == 1, configs  # rank 1 ran its command once: in the second attempt
     assert f":{port}" not in rank1[0], configs
+
+
+def _ranges(found: list[int]) -> str:
+    """Ports as Slurm writes them: sorted runs as LOW-HIGH, joined by commas."""
+    runs: list[list[int]] = []
+    for port in found:
+        if runs and port == runs[-1][1] + 1:
+            runs[-1][1] = port
+        else:
+            runs.append([port, port])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    per_node=st.lists(st.integers(1, 4), min_size=1, max_size=6),
+    extra=st.integers(0, 3),
+    start=st.integers(1024, 60000),
+    gaps=st.lists(st.integers(1, 3), min_size=30, max_size=30),
+)
+def test_reserved_ports_give_every_rank_its_own(
+    per_node: list[int], extra: int, start: int, gaps: list[int]
+) -> None:
+    """One port per rank (or more): every rank agrees on the list, ranks never share a
+    port, and each port is one Slurm reserved."""
+    ntasks = sum(per_node)
+    found, port = [], start
+    for gap in gaps[: ntasks + extra]:
+        found.append(port)
+        port += gap
+    text = _ranges(found)
+    nodes = ",".join(f"n{i}" for i in range(len(per_node)))
+    counts = ",".join(map(str, per_node))
+    layouts = [
+        resolve({"SLURM_STEP_NODELIST": nodes, "SLURM_STEP_TASKS_PER_NODE": counts,
+                 "SLURM_PROCID": str(r), "SLURM_JOB_ID": "5", "SLURM_STEP_RESV_PORTS": text})
+        for r in range(ntasks)
+    ]  # fmt: skip
+    assert len({lay.workers for lay in layouts}) == 1
+    used = [lay.port for lay in layouts]
+    assert len(set(used)) == ntasks
+    assert set(used) <= set(found)

@@ -52,7 +52,8 @@ def _parser() -> argparse.ArgumentParser:
         parser,
         "port_base",
         metavar="PORT",
-        help="port of rank 0; rank r uses PORT+r (default: from the job id, or SLURMTF_PORT_BASE)",
+        help="port of rank 0; rank r uses PORT+r, on every attempt (default: SLURMTF_PORT_BASE, "
+        "else the step's SLURM_STEP_RESV_PORTS, else from the job id, moved by the attempt)",
     )
     add_flag(
         parser,
