@@ -28,6 +28,7 @@ from slurmtf.contracts import is_final
 from slurmtf.errors import InputError, SlurmCommandError, SlurmtfError
 from slurmtf.events import last, parse_events
 from slurmtf.monitor.status import job_states
+from slurmtf.slurm.controller import ControllerSilent, patient
 from slurmtf.slurm.resv_ports import cluster_span, resv_ports_args
 from slurmtf.slurm.runner import Runner, default_runner
 
@@ -79,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> int:
-    return run_command("slurmtf check", _parser(), argv, lambda a: _run(a, runner))
+    # every command of a check needs the controller: a brief retry, then what was asked
+    return run_command("slurmtf check", _parser(), argv, lambda a: _run(a, patient(runner)))
 
 
 def _run(args: argparse.Namespace, runner: Runner) -> int:
@@ -148,6 +150,8 @@ def _in_allocation(
             timeout=STEP_TIMEOUT_S,
             env=whole_node_environ(os.environ),
         )
+    except ControllerSilent:
+        raise  # names the srun line, Slurm's words and a HINT
     except SlurmCommandError as exc:
         raise SlurmtfError(f"the check step failed: {exc}") from exc
     found = last(parse_events(out), "check")

@@ -5,6 +5,10 @@ prints the raw event lines, ``--err`` the rank's stderr as written.
 
 The logs are found through Slurm while it knows the job, then through the record of
 submitted jobs (``$XDG_STATE_HOME/slurmtf/jobs.jsonl``); ``--log_dir`` overrides both.
+When Slurm's controller does not answer (maintenance, a failover, a machine without
+Slurm's configuration), ``status`` and ``logs`` answer from that record and the logs,
+with one line saying Slurm did not answer; ``cancel`` retries for a few seconds, then
+says what it asked.
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from slurmtf.cli import ArgumentParser, add_flag, report_error
 from slurmtf.cli.sweep import print_sweep
 from slurmtf.errors import InputError, SlurmtfError, UsageError
 from slurmtf.monitor.console import render_lines
+from slurmtf.monitor.slurm_view import SlurmView, ask_slurm
 from slurmtf.monitor.status import follow_rank, locate, status_lines
+from slurmtf.slurm.controller import patient
 from slurmtf.slurm.runner import Runner, default_runner
 
 COMMANDS = ("status", "logs", "cancel")
@@ -67,15 +73,20 @@ def _run(command: str, options: argparse.Namespace, runner: Runner) -> int:
     if not job_id.replace("_", "").isdigit():
         raise InputError("JOB", job_id, "is not a Slurm job id", "e.g. 1234 or 1234_3 (array task)")
     if command == "cancel":
-        runner(["scancel", job_id])
+        patient(runner)(["scancel", job_id])
         print(f"slurmtf: cancelled job {job_id}")
         return 0
-    if command == "status" and print_sweep(job_id, options, runner):
-        return 0  # a job array: one row per point (slurmtf.cli.sweep)
-    place = locate(job_id, runner, options.log_dir)
     if command == "status":
-        print("\n".join(status_lines(job_id, runner, place)))
+        view = ask_slurm(job_id, runner)  # once: a silent controller costs one wait
+        if print_sweep(job_id, options, runner, view):
+            return 0  # a job array: one row per point (slurmtf.cli.sweep)
+        place = locate(job_id, runner, options.log_dir, view)
+        print("\n".join(status_lines(job_id, runner, place, view)))
         return 0
+    view = SlurmView(None) if options.log_dir else ask_slurm(job_id, runner)
+    if view.silent:
+        print(f"slurmtf logs: {view.note()}", file=sys.stderr)
+    place = locate(job_id, runner, options.log_dir, view)
     if options.rank < 0:
         raise InputError("--rank", options.rank, "is not a rank", "e.g. --rank=0")
     path = place.rank_log(options.rank, "err" if options.err else "out")

@@ -22,6 +22,7 @@ from slurmtf.cli import ArgumentParser, add_flag, report_error
 from slurmtf.contracts import DEFAULT_LOG_DIR, DEFAULT_PREEMPTION_SIGNAL
 from slurmtf.errors import SlurmtfError, UsageError
 from slurmtf.monitor.status import follow
+from slurmtf.slurm.controller import persist
 from slurmtf.spec import jobspec
 from slurmtf.submit import dry_run, spec_from_args, submit_slurm
 
@@ -294,7 +295,12 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             from slurmtf.local.job import run_local
 
             return run_local(spec, out)
-        main_id, ids = submit_slurm(spec, out)
+        # sbatch needs the controller: a brief retry while it cannot be reached
+        main_id, ids = persist(
+            lambda: submit_slurm(spec, out),
+            ["sbatch"],
+            asked=f"sbatch of job {spec.job_name!r} ({spec.node_count} node(s), via submitit)",
+        )
         if not options.wait:
             return 0
         status: int = follow(

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.errors import InputError
+from slurmtf.monitor.slurm_view import SlurmView, ask_slurm
 from slurmtf.monitor.sweep_rows import METRICS, render_csv, render_json, render_table, sort_rows
 from slurmtf.monitor.sweeps import collect
 from slurmtf.slurm.runner import Runner, default_runner
@@ -37,11 +38,17 @@ def _parser() -> ArgumentParser:
     return parser
 
 
-def print_sweep(job_id: str, options: argparse.Namespace, runner: Runner) -> bool:
-    """Print the sweep's table in the form asked for; False when ``job_id`` is no array."""
-    rows = collect(job_id, runner, getattr(options, "log_dir", None))
+def print_sweep(
+    job_id: str, options: argparse.Namespace, runner: Runner, view: SlurmView | None = None
+) -> bool:
+    """Print the sweep's table in the form asked for; False when ``job_id`` is no array.
+    ``view``: Slurm's answer when already asked; one that did not come is a line on stderr."""
+    view = view or ask_slurm(job_id, runner)
+    rows = collect(job_id, runner, getattr(options, "log_dir", None), view)
     if rows is None:
         return False
+    if view.silent:
+        print(f"slurmtf: {view.note()}", file=sys.stderr)
     rows = sort_rows(rows, getattr(options, "sort", None))
     if getattr(options, "json", False):
         print(render_json(job_id, rows))

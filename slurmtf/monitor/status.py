@@ -23,18 +23,26 @@ from slurmtf.contracts import (
     base_state,
     format_seconds,
     is_final,
-    rank_error_line,
     rank_log_paths,
 )
 from slurmtf.errors import SlurmCommandError
 from slurmtf.events import Event, last, named, parse_events, read_events
 from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor.console import Console, Renderer, render_lines, shown_stderr
+from slurmtf.monitor.job_logs import (
+    error_lines,
+    final_accuracy,
+    log_lines,
+    logged_exit,
+    read_new,
+    recorded_status,
+)
 from slurmtf.monitor.records import JobPlace
-from slurmtf.runtime.attempts import in_place, read_record, recovered_attempt
+from slurmtf.monitor.slurm_view import SlurmView, ask_slurm, job_records
+from slurmtf.runtime.attempts import in_place, read_record
+from slurmtf.slurm.controller import ControllerSilent, silence_of
 from slurmtf.slurm.runner import Runner, default_runner
 from slurmtf.slurm.sacct import accounting_states
-from slurmtf.slurm.scontrol import parse_records
 from slurmtf.spec import noderange
 
 
@@ -51,52 +59,12 @@ def exit_status(state: str, exit_code: str) -> int:
     return FINAL_STATES.get(base, 1)
 
 
-def job_records(job_id: str, runner: Runner) -> list[dict[str, str]] | None:
-    """``scontrol -o show job`` fields (one record per array task), or ``None`` once Slurm
-    forgot the job."""
-    try:
-        text = runner(["scontrol", "-o", "show", "job", job_id])
-    except SlurmCommandError as exc:
-        if "Invalid job id" in exc.stderr:
-            return None
-        raise
-    return parse_records(text)
-
-
 def job_states(job_id: str, runner: Runner) -> list[tuple[str, str]] | None:
     """``[(state, exit_code), ...]`` (one per array task) or ``None`` when Slurm forgot it."""
     records = job_records(job_id, runner)
     if records is None:
         return None
     return [(r.get("JobState", "UNKNOWN"), r.get("ExitCode", "0:0")) for r in records]
-
-
-def recorded_status(folder: Path, job_id: str) -> int | None:
-    """The status the job's script ended with, from its recovery record (a stop), if any."""
-    stops = [r for r in read_record(folder, job_id) if r.get("action") == "stop"]
-    status = stops[-1].get("status") if stops else None
-    return status if isinstance(status, int) else None
-
-
-def logged_exit(path: Path) -> int | None:
-    """The status in the last ``{"event": "exit"}`` line of a rank's log, if any."""
-    event = last(read_events(path), "exit")
-    if event is None:
-        return None
-    value = event.get("status", 1)
-    return int(value) if isinstance(value, int | str) else 1
-
-
-def final_accuracy(path: Path) -> tuple[float, object] | None:
-    """Accuracy and step of the last ``eval`` event in the chief's log."""
-    found = None
-    for event in named(read_events(path), "eval"):
-        keys = [k for k in event if "accuracy" in k]
-        key = "accuracy" if "accuracy" in event else (keys[0] if keys else None)
-        value = event.get(key) if key is not None else None
-        if isinstance(value, int | float):
-            found = (float(value), event.get("step"))
-    return found
 
 
 def state_line(job_id: str, runner: Runner, folder: Path) -> tuple[str, int | None]:
@@ -119,6 +87,18 @@ def state_line(job_id: str, runner: Runner, folder: Path) -> tuple[str, int | No
     done = all(is_final(s) for s, _ in states)
     status = max((exit_status(s, c) for s, c in states), default=1) if done else None
     return f"job {job_id}: {text} [{source}]", status
+
+
+def waiting_line(job_id: str, runner: Runner, folder: Path) -> tuple[str, int | None]:
+    """:func:`state_line` for a follower: a controller that does not answer for a while (a
+    failover, maintenance) is a line, and the wait goes on; no configuration is an error."""
+    try:
+        return state_line(job_id, runner, folder)
+    except SlurmCommandError as exc:
+        found = silence_of(exc)
+        if found is None or found.no_config:
+            raise
+        return f"job {job_id}: Slurm did not answer ({found.words}); still waiting", None
 
 
 def follow(
@@ -151,7 +131,7 @@ def follow(
     status: int | None = None
     seen_final = 0
     while True:
-        line, status = state_line(job_id, runner, folder)
+        line, status = waiting_line(job_id, runner, folder)
         if line != last_line:
             console.line(f"slurmtf: {line}")
             last_line = line
@@ -201,18 +181,6 @@ def failed_rank(folder: Path, log_job: str, num_tasks: int) -> tuple[int, int] |
     return None
 
 
-def read_new(path: Path, offset: int) -> tuple[list[str], int]:
-    """The whole lines ``path`` gained since ``offset``, and the new offset."""
-    try:
-        with path.open("rb") as handle:
-            handle.seek(offset)
-            data = handle.read()
-    except OSError:
-        return [], offset
-    end = data.rfind(b"\n") + 1
-    return data[:end].decode(errors="replace").splitlines(), offset + end
-
-
 def summary(job_id: str, folder: Path, num_tasks: int, status: int) -> str:
     """The closing lines: status, final accuracy (chief's eval line), per-rank logs."""
     lines = [f"slurmtf: job {job_id} finished with exit status {status}"]
@@ -241,13 +209,16 @@ def slurm_record(job_id: str, runner: Runner) -> dict[str, str] | None:
     return records[0] if records else None
 
 
-def locate(job_id: str, runner: Runner, log_dir: str | None = None) -> JobPlace:
-    """Where the job's logs are: ``--log_dir``, Slurm's record, the user's record, default."""
+def locate(
+    job_id: str, runner: Runner, log_dir: str | None = None, view: SlurmView | None = None
+) -> JobPlace:
+    """Where the job's logs are: ``--log_dir``, Slurm's record (``view``, else asked), the
+    user's record, default."""
     if log_dir:
         folder = Path(log_dir).expanduser().absolute()
         script = JobPlace(job_id, folder, SCRIPT_LOG_NAME, "given")
         return script if script.ranks() else JobPlace(job_id, folder, SUBMITIT_LOG_NAME, "given")
-    fields = slurm_record(job_id, runner)
+    fields = (view or ask_slurm(job_id, runner)).record
     place = jobrecord.from_slurm(job_id, fields) if fields else None
     if place is not None and place.log_dir.is_dir():
         return place
@@ -258,44 +229,15 @@ def locate(job_id: str, runner: Runner, log_dir: str | None = None) -> JobPlace:
     return JobPlace(job_id, folder, SUBMITIT_LOG_NAME, "default")
 
 
-def last_error(path: Path) -> str | None:
-    """The line of a rank's stderr that says what went wrong (``rank_error_line``), if any."""
-    found = last_error_at(path)
-    return found[0] if found else None
-
-
-def last_error_at(path: Path) -> tuple[str, int] | None:
-    """The line of a rank's stderr that says what went wrong (``rank_error_line``) and
-    the byte offset where it starts."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return None
-    line = rank_error_line(text)
-    if not line:
-        return None
-    return line, len(text[: text.rfind(line)].encode())
-
-
-def error_lines(place: JobPlace, records: list[Event]) -> list[str]:
-    """Each rank's last error line; one from an attempt that a restart or requeue
-    followed says so (``recovered``)."""
-    lines = []
-    for rank in place.ranks():
-        found = last_error_at(place.rank_log(rank, "err"))
-        if not found:
-            continue
-        error, offset = found
-        attempt = recovered_attempt(records, rank, offset)
-        where = f" (attempt {attempt}, recovered)" if attempt is not None else ""
-        lines.append(f"  last error, rank {rank}{where}: {error[:300]}")
-    return lines
-
-
-def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
+def status_lines(
+    job_id: str, runner: Runner, place: JobPlace, view: SlurmView | None = None
+) -> list[str]:
     """State, restarts, progress (step/total, examples/s, ETA), the straggler (chief's
-    ``straggler`` events, slurmtf.check.stragglers), logs, last error."""
-    fields = slurm_record(job_id, runner)
+    ``straggler`` events, slurmtf.check.stragglers), logs, last error. ``view``: Slurm's
+    answer when already asked; a controller that did not answer is one line, the rest
+    from the job's record and logs."""
+    view = view or ask_slurm(job_id, runner)
+    fields = view.record
     records = read_record(place.log_dir, job_id)  # restarts in place, requeues (job.sh)
     chief_events = read_events(place.rank_log(0))
     starts = named(chief_events, "cluster")
@@ -305,6 +247,9 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
             f"{fields.get('JobState', 'UNKNOWN')} (exit {fields.get('ExitCode', '?')}) [scontrol]"
         )
         restarts = str(int(fields.get("Restarts", "0") or 0) + in_place(records))
+    elif view.silent is not None:
+        state = silent_state(job_id, runner, place, view, done)
+        restarts = str(max(len(starts) - 1, in_place(records)))
     elif done:
         how = "preempted" if done[-1].get("preempted") else "finished"
         state = f"no longer known to Slurm; rank 0 logged '{how}' at step {done[-1].get('step')}"
@@ -313,6 +258,7 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
         state = state_line(job_id, runner, place.log_dir)[0].split(": ", 1)[1]
         restarts = str(max(len(starts) - 1, 0))
     lines = [f"job {job_id}: {state}, restarts {restarts}"]
+    lines.extend([f"  {view.note()}"] if view.silent else [])
     lines.extend(shape_lines(fields, starts, runner))
     progress = last(chief_events, "progress")
     if progress is not None:
@@ -335,6 +281,26 @@ def status_lines(job_id: str, runner: Runner, place: JobPlace) -> list[str]:
     return lines
 
 
+def silent_state(
+    job_id: str, runner: Runner, place: JobPlace, view: SlurmView, done: list[Event]
+) -> str:
+    """The state when the controller did not answer: accounting's (slurmdbd, another
+    daemon) unless this machine has no configuration, else the job's record and logs."""
+    known = recorded_status(place.log_dir, job_id)
+    no_config = view.silent is not None and view.silent.no_config
+    states = None if no_config else accounting_states(job_id, runner, known)
+    if states:
+        return ", ".join(f"{s} (exit {c})" for s, c in states) + " [sacct]"
+    where = "its recovery record"
+    if known is None:
+        known, where = logged_exit(place.rank_log(0)), "rank 0's log"
+    ended = f"exit status {known} ({where})" if known is not None else "no exit status logged"
+    if not done:
+        return f"state unknown, {ended}"
+    how = "preempted" if done[-1].get("preempted") else "finished"
+    return f"rank 0 logged '{how}' at step {done[-1].get('step')}, {ended}"
+
+
 def shape_lines(fields: dict[str, str] | None, starts: list[Event], runner: Runner) -> list[str]:
     """A worker count that changed over the restarts (a ``--nodes`` range), and why a
     pending job waits, naming the nodes that cannot run it."""
@@ -349,23 +315,6 @@ def shape_lines(fields: dict[str, str] | None, starts: list[Event], runner: Runn
             nodes = ""
         waits = noderange.pending_line(fields, noderange.parse_nodes_states(nodes))
         lines.extend([waits] if waits else [])
-    return lines
-
-
-SHOWN_RANKS = 8  # status lists this many ranks' files, then a count
-
-
-def log_lines(place: JobPlace) -> list[str]:
-    """Each rank's real log files (the first ``SHOWN_RANKS``), and how they were found."""
-    ranks = place.ranks()
-    lines = [f"  logs ({len(ranks)} rank(s) in {place.log_dir}, found via {place.source}):"]
-    for rank in ranks[:SHOWN_RANKS] or [0]:
-        missing = "" if ranks else " (not written yet)"
-        lines.append(
-            f"    rank {rank}: {place.rank_log(rank)}  {place.rank_log(rank, 'err')}{missing}"
-        )
-    if len(ranks) > SHOWN_RANKS:
-        lines.append(f"    ... and {len(ranks) - SHOWN_RANKS} more rank(s) in {place.log_dir}")
     return lines
 
 
@@ -393,8 +342,16 @@ def follow_rank(
 
     while True:
         show()
-        fields = slurm_record(job_id, runner)
-        state = fields.get("JobState", "") if fields else "gone"
+        try:
+            fields = slurm_record(job_id, runner)
+            state = fields.get("JobState", "") if fields else "gone"
+        except SlurmCommandError as exc:  # a failover: follow on; no configuration: stop
+            found = silence_of(exc)
+            if found is None:
+                raise
+            if found.no_config:
+                raise ControllerSilent(exc.command, exc.returncode, exc.stderr, found) from exc
+            state = ""
         seen = seen + 1 if state == "gone" or is_final(state) else 0
         if seen >= 2:
             show()

@@ -13,7 +13,8 @@ from slurmtf.contracts import rank_error_line
 from slurmtf.events import last, read_events
 from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor.records import JobPlace
-from slurmtf.monitor.status import job_records, locate
+from slurmtf.monitor.slurm_view import SlurmView, ask_slurm
+from slurmtf.monitor.status import locate
 from slurmtf.monitor.sweep_rows import SweepRow, point_row
 from slurmtf.slurm.runner import Runner
 
@@ -84,12 +85,16 @@ def point(job_id: str, task: int, slurm: tuple[str, int] | None, place: JobPlace
     )
 
 
-def collect(job_id: str, runner: Runner, log_dir: str | None = None) -> list[SweepRow] | None:
-    """The rows of array ``job_id``, or ``None`` when it is not a job array."""
+def collect(
+    job_id: str, runner: Runner, log_dir: str | None = None, view: SlurmView | None = None
+) -> list[SweepRow] | None:
+    """The rows of array ``job_id``, or ``None`` when it is not a job array. ``view``:
+    Slurm's answer when already asked; when the controller did not answer, the rows come
+    from the record of submitted jobs and the logs."""
     if not job_id.isdigit():
         return None
-    records = job_records(job_id, runner)
-    slurm = slurm_tasks(job_id, records or [])
+    view = view or ask_slurm(job_id, runner)
+    slurm = slurm_tasks(job_id, view.records or [])
     recorded = jobrecord.array_tasks(job_id)
     tasks = sorted(set(slurm) | set(recorded))
     if not tasks:
@@ -98,6 +103,7 @@ def collect(job_id: str, runner: Runner, log_dir: str | None = None) -> list[Swe
     for task in tasks:
         place = recorded.get(task) if not log_dir else None
         if place is None:
-            place = locate(f"{job_id}_{task}", runner, log_dir)
+            silent = view if view.silent else None  # not asked again
+            place = locate(f"{job_id}_{task}", runner, log_dir, silent)
         rows.append(point(job_id, task, slurm.get(task), place))
     return rows
