@@ -52,14 +52,18 @@ def test_the_placement_in_words(nodes: Nodes, words: str) -> None:
     assert nodes.placement() == words
 
 
-def test_a_node_whose_ranks_were_killed_twice_is_left_out_when_the_job_can_go_on() -> None:
+def test_a_node_whose_ranks_were_killed_twice_is_never_used_again() -> None:
     once = Nodes(ALLOC, minimum=2, width=2, kills=(("node2", 1),))
     twice = Nodes(ALLOC, minimum=2, width=2, kills=(("node2", 2),))
     assert once.next_excluded() == ()
     assert twice.next_excluded() == ("node2",)
     assert twice.step_nodes() == ("node1", "node3")
-    # without a spare or a range it stays: a killed rank never sends the job to the queue
-    assert Nodes(ALLOC, minimum=3, kills=(("node2", 5),)).next_excluded() == ()
+    # without a spare or a range the job cannot go on without it: requeued without it
+    stuck = Nodes(ALLOC, minimum=3, kills=(("node2", 5),))
+    assert stuck.next_excluded() == ("node2",)
+    killed = Attempt(status=137, endings=(TaskEnding((1,), "Killed"),))
+    decision = decide(killed, Budget(0, 3), stuck)
+    assert (decision.action, decision.exclude) == ("requeue", ("node2",))
 
 
 def test_a_silent_node_with_a_spare_restarts_in_place_on_the_spare() -> None:
@@ -145,7 +149,7 @@ def silent(*nodes: str, drained: str = "") -> Any:
     return runner
 
 
-def test_a_drained_node_is_left_out_when_the_job_can_go_on_without_it(tmp_path: Path) -> None:
+def test_a_drained_node_is_never_used_again(tmp_path: Path) -> None:
     (tmp_path / "srun.err").write_text("srun: error: node3: task 2: Killed\n")
     files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
     drained = silent(drained="node3")
@@ -154,10 +158,11 @@ def test_a_drained_node_is_left_out_when_the_job_can_go_on_without_it(tmp_path: 
     assert "slurmtf_exclude=node3\n" in ranged
     assert "slurmtf_nodes=node1,node2\n" in ranged
     assert "node3 left out, training on the 2 node(s) left (minimum 2)" in ranged
-    # the job cannot train on fewer: it goes on, in place, on the drained node too
+    # a job that cannot train on fewer (a fixed size, or a range whose minimum neither
+    # MIN_NODES nor Slurm names: 22.05 to 25.05) is requeued without it, never on it
     full = decide_step(Step("8", 137, 3, nodes=job_nodes(ALLOC)), files, drained)
-    assert "slurmtf_action=restart\n" in full
-    assert "slurmtf_exclude=''\n" in full
+    assert "slurmtf_action=requeue\n" in full
+    assert "slurmtf_exclude=node3\n" in full
 
 
 @pytest.mark.parametrize(

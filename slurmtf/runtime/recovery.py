@@ -10,10 +10,10 @@ budget (:class:`Budget`) and the allocation's nodes (:class:`Nodes`), and return
 * ``restart``: a rank was killed or crashed (a signal), lost a peer, saw a stall or found
   its port held by another process (the next attempt listens on other ports): a new
   srun step in the same allocation resumes from the last complete checkpoint; nodes that
-  stopped answering are left out (``srun --exclude``) while at least ``Nodes.minimum``
-  remain;
+  stopped answering, drained nodes and nodes whose ranks were killed twice are left out
+  (``srun --exclude``) while at least ``Nodes.minimum`` remain;
 * ``requeue``: the allocation cannot go on: preemption (exit 75) and the time limit end
-  it, and too few nodes may be left;
+  it, and too few nodes may be left (the job is requeued without the nodes left out);
 * ``stop``: a rank's own deterministic error (exit 2, an exception), or the budget is spent.
 
 Restarts in place and requeues share one budget (``MAX_RESTARTS``). The edge that reads the
@@ -215,16 +215,14 @@ class Nodes:
 
     def next_excluded(self) -> tuple[str, ...]:
         """Left out before, found dead now, then nodes whose ranks were killed
-        :data:`STRIKES` times and drained nodes, each when the job can go on in place
-        without it (a spare or a range): neither alone sends a job back to the queue.
+        :data:`STRIKES` times and drained nodes: none of them is used again. When too few
+        nodes are left for the job (fewer than ``minimum``: no spare, no range, or a
+        range whose minimum Slurm does not tell and ``MIN_NODES`` does not name), the
+        decision is a requeue without them rather than a restart in place on them.
         Each once, in the order first seen."""
-        out = dict.fromkeys([*self.excluded, *self.dead])
         struck = [n for n, count in self.kills if count >= STRIKES]
-        for node in dict.fromkeys([*struck, *self.drained]):
-            left = [n for n in self.allocated if n not in out and n != node]
-            if node in self.allocated and node not in out and len(left) >= max(self.minimum, 1):
-                out[node] = None
-        return tuple(out)
+        drained = [n for n in self.drained if n in self.allocated]
+        return tuple(dict.fromkeys([*self.excluded, *self.dead, *struck, *drained]))
 
     def usable(self) -> tuple[str, ...]:
         left_out = set(self.next_excluded())

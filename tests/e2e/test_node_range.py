@@ -1,4 +1,4 @@
-"""A ``--nodes=2-3`` job loses a node and goes on, on the nodes left.
+"""A ``--nodes=2-3`` job loses a node and goes on, on the nodes left; never on a drained node.
 
 ``MIN_NODES=2 sbatch --nodes=2-3 jobs/mnist.sbatch`` on the shared three-node sandbox
 starts on all three nodes (the job scripts ask no task count, so Slurm gives the range's
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf.events import read_events
+from slurmtf.slurm.release import SCONTROL_SUBMIT_LINE
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, wait_until
 
@@ -50,6 +51,64 @@ def all_idle(sandbox: SlurmSandbox, timeout: float = 120) -> None:
     pytest.fail(f"nodes not idle within {timeout:.0f} s: {states}")
 
 
+def drain_and_kill_rank_2(
+    sandbox: SlurmSandbox, jobs: list[SandboxJob], drained: list[str], run_dir: Path,
+    env: dict[str, str],
+) -> tuple[SandboxJob, str]:  # fmt: skip
+    """A ``--nodes=2-3`` MNIST job on all three nodes; at step 12 rank 2's node is drained
+    and rank 2 killed; the job has ended COMPLETED. The job and the drained node."""
+    all_idle(sandbox)
+    job = SandboxJob(sandbox, run_dir, nodes=3, tasks=3)
+    jobs.append(job)
+    job.submit(ARGS, node_range="2-3", env={"MAX_RESTARTS": "2", **env})
+    wait_until(job, lambda: job.progress() >= 12, 300, "step 12 on three nodes")
+    first = job.events(0, "cluster")
+    assert [c["num_workers"] for c in first] == [3], job.report()
+    node = job.rank_node(2)
+    sandbox.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=node-range-test"])
+    drained.append(node)
+    job.signal_rank(2, signal.SIGKILL)
+    lost = time.monotonic()
+    assert job.wait(400) == "COMPLETED", job.report()
+    print(f"MEASURED range restart to COMPLETED {time.monotonic() - lost:.1f} s")
+    return job, node
+
+
+def check_two_workers_with_the_same_batch(job: SandboxJob, node: str) -> None:
+    """Trained on 3 workers, then on the 2 nodes left (never the drained one) from the last
+    checkpoint with the same global batch, to the last step with one checksum."""
+    clusters = job.events(0, "cluster")
+    assert [c["num_workers"] for c in clusters] == [3, 2], clusters
+    assert [c["restart_count"] for c in clusters] == [0, 1], clusters
+    assert [c["global_batch"] for c in clusters] == [BATCH, BATCH], clusters
+    assert [c["per_replica_batch"] for c in clusters] == [BATCH // 3, BATCH // 2], clusters
+    hosts = {w.rsplit(":", 1)[0] for w in clusters[-1]["workers"]}
+    assert node not in hosts, f"restarted on the drained {node}: {hosts}"
+    finals = [job.events(rank, "done")[-1] for rank in (0, 1)]
+    assert [f["step"] for f in finals] == [STEPS, STEPS], job.report()
+    assert finals[0]["weights_checksum"] == finals[1]["weights_checksum"], finals
+
+
+@pytest.mark.matrix
+def test_a_range_job_without_min_nodes_never_trains_on_the_drained_node(
+    slurm_sandbox: SlurmSandbox, jobs: list[SandboxJob], drained: list[str], tmp_path: Path
+) -> None:
+    """Without MIN_NODES: Slurm 25.11 and later tell the range (SubmitLine=), so the job
+    goes on in place on the 2 nodes left; 22.05 to 25.05 do not, so the job is requeued
+    without the drained node and starts again on the 2 nodes left."""
+    job, node = drain_and_kill_rank_2(slurm_sandbox, jobs, drained, tmp_path / "range", {})
+    check_two_workers_with_the_same_batch(job, node)
+    show = slurm_sandbox.run(["scontrol", "show", "job", job.job_id]).stdout
+    output = job.job_output()
+    if slurm_sandbox.sandbox.config().release >= SCONTROL_SUBMIT_LINE:
+        assert "Restarts=0 " in show, show
+        assert f"{node} left out, training on the 2 node(s) left (minimum 2)" in output, output
+    else:
+        assert "Restarts=1 " in show, show
+        assert f"ExcNodeList={node}" in show.split(), show
+        assert f"the restarted job avoids node(s) {node}" in output, output
+
+
 @pytest.mark.matrix
 def test_a_range_job_goes_on_on_the_nodes_left(
     slurm_sandbox: SlurmSandbox,
@@ -57,37 +116,13 @@ def test_a_range_job_goes_on_on_the_nodes_left(
     drained: list[str],
     tmp_path: Path,
 ) -> None:
-    all_idle(slurm_sandbox)
-    job = SandboxJob(slurm_sandbox, tmp_path / "range", nodes=3, tasks=3)
-    jobs.append(job)
     state_home = tmp_path / "state"
-    job.submit(
-        ARGS,
-        node_range="2-3",
-        # Slurm does not tell a running job its range's minimum: the job script's MIN_NODES
-        env={"MIN_NODES": "2", "MAX_RESTARTS": "2", "XDG_STATE_HOME": str(state_home)},
-    )
-    wait_until(job, lambda: job.progress() >= 12, 300, "step 12 on three nodes")
-    first = job.events(0, "cluster")
-    assert [c["num_workers"] for c in first] == [3], job.report()
-    node = job.rank_node(2)
-    slurm_sandbox.run(
-        ["scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=node-range-test"]
-    )
-    drained.append(node)
-    job.signal_rank(2, signal.SIGKILL)
-    lost = time.monotonic()
-    assert job.wait(400) == "COMPLETED", job.report()
-    print(f"MEASURED range restart to COMPLETED {time.monotonic() - lost:.1f} s")
-
+    # MIN_NODES names the range's minimum on every release (Slurm 22.05 does not tell it)
+    env = {"MIN_NODES": "2", "XDG_STATE_HOME": str(state_home)}
+    job, node = drain_and_kill_rank_2(slurm_sandbox, jobs, drained, tmp_path / "range", env)
+    check_two_workers_with_the_same_batch(job, node)
     clusters = job.events(0, "cluster")
-    assert [c["num_workers"] for c in clusters] == [3, 2], clusters
-    assert [c["restart_count"] for c in clusters] == [0, 1], clusters
-    assert [c["global_batch"] for c in clusters] == [BATCH, BATCH], clusters
-    assert [c["per_replica_batch"] for c in clusters] == [BATCH // 3, BATCH // 2], clusters
     assert [c.get("workers_changed_from") for c in clusters] == [None, 3], clusters
-    hosts = {w.rsplit(":", 1)[0] for w in clusters[-1]["workers"]}
-    assert node not in hosts, f"restarted on the drained {node}: {hosts}"
     output = job.job_output()
     assert f"{node} left out, training on the 2 node(s) left (minimum 2)" in output, output
     show = slurm_sandbox.run(["scontrol", "show", "job", job.job_id]).stdout
@@ -96,9 +131,6 @@ def test_a_range_job_goes_on_on_the_nodes_left(
     second = [i for i, e in enumerate(chief) if e["event"] == "cluster"][1]
     resumed = next(e["step"] for e in chief[second:] if e["event"] == "progress")
     assert resumed > 10, f"did not resume from a checkpoint: first step {resumed}"
-    finals = [job.events(rank, "done")[-1] for rank in (0, 1)]
-    assert [f["step"] for f in finals] == [STEPS, STEPS], job.report()
-    assert finals[0]["weights_checksum"] == finals[1]["weights_checksum"], finals
 
     env = {"XDG_STATE_HOME": str(state_home), "PYTHONPATH": str(REPO)}
     status = slurm_sandbox.run(
