@@ -5,7 +5,8 @@ The one writer (:func:`emit`) and the one reader (:func:`parse_events`,
 callbacks report, and of what ``slurmtf status``, the tests and the benchmarks read back.
 Nothing reads the human progress text. Events (fields beyond ``event``):
 
-* ``cluster`` (rank, workers, GPUs ..., ``workers_changed_from``: the previous start's
+* ``cluster`` (rank, workers, GPUs ..., ``port_rule``: how this attempt's ports follow
+  from the job, the attempt and the rank, ``workers_changed_from``: the previous start's
   worker count when a ``--nodes`` range restarted on another), ``progress`` (step, total,
   loss, accuracy, examples_per_sec), ``timing`` (every rank: compute and wait per step,
   link rates), ``straggler``/``straggler_recovered`` (chief), ``eval``, ``checkpoint``,
