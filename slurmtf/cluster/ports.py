@@ -105,24 +105,26 @@ def derive_port_base(key: int | None, ntasks: int, name: str = "SLURM_STEP_NUM_T
 def attempt_base(base: int, ntasks: int, attempt: int) -> int:
     """Attempt ``attempt``'s base of a job whose first attempt starts at ``base``.
 
-    A job of at most 50 ranks moves by its size inside its slot of :data:`SLOT_SIZE`
-    ports (``100 // ntasks`` attempts in a row never share a port; then it wraps). A
-    bigger job takes, attempt after attempt, the other blocks of its size in the window
-    12000..31999 (its neighbours' slots): ``20000 // ntasks - 2`` attempts after the first
-    never share a port with it or with each other.
+    The first ``100 // ntasks`` attempts stay in the job's slot of :data:`SLOT_SIZE`
+    ports, each ``ntasks`` further on (jobs near it never meet them); the attempts after
+    those take, one after another, the blocks of ``ntasks`` ports of the window
+    12000..31999 that do not touch the slot's (its neighbours' slots). So no two attempts
+    share a port until the window has been gone through (a 2-rank job: 10,000 attempts).
     """
     span = WINDOW_HIGH - WINDOW_LOW
     if attempt <= 0 or base < WINDOW_LOW or base + ntasks > WINDOW_HIGH:
         return base
-    sets = SLOT_SIZE // ntasks
-    if sets >= 2:
-        return base + (attempt % sets) * ntasks
+    sets = max(SLOT_SIZE // ntasks, 1)  # the attempts inside the slot, the first included
+    if attempt < sets:
+        return base + attempt * ntasks
     blocks = span // ntasks
-    first, offset = divmod(base - WINDOW_LOW, ntasks)
-    taken = 2 if offset else 1  # the blocks the first attempt's ports touch
-    if blocks <= taken:
-        return base
-    block = (first + taken + (attempt - 1) % (blocks - taken)) % blocks
+    after = -(-(base + sets * ntasks - WINDOW_LOW) // ntasks)  # first block past the slot's
+    before = (base - WINDOW_LOW) // ntasks  # blocks that end at or before the base
+    free = max(blocks - after, 0) + before
+    if free == 0:
+        return base + (attempt % sets) * ntasks
+    index = (attempt - sets) % free
+    block = after + index if index < blocks - after else index - (blocks - after)
     return WINDOW_LOW + block * ntasks
 
 
@@ -130,11 +132,10 @@ def job_port_spans(
     key: int, ntasks: int, attempts: int = COVERED_ATTEMPTS
 ) -> list[tuple[int, int]]:
     """The ports (first, last) a step of ``ntasks`` ranks of job ``key`` listens on in its
-    first ``attempts`` attempts (all of them for a job of at most 50 ranks)."""
+    first ``attempts`` attempts, and every attempt inside its slot."""
     base = derive_port_base(key, ntasks)
-    if ntasks <= SLOT_SIZE // 2:
-        return [(base, base + (SLOT_SIZE // ntasks) * ntasks - 1)]
-    firsts = {attempt_base(base, ntasks, a) for a in range(attempts)}
+    count = max(attempts, SLOT_SIZE // ntasks)
+    firsts = {attempt_base(base, ntasks, a) for a in range(count)}
     return [(first, first + ntasks - 1) for first in sorted(firsts)]
 
 
