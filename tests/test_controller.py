@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -154,7 +156,7 @@ def test_a_command_that_waited_messagetimeout_is_not_tried_again() -> None:
     clock = Clock()
     fake = FakeSlurm({"squeue": [(1, "", DOWN)]})
 
-    def slow(args: list[str], **kwargs: object) -> str:
+    def slow(args: Sequence[str], **kwargs: Any) -> str:
         clock.now += 10.0  # Slurm's own retry for MessageTimeout
         return fake(args, **kwargs)
 
