@@ -319,3 +319,22 @@ def test_follow_rank_goes_on_through_a_failover(tmp_path: Path) -> None:
     fake = FakeSlurm({"scontrol": [(1, "", NO_CONF)]})
     with pytest.raises(ControllerSilent):
         follow_rank("7", log, fake, out=out, sleep=lambda _: None)
+
+
+def test_array_status_answers_from_the_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    for task in (0, 1):
+        logs = tmp_path / f"point{task}"
+        logs.mkdir()
+        (logs / "rank0.out").write_text('{"event": "exit", "rank": 0, "status": 0}\n')
+        jobrecord.append(f"8_{task}", logs, SCRIPT_LOG_NAME, "sweep")
+    fake = FakeSlurm({"scontrol": [(1, "", DOWN)]})
+    assert jobs_cli.main(["status", "8"], runner=fake) == 0
+    captured = capsys.readouterr()
+    assert "8_0" in captured.out
+    assert "8_1" in captured.out
+    assert "COMPLETED" in captured.out
+    assert captured.err.count("Slurm did not answer") == 1
+    assert len(fake.calls) == 1
