@@ -389,3 +389,25 @@ def test_reserved_ports_give_every_rank_its_own(
     used = [lay.port for lay in layouts]
     assert len(set(used)) == ntasks
     assert set(used) <= set(found)
+
+
+def test_a_port_taken_while_tensorflow_loaded(
+    fake_slurm_env: FakeSlurmEnv, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After TensorFlow failed to start its server: held by another process -> the same
+    event and error; free, or held by this very process (TensorFlow's own server) -> no."""
+    env = fake_slurm_env.step_vars("node[1-2]", "1(x2)", procid=0, SLURMD_NODENAME="node1")
+    held_port.recheck_port(resolve(env, port_base=ports.free_port_base(2)))  # free
+    with socket.socket() as mine:
+        mine.bind(("", 0))
+        mine.listen()
+        held_port.recheck_port(resolve(env, port_base=mine.getsockname()[1]))  # ours
+    proc, port = _holder(tmp_path)
+    try:
+        with pytest.raises(held_port.PortHeldError, match="taken while TensorFlow loaded"):
+            held_port.recheck_port(resolve(env, port_base=port))
+    finally:
+        proc.kill()
+        proc.wait()
+    (event,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert (event["port"], event["holder_pid"]) == (port, proc.pid)

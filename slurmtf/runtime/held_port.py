@@ -65,6 +65,22 @@ def check_port(layout: ClusterLayout, proc: Path = Path("/proc")) -> None:
         raise PortHeldError(held_message(layout, holder, str(exc))) from exc
 
 
+def recheck_port(layout: ClusterLayout, proc: Path = Path("/proc")) -> None:
+    """After TensorFlow failed to start this rank's server: when another process took the
+    port since :func:`check_port` (TensorFlow loads for seconds in between), the same
+    event and error; nothing when the port is free or this process holds it."""
+    if layout.is_single_worker:
+        return
+    inodes = socket_inodes(layout.port, proc)
+    if not inodes or _has_socket(proc / str(os.getpid()), inodes):
+        return
+    holder = holder_of(layout.port, proc)
+    events.emit(EVENT, **held_fields(layout, holder))
+    raise PortHeldError(
+        held_message(layout, holder, f"port {layout.port} was taken while TensorFlow loaded")
+    )
+
+
 def held_fields(layout: ClusterLayout, holder: Holder | None) -> dict[str, Any]:
     """The ``port_in_use`` event's fields (see :func:`describe_held`)."""
     return {
@@ -126,7 +142,7 @@ def holder_of(port: int, proc: Path = Path("/proc")) -> Holder | None:
         return None
     deadline = time.monotonic() + SCAN_LIMIT_S
     for pid_dir in proc.iterdir():
-        if not pid_dir.name.isdigit() or pid_dir.name == str(os.getpid()):
+        if not pid_dir.name.isdigit():
             continue
         if time.monotonic() > deadline:
             return None

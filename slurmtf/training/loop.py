@@ -20,6 +20,7 @@ from absl import logging
 
 from slurmtf import events
 from slurmtf.runtime import teardown
+from slurmtf.runtime.held_port import recheck_port
 from slurmtf.training import checkpoints, sidecar, watchdog
 from slurmtf.training.flags import TrainConfig
 from slurmtf.training.model_spec import ModelSpec, RunInfo
@@ -115,13 +116,17 @@ def _start_strategy(config: TrainConfig, info: RunInfo, num_gpus: int) -> tuple[
     if config.cpu_replicas > 1:
         mode = split_cpu(config.cpu_replicas, mode, info.num_workers, num_gpus)
     choice = plan_strategy(mode, config.all_reduce_alg, info.num_workers, num_gpus)
-    strategy = make_strategy(
-        choice,
-        None if info.layout.is_single_worker else info.layout,
-        collective_timeout=config.collective_timeout,
-        heartbeat_timeout=config.heartbeat_timeout,
-        registration_timeout=config.registration_timeout,
-    )
+    try:
+        strategy = make_strategy(
+            choice,
+            None if info.layout.is_single_worker else info.layout,
+            collective_timeout=config.collective_timeout,
+            heartbeat_timeout=config.heartbeat_timeout,
+            registration_timeout=config.registration_timeout,
+        )
+    except Exception:
+        recheck_port(info.layout)  # taken while TensorFlow loaded: the node's, not ours
+        raise
     return choice, strategy
 
 
