@@ -25,7 +25,7 @@ from slurmtf.cluster.gpu_plan import apply_gpu_split
 from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.errors import InputError
 from slurmtf.runtime.chief_watch import POLL_S, START_TIMEOUT_S, Chief, ChiefWatch, answers
-from slurmtf.runtime.held_port import check_port
+from slurmtf.runtime.held_port import check_port, recheck_port
 
 SERVER_ROLES = ("ps", "worker")
 _JOBS_HINT = "set SLURMTF_JOBS (or --jobs), e.g. chief:1,ps:2,worker, on every task of the step"
@@ -95,10 +95,14 @@ def start_server(layout: ClusterLayout) -> Any:
     from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
 
     resolver = SlurmtfClusterResolver(layout)
-    return tf.distribute.Server(
-        resolver.cluster_spec(),
-        job_name=layout.task_type,
-        task_index=layout.task_id,
-        protocol=resolver.rpc_layer,
-        start=True,
-    )
+    try:
+        return tf.distribute.Server(
+            resolver.cluster_spec(),
+            job_name=layout.task_type,
+            task_index=layout.task_id,
+            protocol=resolver.rpc_layer,
+            start=True,
+        )
+    except Exception:
+        recheck_port(layout)  # taken while TensorFlow loaded: the node's, not ours
+        raise
