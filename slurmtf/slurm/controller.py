@@ -53,7 +53,7 @@ _WORDINGS: tuple[tuple[re.Pattern[str], bool, bool], ...] = (
 
 # Commands that only read, or whose repeat does no harm (a second scancel of a job).
 _REPEATABLE = frozenset({"squeue", "sinfo", "sacct", "scancel", "sprio", "sshare", "sdiag"})
-_SCONTROL_READS = frozenset({"show", "ping", "-o", "--oneliner", "--details", "-d"})
+_SCONTROL_READS = frozenset({"show", "ping"})
 
 
 @dataclass(frozen=True)
@@ -78,14 +78,14 @@ class Silence:
         )
 
 
-def silence(returncode: int, stderr: str) -> Silence | None:
-    """A Slurm command's exit status and stderr -> why the controller did not answer, or
-    ``None`` when the command got an answer (an error of its own, e.g. an invalid job id)."""
+def silence(stderr: str) -> Silence | None:
+    """A Slurm command's stderr -> why the controller did not answer, or ``None`` when the
+    command got an answer (an error of its own, e.g. an invalid job id). Slurm's words
+    decide, not the exit status: a step that outlived the runner's timeout is no silence."""
     for pattern, no_config, maybe_arrived in _WORDINGS:
         found = pattern.search(stderr)
         if found:
             return Silence(found.group(0), no_config, maybe_arrived)
-    del returncode  # Slurm's words decide: a step that outlived the runner is no silence
     return None
 
 
@@ -93,7 +93,7 @@ def silence_of(exc: SlurmCommandError) -> Silence | None:
     """:func:`silence` of a runner's error (``ControllerSilent`` keeps its own)."""
     if isinstance(exc, ControllerSilent):
         return exc.silence
-    return silence(exc.returncode, exc.stderr)
+    return silence(exc.stderr)
 
 
 def repeatable(args: Sequence[str]) -> bool:
