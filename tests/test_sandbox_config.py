@@ -12,7 +12,7 @@ import pytest
 from slurmtf.cluster import ports
 from slurmtf.errors import InputError
 from slurmtf.sandbox import config as c
-from slurmtf.sandbox import daemons, sacct
+from slurmtf.sandbox import Sandbox, daemons, sacct
 from slurmtf.sandbox.config import SandboxConfig
 
 DATA = Path(__file__).parent / "data" / "sandbox"
@@ -320,3 +320,11 @@ def test_bad_slurm_build_values_are_named(prefix: str, release: str, problem: st
     with pytest.raises(InputError, match="HINT") as caught:
         SandboxConfig(dir=Path("/srv/sbx"), slurm_prefix=prefix, slurm_release=release)
     assert str(caught.value).startswith(problem)
+
+
+def test_a_walled_sandbox_reserves_no_step_ports() -> None:
+    """The firewall's prolog runs once per job, before any step: it cannot open the ports
+    Slurm reserves per step, so --job_firewall leaves MpiParams=ports out."""
+    walled = Sandbox(Path("/srv/sbx"), link="1gbit", job_firewall=True)
+    assert walled.resv_ports is False
+    assert Sandbox(Path("/srv/sbx")).resv_ports is True

@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leave MpiParams=ports out of slurm.conf: srun --resv-ports then reserves "
         "nothing and jobs take the resolver's ports (by default the sandbox reserves ports "
-        "per step, as sites that set MpiParams do)",
+        "per step, as sites that set MpiParams do; --job_firewall implies this flag)",
     )
     _add_link_flags(parser)
     return parser

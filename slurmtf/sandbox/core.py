@@ -158,6 +158,9 @@ class Sandbox:
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).absolute()
         self.slurm = str(self.slurm).rstrip("/") if str(self.slurm).strip() else ""
+        # The per-job firewall's prolog runs before any step: it cannot open a step's
+        # reserved ports, so a walled sandbox leaves MpiParams=ports out.
+        self.resv_ports = self.resv_ports and not self.job_firewall
         SandboxConfig(
             dir=self.dir,
             nodes=self.nodes,
