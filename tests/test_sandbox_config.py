@@ -11,8 +11,8 @@ import pytest
 
 from slurmtf.cluster import ports
 from slurmtf.errors import InputError
-from slurmtf.sandbox import config as c
 from slurmtf.sandbox import Sandbox, daemons, sacct
+from slurmtf.sandbox import config as c
 from slurmtf.sandbox.config import SandboxConfig
 
 DATA = Path(__file__).parent / "data" / "sandbox"
