@@ -53,6 +53,14 @@ class Doc:
 COMMANDS: dict[str, Doc] = {
     "bash scripts/demo.sh": Doc(not_run="runs in test_demo (tests/e2e/test_demo.py)"),
     "bash scripts/test.sh": Doc(not_run="the command that runs this very test"),
+    "bash scripts/build-slurm.sh ../shared/slurm/slurm-26.05.3.tar.xz": Doc(
+        not_run="scripts/test.sh runs it before the version matrix (a build, or its reuse); "
+        "tests/test_build_slurm.py checks its refusals and the reuse"
+    ),
+    "SLURMTF_SLURM_MATRIX=/opt/slurm-26.05.3,/opt/slurm-25.11.7,debian bash scripts/matrix.sh": Doc(
+        not_run="scripts/test.sh runs scripts/matrix.sh on 26.05.3 after this suite; 25.11.7 "
+        "by the same command (docs/SLURM_VERSIONS.md has its result)"
+    ),
     'pip install "slurmtf[gpu] @ git+<this repository>"': Doc(
         not_run="a placeholder address and the CUDA wheel; the CPU install is what CI does"
     ),
