@@ -31,7 +31,7 @@ _AS_GIVEN = (
     "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "mem",
     "partition", "account", "qos", "constraint", "exclusive", "job_name", "log_dir",
     "signal_delay_s", "array_parallelism", "cluster", "legacy_keras", "stage_data",
-    "check_first", "jobs", "cluster_flags", "spare_nodes",
+    "check_first", "jobs", "cluster_flags", "spare_nodes", "container_prefix",
 )  # fmt: skip
 
 

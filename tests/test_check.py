@@ -259,12 +259,13 @@ def test_submit_check_first_renders_the_check_before_training() -> None:
         submit_cli.main(["--dry_run", "--model=mnist", "--nodes=4", "--check_first"], out=out) == 0
     )
     script = out.getvalue()
-    assert "CHECK_FIRST=1" in script
-    assert script.index("slurmtf_submitit_setup") < script.index("slurmtf_check_first")
-    assert script.index("slurmtf_check_first") < script.index("\nsrun ")
+    (handover,) = [line for line in script.splitlines() if line.startswith("srun() {")]
+    assert "slurmtf job submitit" in handover, handover
+    assert " --check_first " in handover, handover
+    assert script.index(handover) < script.index("\nsrun ")
     out = io.StringIO()
     assert submit_cli.main(["--dry_run", "--model=mnist", "--nodes=4"], out=out) == 0
-    assert "slurmtf_check_first" not in out.getvalue()
+    assert "--check_first" not in out.getvalue()
 
 
 def test_bench_check_table() -> None:

@@ -1,8 +1,8 @@
 """The job scripts as a package ships them: ``slurmtf job-scripts``, and how the scripts
-find the bundled models and name a missing install step (slurmtf/job.sh, in bash).
+hand a job to the supervisor, find the bundled models and name a missing install step.
 
-No Slurm, no TensorFlow import: the model lookup runs the real ``slurmtf_find_model``
-with this interpreter, or with one that sees no site-packages.
+No Slurm, no TensorFlow import: the model lookup runs the supervisor's real
+``find_model`` with this interpreter, or with one that sees no site-packages.
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ import pytest
 
 from slurmtf import cli
 from slurmtf.cli import job_scripts
+from slurmtf.runtime import commands
+from slurmtf.runtime.attempts import LogFiles, Step, decide_and_record
+from slurmtf.runtime.jobsettings import JobSettings, JobStop
 from slurmtf.spec import bundled as jobscripts
-from slurmtf.spec import jobspec
 from tests.prereqs import require
 
 REPO = Path(__file__).resolve().parents[1]
-JOB_SH = REPO / "slurmtf" / "job.sh"
 NAMES = ["mnist.sbatch", "parameter_server.sbatch", "resnet.sbatch", "train.sbatch"]
 
 
@@ -36,39 +37,40 @@ def test_the_package_links_to_the_checkouts_scripts_one_copy_each() -> None:
     assert [s.name for s in jobscripts.bundled()] == NAMES
 
 
-def test_every_script_loads_job_sh_with_the_one_canonical_block() -> None:
-    block = "\n".join(jobspec.SOURCE_JOB_SH) + "\n"
+def test_every_script_hands_over_with_the_one_canonical_block() -> None:
     for script in jobscripts.bundled():
-        assert script.text.count(block) == 1, f"{script.name}: not jobspec.SOURCE_JOB_SH"
-        assert script.text.count(jobspec.FIND_JOB_SH) == 1, script.name  # no other lookup
+        kind = script.name.removesuffix(".sbatch")
+        assert script.text.endswith(jobscripts.hand_over(kind)), f"{script.name}: not HAND_OVER"
+        code = [x for x in script.text.splitlines() if x.strip() and not x.lstrip().startswith("#")]
+        assert len(code) <= 15, f"{script.name}: {len(code)} lines of code"
+        assert '"event"' not in script.text, script.name
 
 
-def load_job_sh(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the canonical block in bash from an empty folder; it prints the JOB_SH loaded."""
-    script = "\n".join([*jobspec.SOURCE_JOB_SH, 'echo "loaded $JOB_SH"'])
+def hand_over(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the canonical block in bash from an empty folder, the supervisor replaced by a
+    line that prints the slurmtf the interpreter imports."""
+    block = jobscripts.hand_over("mnist").replace(
+        'exec $PY -m slurmtf job mnist -- "$@"',
+        "$PY -c 'import slurmtf; print(\"loaded\", slurmtf.__file__)'",
+    )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "PYTHON"))}
-    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False,
+    return subprocess.run(["bash", "-c", block], capture_output=True, text=True, check=False,
                           cwd=tmp_path, env={**clean, **env})  # fmt: skip
 
 
-def test_the_block_loads_the_named_then_the_checkouts_then_the_installed_job_sh(
-    tmp_path: Path,
-) -> None:
-    stub = tmp_path / "stub.sh"
-    stub.write_text("slurmtf_job_setup() { :; }\n")
-    named = load_job_sh(tmp_path, SLURMTF_JOB_SH=str(stub), SLURMTF_REPO=str(REPO))
-    assert named.stdout.strip() == f"loaded {stub}", named.stderr
-    checkout = load_job_sh(tmp_path, SLURMTF_REPO=str(REPO), PYTHON="/nonexistent/python")
-    assert checkout.stdout.strip() == f"loaded {REPO}/slurmtf/job.sh", checkout.stderr
-    installed = load_job_sh(tmp_path, PYTHON=sys.executable, PYTHONPATH=str(REPO))
-    assert installed.stdout.strip() == f"loaded {JOB_SH}", installed.stderr
+def test_the_block_runs_a_checkouts_slurmtf_else_the_installed_one(tmp_path: Path) -> None:
+    checkout = hand_over(tmp_path, SLURMTF_REPO=str(REPO), PYTHON=sys.executable)
+    assert checkout.stdout.strip() == f"loaded {REPO}/slurmtf/__init__.py", checkout.stderr
+    named = hand_over(tmp_path, SLURMTF_PYTHON=sys.executable, PYTHON="/nonexistent/python",
+                      SLURMTF_REPO=str(REPO))  # fmt: skip
+    assert named.stdout.strip() == f"loaded {REPO}/slurmtf/__init__.py", named.stderr
 
 
 def test_the_block_names_the_pip_line_when_python_has_no_slurmtf(tmp_path: Path) -> None:
     bare = tmp_path / "python"  # no site-packages, no PYTHONPATH: nothing installed
     bare.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
     bare.chmod(0o755)
-    done = load_job_sh(tmp_path, PYTHON=str(bare))
+    done = hand_over(tmp_path, PYTHON=str(bare))
     assert done.returncode == 2
     assert "loaded" not in done.stdout
     assert f"{bare} cannot import slurmtf. HINT: {bare} -m pip install" in done.stderr
@@ -132,41 +134,32 @@ def test_a_file_in_place_of_dir_is_refused(
     assert "is not a folder" in capsys.readouterr().err
 
 
-def find_model(repo: Path, python: str) -> subprocess.CompletedProcess[str]:
-    script = f"""
-        source {JOB_SH}
-        REPO={repo}; PYTHON={python}
-        slurmtf_find_model mnist
-        echo "MODEL=$MODEL"
-    """
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        ["bash", "-c", script], capture_output=True, text=True, check=False, env=env
-    )
+def find_model(repo: Path, python: str) -> str:
+    job = JobSettings.read("mnist", {"SLURMTF_REPO": str(repo), "PYTHON": python})
+    return commands.find_model(job, {**os.environ, "PYTHONPATH": str(REPO)})
 
 
 def test_a_checkout_runs_its_models_and_elsewhere_the_installed_ones(tmp_path: Path) -> None:
     require(importlib.util.find_spec("tensorflow") is not None, "TensorFlow (pip install .[cpu])")
     here = find_model(REPO, sys.executable)
-    assert here.returncode == 0, here.stderr
-    assert "MODEL=models.mnist" in here.stdout
-    assert f"from {REPO / 'models' / 'mnist.py'}" in here.stdout
+    assert here == f"models.mnist from {REPO / 'models' / 'mnist.py'}", here
     (tmp_path / "models").mkdir()  # a user's own models/ is no checkout
     (tmp_path / "models" / "mnist.py").write_text("")
     elsewhere = find_model(tmp_path, sys.executable)
-    assert elsewhere.returncode == 0, elsewhere.stderr
-    assert "MODEL=slurmtf_models.mnist" in elsewhere.stdout
-    assert elsewhere.stdout.splitlines()[0].endswith("mnist.py")  # where it was found
+    assert elsewhere.startswith("slurmtf_models.mnist from "), elsewhere
+    assert elsewhere.endswith("mnist.py")  # where it was found
 
 
 def test_an_interpreter_without_slurmtf_gets_the_pip_line(tmp_path: Path) -> None:
     bare = tmp_path / "python"  # no site-packages, no PYTHONPATH: nothing installed
     bare.write_text(f'#!/bin/sh\nexec {sys.executable} -I -S "$@"\n')
     bare.chmod(0o755)
-    done = find_model(tmp_path, str(bare))
-    assert done.returncode == 2
-    assert f"{bare} cannot import slurmtf_models.mnist. HINT: {bare} -m pip install" in done.stderr
-    assert '"slurmtf[gpu]"' in done.stderr
+    with pytest.raises(JobStop) as caught:
+        find_model(tmp_path, str(bare))
+    said = str(caught.value)
+    assert caught.value.status == 2
+    assert f"{bare} cannot import slurmtf_models.mnist. HINT: {bare} -m pip install" in said
+    assert '"slurmtf[gpu]"' in said
 
 
 @pytest.mark.parametrize(
@@ -191,15 +184,9 @@ def test_a_rank_that_cannot_import_is_told_the_install_step(
     logs.mkdir()
     (logs / "srun.err").write_text("srun: error: node1: task 0: Exited with exit code 1\n")
     (logs / "rank0.err").write_text(f"Traceback (most recent call last):\n{error}\n")
-    script = f"""
-        source {JOB_SH}
-        LOG_DIR={logs}; PYTHON=python3; slurmtf_rc=1; SLURM_JOB_ID=7
-        declare -A slurmtf_offsets=()
-        slurmtf_decide
-        echo "$slurmtf_why"
-    """
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
-    why = done.stdout.strip()
+    files = LogFiles(logs, srun_err=logs / "srun.err")
+    decision, _ = decide_and_record(Step("7", 1, 3, python="python3"), files)
+    why = decision.why
     assert why.startswith("failed: rank 0 failed with its own error (exit code 1): "), why
     assert error.split(": ", 1)[-1] in why
     if hint:

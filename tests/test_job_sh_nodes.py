@@ -139,7 +139,7 @@ def test_a_lost_peer_on_a_node_that_answers_is_left_to_the_step(tmp_path: Path) 
         ({"SPARE_NODES": "3"}, "SPARE_NODES=3: leaves none of the job's 3 node(s)"),
         ({"SPARE_NODES": "x"}, "SPARE_NODES='x': is not a node count"),
         ({"MIN_NODES": "4"}, "MIN_NODES=4: must be 1..3"),
-        ({"SLURMTF_MIN_NODES": "2"}, "SLURMTF_MIN_NODES='2' is not read"),
+        ({"SLURMTF_MIN_NODES": "2"}, "SLURMTF_MIN_NODES='2': is not read"),
     ],
 )
 def test_bad_spares_or_minimum_stop_the_job_naming_the_variable(

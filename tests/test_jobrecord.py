@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -14,10 +12,10 @@ from slurmtf.cli import jobs as jobs_cli
 from slurmtf.contracts import SCRIPT_LOG_NAME
 from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor import status as watch
+from slurmtf.runtime.jobsettings import JobSettings
+from slurmtf.runtime.jobslurm import record_job
 from slurmtf.slurm.scontrol import parse_records
 from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm
-
-JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
 
 
 @pytest.fixture
@@ -49,21 +47,17 @@ def test_the_job_script_records_its_log_dir_and_status_finds_it(
 ) -> None:
     logs = tmp_path / "run dir" / "logs"
     write_run(logs)
-    calls = tmp_path / "calls"
-    script = f"""
-        source {JOB_SH}
-        SLURM_JOB_ID=4242; SLURM_JOB_NAME='a "quoted" name'; LOG_DIR='{logs}'
-        slurmtf_restarts=0
-        scontrol() {{ echo "$*" >> '{calls}'; }}
-        slurmtf_job_record
-        slurmtf_job_record
-    """
-    subprocess.run(["bash", "-c", script], check=True, env={**os.environ})
+    environ = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": 'a "quoted" name',
+               "LOG_DIR": str(logs), "XDG_STATE_HOME": str(tmp_path / "state")}  # fmt: skip
+    job = JobSettings.read("mnist", environ)
+    calls = FakeSlurm({})
+    record_job(job, calls, environ)
+    record_job(job, calls, environ)
     lines = state_home.read_text().splitlines()
     assert len(lines) == 2
     assert json.loads(lines[0])["log_dir"] == str(logs)
     assert json.loads(lines[0])["name"] == 'a "quoted" name'
-    assert f"update JobId=4242 Comment=slurmtf:{logs}" in calls.read_text()
+    assert ["scontrol", "update", "JobId=4242", f"Comment=slurmtf:{logs}"] in calls.calls
 
     fake = FakeSlurm({"scontrol": [GONE], "sacct": [NO_ACCT]})
     place = watch.locate("4242", fake)

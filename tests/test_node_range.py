@@ -1,10 +1,9 @@
 """Node-count ranges: parsing, the batch that must split, status wording, rendering, and
-the step's task count that slurmtf/job.sh sets from the allocation. No Slurm, no TF."""
+the step's task count that the supervisor sets from the allocation. No Slurm, no TF."""
 
 from __future__ import annotations
 
 import io
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,13 +11,14 @@ import pytest
 from slurmtf.cli import submit as submit_cli
 from slurmtf.errors import InputError
 from slurmtf.monitor.status import shape_lines
+from slurmtf.runtime.jobsettings import JobSettings
+from slurmtf.runtime.jobsettings import step_tasks as supervisor_tasks
 from slurmtf.slurm.runner import Runner
 from slurmtf.spec import jobspec, noderange
 from slurmtf.spec.jobspec import JobSpec
 from slurmtf.training.flags import check_batch_size
 
 CPUS = "SLURM_JOB_CPUS_PER_NODE"
-JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
 
 
 @pytest.mark.parametrize(
@@ -179,15 +179,11 @@ def test_a_range_with_gpus_per_task_is_refused() -> None:
         )  # fmt: skip
 
 
-def step_tasks(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    script = f'source {JOB_SH}; slurmtf_step_tasks; echo "srun ${{srun_tasks[*]}}"'
-    return subprocess.run(
-        ["bash", "-c", script],
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", **env},
-        check=False,
-    )
+def step_tasks(env: dict[str, str]) -> str:
+    """The supervisor's task flags for the first step, as ``srun FLAGS``."""
+    job = JobSettings.read("train", env)
+    flags, _ = supervisor_tasks(job, job.num_nodes)
+    return " ".join(["srun", *flags])
 
 
 @pytest.mark.parametrize(
@@ -207,24 +203,23 @@ def step_tasks(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     ],
 )  # fmt: skip
 def test_the_step_task_count_follows_the_allocation(env: dict[str, str], srun: str) -> None:
-    done = step_tasks(env)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == srun.strip()
+    assert step_tasks(env) == srun.strip()
 
 
 @pytest.mark.parametrize(
     ("env", "words"),
     [
         ({"SLURM_JOB_NUM_NODES": "3", "SLURM_GPUS_ON_NODE": "4", CPUS: "4,1(x2)"},
-         "4 task(s) per node need 4 CPUs per node; the job has 4,1(x2). HINT: sbatch --mincpus=4"),
+         "TASKS_PER_NODE='4': 4 task(s) per node need 4 CPUs per node; the job has 4,1(x2). "
+         "HINT: sbatch --mincpus=4"),
         ({"SLURM_JOB_NUM_NODES": "2", "TASKS_PER_NODE": "two"}, "TASKS_PER_NODE='two'"),
     ],
 )  # fmt: skip
 def test_a_step_that_cannot_run_stops_with_a_hint(env: dict[str, str], words: str) -> None:
-    done = step_tasks(env)
-    assert done.returncode == 2
-    assert words in done.stderr, done.stderr
-    assert "HINT: " in done.stderr, done.stderr
+    with pytest.raises(InputError) as caught:
+        step_tasks(env)
+    assert words in str(caught.value)
+    assert "HINT: " in str(caught.value)
 
 
 def test_the_worker_count_of_the_last_start_is_kept_in_the_model_dir(tmp_path: Path) -> None:

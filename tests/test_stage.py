@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import shlex
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -123,7 +121,7 @@ def test_submit_stage_data_renders_the_stage_step(capsys: pytest.CaptureFixture[
     out = io.StringIO()
     argv = ["--dry_run", "--model=mnist", "--nodes=2", "--stage_data", "--", "--data_dir=/d/m"]
     assert submit_cli.main(argv, out=out) == 0
-    assert "slurmtf_stage_data /d/m" in out.getvalue()
+    assert " --stage_data --data_dir=/d/m -- " in out.getvalue()
     assert submit_cli.main(["--dry_run", "--model=mnist", "--stage_data"], out=out) == 2
     err = capsys.readouterr().err
     assert "--stage_data=True" in err
@@ -148,9 +146,6 @@ def test_submit_stages_the_data_dir_in_either_form(fields: dict[str, object], so
     assert staged_source(JobSpec(stage_data=True, **fields)) == source  # type: ignore[arg-type]
 
 
-JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
-
-
 @pytest.mark.parametrize(
     ("args", "source"),
     [
@@ -166,19 +161,22 @@ JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
 def test_job_scripts_take_the_data_set_from_data_dir_or_the_flag(
     args: list[str], source: str
 ) -> None:
-    script = f'source {shlex.quote(str(JOB_SH))}; slurmtf_data_source "$@"'
-    done = subprocess.run(
-        ["bash", "-c", script, "bash", *args], capture_output=True, text=True, check=True
-    )
-    assert done.stdout == source
+    from slurmtf.runtime.commands import data_source
+
+    assert data_source(args[0], args[1:]) == source
 
 
-def test_stage_data_without_a_data_set_is_one_line(tmp_path: Path) -> None:
-    script = f'source {shlex.quote(str(JOB_SH))}; STAGE_DATA=1 slurmtf_stage_data "" --x'
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
-    assert done.returncode == 2
-    assert done.stderr.count("\n") == 1
-    assert "STAGE_DATA=1 but no data set to stage. HINT: set DATA_DIR, or pass" in done.stderr
+def test_stage_data_without_a_data_set_is_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from slurmtf.cli import job as job_cli
+
+    environ = {"STAGE_DATA": "1", "LOG_DIR": str(tmp_path / "l"), "MODEL_DIR": str(tmp_path),
+               "PATH": "/usr/bin:/bin"}  # fmt: skip
+    assert job_cli.main(["train", "--", "t.py", "--x"], environ) == 2
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1, err
+    assert "STAGE_DATA='1': names no data set to stage. HINT: set DATA_DIR, or pass" in err
 
 
 def test_the_launcher_hands_scripts_the_staged_copy(src: Path, tmp_path: Path) -> None:

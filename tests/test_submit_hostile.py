@@ -13,6 +13,7 @@ from slurmtf.errors import InputError
 from slurmtf.spec import jobspec
 from slurmtf.spec.jobspec import JobSpec
 
+REPO = Path(__file__).resolve().parents[1]
 HOSTILE = [
     "it's",
     'say "hi"',
@@ -38,7 +39,7 @@ def run_script(script: str, tmp_path: Path) -> list[str]:
     srun.chmod(0o755)
     path = tmp_path / "job.sh"
     path.write_text(script)
-    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}"}
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "PYTHONPATH": str(REPO)}
     subprocess.run(["bash", str(path)], cwd=tmp_path, env=env, check=True, timeout=30)
     return record.read_text().split("\0")[:-1]
 

@@ -137,8 +137,7 @@ def test_gpu_flag(flag: str, line: str) -> None:
 def test_no_gpus_means_one_task_per_node() -> None:
     lines = render(JobSpec(kind="model", target="mnist", nodes=3, log_dir=LOGS)).splitlines()
     assert "#SBATCH --ntasks-per-node=1" in lines
-    own = [line for line in lines if line not in jobspec.SOURCE_JOB_SH]  # not pip's [gpu]
-    assert not any("gpu" in line for line in own)
+    assert not any("gpu" in line for line in lines)
 
 
 def test_signal_is_configurable() -> None:
@@ -146,15 +145,22 @@ def test_signal_is_configurable() -> None:
     assert "#SBATCH --signal=TERM@60" in render(spec).splitlines()
 
 
-def test_max_restarts_hands_the_end_of_the_job_to_job_sh() -> None:
+def test_max_restarts_hands_the_step_to_the_supervisor() -> None:
     out = io.StringIO()
     assert submit_cli.main(["--dry_run", "--model=mnist", "--max_restarts=5"], out=out) == 0
-    assert "slurmtf_submitit_setup" in out.getvalue()
-    assert f"slurmtf_submitit_setup {Path('slurmtf_logs').absolute()} 5" in out.getvalue()
+    logs = Path("slurmtf_logs").absolute()
+    assert f"-m slurmtf job submitit --log_dir={logs} --max_restarts=5 --" in out.getvalue()
     out = io.StringIO()
     assert submit_cli.main(["--dry_run", "--model=mnist", "--max_requeues=0"], out=out) == 0
-    assert "slurmtf_submitit_setup" not in out.getvalue()
+    assert "slurmtf job" not in out.getvalue()
     assert "--no-requeue" in out.getvalue()
+
+
+def test_a_container_prefix_hands_every_job_to_the_supervisor() -> None:
+    out = io.StringIO()
+    argv = ["--dry_run", "--model=mnist", "--max_requeues=0", "--container_prefix=run it 'a b'"]
+    assert submit_cli.main(argv, out=out) == 0
+    assert "--max_restarts=0 '--container=run it '\"'\"'a b'\"'\"'' --" in out.getvalue()
 
 
 def test_a_ps_job_serves_on_every_task_and_runs_the_script_as_it_is_on_the_chief() -> None:

@@ -40,6 +40,6 @@ def test_bad_spares_name_the_flag(flags: tuple[str, ...]) -> None:
 def test_the_job_script_learns_the_spares_and_a_range_s_minimum() -> None:
     spares = sbatch_parameters(spec("--nodes=2", "--spare_nodes=1"))["setup"]
     ranged = sbatch_parameters(spec("--nodes=2-3"))["setup"]
-    assert "export SPARE_NODES=1" in spares
-    assert "export MIN_NODES=2" in ranged
-    assert not any("MIN_NODES" in line for line in spares)
+    assert " --spare_nodes=1 " in spares[-1], spares
+    assert " --min_nodes=2 " in ranged[-1], ranged
+    assert not any("min_nodes" in line for line in spares)

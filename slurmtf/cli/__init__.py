@@ -36,6 +36,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
     "job-scripts": ("slurmtf.cli.job_scripts", "write the sbatch job scripts into a folder"),
     "serve": ("slurmtf.cli.serve", "run a ps/worker server until the chief's script ends"),
+    "job": ("slurmtf.cli.job", "supervise a batch job's steps (what the job scripts hand over to)"),
 }
 
 # Used by the job scripts (slurmtf/job.sh), not listed: name -> module.

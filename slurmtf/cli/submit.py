@@ -234,6 +234,13 @@ def _data_and_nodes(group: argparse._ArgumentGroup) -> None:
         help="run `slurmtf check` on the job's nodes first; an outlier node: requeue the job "
         "without it (one restart of --max_restarts), or stop when none is left (docs/CHECK.md)",
     )
+    add_flag(
+        group,
+        "container_prefix",
+        default="",
+        help="start every rank's command behind this prefix, e.g. 'apptainer exec --nv tf.sif' "
+        "(slurmtf's own steps run without it; docs/FAILURES.md, Containers)",
+    )
 
 
 def _names_and_logs(group: argparse._ArgumentGroup) -> None:

@@ -78,12 +78,13 @@ class JobSpec:
     array_parallelism: int = 256
     cluster: str = "slurm"
     legacy_keras: bool = False  # TF_USE_LEGACY_KERAS=1 in every task: tf.keras is tf_keras
-    stage_data: bool = False  # copy --data_dir to each node's scratch first (slurmtf/job.sh)
+    stage_data: bool = False  # copy --data_dir to each node's scratch first (the supervisor)
     check_first: bool = False  # `slurmtf check` first; an outlier node: requeue without it
     jobs: str | None = None  # roles (chief:1,ps:2,worker): a ParameterServerStrategy job
     cluster_flags: bool = False  # the script gets --worker_hosts, --task_index (slurmtf.run)
     spare_nodes: int = 0  # allocate nodes + spare_nodes, train on nodes (SPARE_NODES)
     no_kill: bool = True  # sbatch --no-kill: a failed node does not end the allocation
+    container_prefix: str = ""  # every rank's command behind it ("apptainer exec --nv tf.sif")
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -199,6 +200,13 @@ class JobSpec:
             if text is not None:
                 check_sbatch_value(name, text)
         check_sbatch_value("--job_name", self.job_name)
+        try:
+            shlex.split(self.container_prefix)
+        except ValueError as exc:
+            raise InputError(
+                "--container_prefix", self.container_prefix, f"is not a command line ({exc})",
+                "e.g. --container_prefix='apptainer exec --nv tf.sif'",
+            ) from exc  # fmt: skip
         check_sbatch_value("--log_dir", self.log_dir)
         if "%" in self.log_dir:
             raise InputError(
@@ -318,58 +326,43 @@ class JobSpec:
         return cls(**fields)
 
 
-# How a job finds slurmtf/job.sh and loads it, the one definition: SLURMTF_JOB_SH, else a
-# checkout's (SLURMTF_REPO, else the submit directory), else the one $PYTHON imports; exit 2
-# with the pip line when it imports no slurmtf. Every jobs/*.sbatch holds these lines as
-# they are (tests/test_job_scripts.py compares) and the jobs `slurmtf submit` writes run
-# them after PYTHON=<its interpreter> (:func:`job_sh_setup`).
-FIND_JOB_SH = 'import pathlib, slurmtf; print(pathlib.Path(slurmtf.__file__).with_name("job.sh"))'
-SOURCE_JOB_SH = (
-    "# The shared part (run folders, srun, the job's end) is slurmtf/job.sh: SLURMTF_JOB_SH,",
-    "# else a checkout's (SLURMTF_REPO or the submit directory), else the installed",
-    "# package's (the one $PYTHON imports).",
+# The lines a job's script runs before its srun: the supervisor (`slurmtf job submitit`,
+# slurmtf/runtime/supervisor.py) stands in for submitit's `srun`, so that the step can run
+# again in place (the same pickled job, the same log files) on the nodes it leaves. It
+# runs with the interpreter of the submit (`python`), which imports slurmtf.
+SUPERVISOR_LINES = (
+    "# srun: slurmtf's supervisor runs the step, restarts it in place, requeues and ends",
+    "# with the job's status (slurmtf job submitit ... -- SRUN ARGS); a checkout's slurmtf",
+    "# first (SLURMTF_REPO or the submit directory), as in the job scripts.",
     'REPO="${SLURMTF_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"',
-    'JOB_SH="${SLURMTF_JOB_SH:-$REPO/slurmtf/job.sh}"',
-    'if [ ! -f "$JOB_SH" ]; then',
-    f'    JOB_SH=$("${{PYTHON:-python3}}" -c {shlex.quote(FIND_JOB_SH)}) || {{',
-    '        echo "${PYTHON:-python3} cannot import slurmtf. HINT: ${PYTHON:-python3} -m pip" \\',
-    '             "install \\"slurmtf[gpu]\\" (or [cpu]), or SLURMTF_REPO=<a checkout of slurmtf>"'
-    " >&2",
-    "        exit 2",
-    "    }",
-    "fi",
-    "# shellcheck source=../slurmtf/job.sh",
-    'source "$JOB_SH" || { echo "cannot read $JOB_SH (set SLURMTF_JOB_SH)" >&2; exit 2; }',
+    'if [ -f "$REPO/slurmtf/__init__.py" ]; then '
+    'export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"; fi',
 )
 
 
-def job_sh_setup(spec: JobSpec, python: str) -> list[str]:
-    """Setup lines that load slurmtf/job.sh (:data:`SOURCE_JOB_SH`, through ``python``)
-    and call its parts the job asks for; none when it asks for none."""
-    calls = [*node_setup(spec), *restart_setup(spec), *check_first_setup(spec)]
-    calls += stage_setup(spec)
-    if not calls:
+def supervisor_setup(spec: JobSpec, python: str) -> list[str]:
+    """Setup lines that hand submitit's srun line to the supervisor with the options the
+    job asks for; none when it asks for none (then submitit's srun runs as it is)."""
+    flags = [*node_flags(spec), *stage_flags(spec)]
+    if spec.check_first:
+        flags.append("--check_first")
+    if spec.container_prefix:
+        flags.append(f"--container={spec.container_prefix}")
+    if not (spec.max_requeues or flags):
         return []
-    return [f"PYTHON={shlex.quote(python)}", *SOURCE_JOB_SH, *calls]
+    flags = [f"--log_dir={spec.folder}", f"--max_restarts={spec.max_requeues}", *flags]
+    command = shlex.join([python, "-m", "slurmtf", "job", "submitit", *flags, "--"])
+    return [*SUPERVISOR_LINES, f'srun() {{ exec {command} "$@"; }}']
 
 
-def node_setup(spec: JobSpec) -> list[str]:
-    """What slurmtf/job.sh needs to go on without a lost node: ``SPARE_NODES`` (the
-    allocation holds ``--spare_nodes`` more than the step trains on) and, for a
-    ``--nodes=MIN-MAX`` range, ``MIN_NODES`` (the fewest to go on with)."""
+def node_flags(spec: JobSpec) -> list[str]:
+    """What the supervisor needs to go on without a lost node: ``--spare_nodes`` (the
+    allocation holds that many more than the step trains on) and, for a
+    ``--nodes=MIN-MAX`` range, ``--min_nodes`` (the fewest to go on with)."""
     if not spec.max_requeues:
         return []
-    lines = [f"export SPARE_NODES={spec.spare_nodes}"] if spec.spare_nodes else []
-    return lines + ([f"export MIN_NODES={spec.nodes}"] if spec.is_range else [])
-
-
-def restart_setup(spec: JobSpec) -> list[str]:
-    """Hand the job's end to slurmtf/job.sh: a killed rank, a lost peer or node, a stall
-    restart the step in place, a preemption requeues the job, within the one budget
-    ``max_requeues`` (``--max_restarts``)."""
-    if not spec.max_requeues:
-        return []
-    return [f"slurmtf_submitit_setup {shlex.quote(str(spec.folder))} {spec.max_requeues}"]
+    flags = [f"--spare_nodes={spec.spare_nodes}"] if spec.spare_nodes else []
+    return flags + ([f"--min_nodes={spec.nodes}"] if spec.is_range else [])
 
 
 def staged_source(spec: JobSpec) -> str:
@@ -393,26 +386,12 @@ def staged_source(spec: JobSpec) -> str:
     return str(Path(found).expanduser().absolute())
 
 
-def stage_setup(spec: JobSpec) -> list[str]:
+def stage_flags(spec: JobSpec) -> list[str]:
     """Stage ``--data_dir`` once per node before the tasks start (and remove the copies at
-    the end): slurmtf/job.sh's ``slurmtf_stage_data``."""
+    the end): the supervisor's ``--stage_data``."""
     if not spec.stage_data:
         return []
-    folder, src = shlex.quote(str(spec.folder)), shlex.quote(staged_source(spec))
-    end = "" if spec.max_requeues else " && trap slurmtf_unstage EXIT"
-    return [f'LOG_DIR="${{LOG_DIR:-{folder}}}"; STAGE_DATA=1; slurmtf_stage_data {src}{end}']
-
-
-def check_first_setup(spec: JobSpec) -> list[str]:
-    """Run ``slurmtf check`` before the tasks start and requeue the job without an outlier
-    node (slurmtf/job.sh's ``slurmtf_check_first``)."""
-    if not spec.check_first:
-        return []
-    folder = shlex.quote(str(spec.folder))
-    return [
-        f'LOG_DIR="${{LOG_DIR:-{folder}}}"; CHECK_FIRST=1; '
-        'slurmtf_budget="${slurmtf_budget:-0}"; slurmtf_check_first'
-    ]
+    return ["--stage_data", f"--data_dir={staged_source(spec)}"]
 
 
 def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
@@ -454,7 +433,7 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
         params["exclusive"] = True
     ranged = range_parameters(spec)
     roles_line = [] if spec.jobs is None else [f"export SLURMTF_JOBS={shlex.quote(spec.jobs)}"]
-    setup = [*spec.setup, *roles_line, *job_sh_setup(spec, python)]
+    setup = [*spec.setup, *roles_line, *supervisor_setup(spec, python)]
     if setup:
         params["setup"] = setup
     extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}

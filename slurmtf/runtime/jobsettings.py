@@ -1,0 +1,236 @@
+"""What the supervisor of a batch job knows before its first step: the job's settings.
+
+One reader (:meth:`JobSettings.read`) turns the batch script's environment (Slurm's
+variables and the settings the job scripts document: ``MODEL_DIR``, ``LOG_DIR``,
+``PYTHON``, ``CONTAINER``, ``MAX_RESTARTS``, ``SPARE_NODES``, ``MIN_NODES``,
+``TASKS_PER_NODE``, ``STAGE_DATA``, ...) into one frozen value; everything after it
+takes values. The step's task flags and GPU binding are functions of it
+(:func:`step_tasks`, :func:`gpu_bind`), as slurmtf/job.sh computed them before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from slurmtf.errors import InputError, SlurmtfError
+
+# The kinds of job the supervisor runs: the bundled models, a user's script (train),
+# a ParameterServerStrategy job, any command (users' own scripts through job.sh), and
+# the step of a job `slurmtf submit` wrote (submitit's srun line).
+MODEL_KINDS = ("mnist", "resnet")
+KINDS = (*MODEL_KINDS, "train", "parameter_server", "command", "submitit")
+INSTALL_LINE = 'pip install "slurmtf[gpu]" (or [cpu]; README, "Install on a cluster")'
+
+
+class JobStop(SlurmtfError):
+    """The job ends before training with ``status`` (2: it cannot train as set up)."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclasses.dataclass(frozen=True)
+class LogNames:
+    """How rank R's files are named: ``<prefix>R<suffix>.out|.err`` in the log folder
+    (``rank%t`` for the job scripts, submitit's ``<job>_%t_log``), the pattern
+    ``slurmtf status`` reads, and the file srun's stderr is appended to."""
+
+    prefix: str = "rank"
+    suffix: str = ""
+    pattern: str = "rank{rank}.{kind}"
+    srun_err: str = "srun.err"
+
+
+@dataclasses.dataclass(frozen=True)
+class JobSettings:
+    kind: str
+    job_id: str  # "local" outside Slurm
+    job_name: str
+    repo: Path
+    model_dir: Path
+    log_dir: Path
+    python: tuple[str, ...]  # PYTHON, which may hold several words
+    container: tuple[str, ...]  # CONTAINER: the prefix of every rank's command
+    budget: int  # MAX_RESTARTS (MAX_REQUEUES, its former name)
+    requeues: int  # SLURM_RESTART_COUNT
+    nodelist: str
+    num_nodes: int
+    ntasks: str  # SLURM_NTASKS: the job asked a task count ("" when not)
+    ntasks_per_node: str
+    gpus_on_node: str
+    gpu_chosen: bool  # the job chose a GPU binding itself (--gpus-per-task, --gpu-bind)
+    job_cpus_per_node: str
+    cpus_per_task: str
+    tasks_per_node: str  # TASKS_PER_NODE
+    het_size: int
+    spare_nodes: str
+    min_nodes: str
+    stage: bool  # STAGE_DATA=1
+    data_dir: str
+    export_dir: str
+    check_first: bool
+    node_watch: bool  # SLURMTF_NODE_WATCH
+    watch_s: float  # SLURMTF_NODE_WATCH_S: how often the supervisor looks at the ranks
+    probe_s: float  # SLURMTF_NODE_PROBE_S
+    in_place: str  # SLURMTF_RESTART_IN_PLACE
+    legacy_keras: bool
+    cluster_flags: bool
+    roles: str  # SLURMTF_JOBS of a parameter-server job
+    serve_args: tuple[str, ...]
+    logs: LogNames = LogNames()
+    servers: bool = False  # a parameter-server step of the command kind (job.sh's ps_srun)
+
+    @classmethod
+    def read(cls, kind: str, environ: Mapping[str, str]) -> JobSettings:
+        """The settings of a ``kind`` job from the batch script's environment."""
+        env = dict(environ)
+        if env.get("SLURMTF_MIN_NODES"):
+            value = env["SLURMTF_MIN_NODES"]
+            raise InputError(
+                "SLURMTF_MIN_NODES", value, "is not read",
+                f"name the fewest nodes to go on with MIN_NODES={value}",
+            )  # fmt: skip
+        job_id = env.get("SLURM_JOB_ID") or "local"
+        repo = Path(env.get("SLURMTF_REPO") or env.get("SLURM_SUBMIT_DIR") or Path.cwd())
+        run = f"{env.get('SLURM_JOB_NAME') or kind}-{job_id}"
+        model_dir = Path(env.get("MODEL_DIR") or repo / "runs" / run)
+        return cls(
+            kind=kind, job_id=job_id, job_name=env.get("SLURM_JOB_NAME", ""), repo=repo,
+            model_dir=model_dir, log_dir=Path(env.get("LOG_DIR") or repo / "logs" / run),
+            python=_words("PYTHON", env.get("PYTHON") or "python3"),
+            container=_words("CONTAINER", env.get("CONTAINER", ""), empty=True),
+            budget=_int("MAX_RESTARTS", env.get("MAX_RESTARTS") or env.get("MAX_REQUEUES") or "3"),
+            requeues=_int("SLURM_RESTART_COUNT", env.get("SLURM_RESTART_COUNT") or "0"),
+            nodelist=env.get("SLURM_JOB_NODELIST", ""),
+            num_nodes=_int("SLURM_JOB_NUM_NODES", env.get("SLURM_JOB_NUM_NODES") or "1"),
+            ntasks=env.get("SLURM_NTASKS", ""),
+            ntasks_per_node=env.get("SLURM_NTASKS_PER_NODE", ""),
+            gpus_on_node=env.get("SLURM_GPUS_ON_NODE", "0"),
+            gpu_chosen=bool(env.get("SLURM_GPU_BIND") or env.get("SLURM_GPUS_PER_TASK")),
+            job_cpus_per_node=env.get("SLURM_JOB_CPUS_PER_NODE", ""),
+            cpus_per_task=env.get("SLURM_CPUS_PER_TASK", ""),
+            tasks_per_node=env.get("TASKS_PER_NODE", ""),
+            het_size=_int("SLURM_HET_SIZE", env.get("SLURM_HET_SIZE") or "0"),
+            spare_nodes=env.get("SPARE_NODES", ""), min_nodes=env.get("MIN_NODES", ""),
+            stage=env.get("STAGE_DATA", "0") == "1", data_dir=env.get("DATA_DIR", ""),
+            export_dir=env.get("EXPORT_DIR") or str(model_dir / "export"),
+            check_first=env.get("CHECK_FIRST", "0") == "1",
+            node_watch=env.get("SLURMTF_NODE_WATCH", "1") == "1",
+            watch_s=_seconds("SLURMTF_NODE_WATCH_S", env.get("SLURMTF_NODE_WATCH_S") or "1"),
+            probe_s=_seconds("SLURMTF_NODE_PROBE_S", env.get("SLURMTF_NODE_PROBE_S") or "10"),
+            in_place=env.get("SLURMTF_RESTART_IN_PLACE", "1"),
+            legacy_keras=env.get("LEGACY_KERAS", "0") == "1",
+            cluster_flags=env.get("CLUSTER_FLAGS", "0") == "1",
+            roles=env.get("SLURMTF_JOBS") or "chief:1,ps:2,worker",
+            serve_args=_words("SERVE_ARGS", env.get("SERVE_ARGS", ""), empty=True),
+        )  # fmt: skip
+
+    @property
+    def in_slurm(self) -> bool:
+        return self.job_id != "local"
+
+    def rank_file(self, rank: int | str, kind: str) -> Path:
+        return self.log_dir / f"{self.logs.prefix}{rank}{self.logs.suffix}.{kind}"
+
+    @property
+    def srun_err(self) -> Path:
+        return self.log_dir / self.logs.srun_err
+
+    def header(self, attempt: int) -> str:
+        per_node = step_tasks(self, self.num_nodes)[1] or self.ntasks_per_node or "?"
+        return (
+            f"job {self.job_id} restart {attempt} of {self.budget}: {self.num_nodes} node(s) "
+            f"{self.nodelist} x {per_node} task(s), model_dir {self.model_dir}, "
+            f"per-rank logs {self.log_dir}"
+        )
+
+
+def submitit_logs(job_id: str) -> LogNames:
+    """The log names of a job ``slurmtf submit`` wrote (submitit's ``%j_%t_log``)."""
+    return LogNames(f"{job_id}_", "_log", "{job}_{rank}_log.{kind}", f"{job_id}_0_log.err")
+
+
+def _words(name: str, text: str, *, empty: bool = False) -> tuple[str, ...]:
+    try:
+        words = tuple(shlex.split(text))
+    except ValueError as exc:
+        raise InputError(
+            name, text, f"is not a command line ({exc})", "quote it as in bash"
+        ) from exc
+    if not words and not empty:
+        raise InputError(name, text, "is empty", f"leave {name} unset or name a command")
+    return words
+
+
+def _int(name: str, text: str) -> int:
+    if not text.strip().isdigit():
+        raise InputError(name, text, "is not a whole number", f"e.g. {name}=3")
+    return int(text)
+
+
+def _seconds(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise InputError(name, text, "is not a number of seconds", f"e.g. {name}=1")
+    return value
+
+
+def first_count(text: str) -> int | None:
+    """``2(x3),1`` -> 2: Slurm's per-node counts, the first node's."""
+    head = text.split("(", 1)[0].split(",", 1)[0]
+    return int(head) if head.isdigit() else None
+
+
+def step_tasks(job: JobSettings, nodes: int) -> tuple[list[str], str]:
+    """srun's task flags for a step on ``nodes`` nodes, and the tasks per node ("" when
+    the job's own count stands). A job submitted with a task count gets it as Slurm gave
+    it, the same count per node on fewer nodes (spares, a node left out); a job without
+    one (the job scripts ask none, so that a --nodes=MIN-MAX range gets every node Slurm
+    can give) runs TASKS_PER_NODE tasks on each node, by default one per GPU."""
+    if job.ntasks:
+        if nodes == job.num_nodes:
+            return [], ""
+        fixed = first_count(job.ntasks_per_node) or int(job.ntasks) // max(job.num_nodes, 1)
+        return _task_flags(nodes, fixed), str(fixed)
+    gpus = int(job.gpus_on_node) if job.gpus_on_node.isdigit() else 0
+    per_node = job.tasks_per_node or str(max(gpus, 1))
+    if not per_node.isdigit() or int(per_node) < 1:
+        raise InputError(
+            "TASKS_PER_NODE", per_node, "is not a task count",
+            "TASKS_PER_NODE=1 (one worker with all the node's GPUs) or leave it unset "
+            "(one per GPU)",
+        )  # fmt: skip
+    least = [c for c in (first_count(p) for p in job.job_cpus_per_node.split(",")) if c]
+    need = int(per_node) * (int(job.cpus_per_task) if job.cpus_per_task.isdigit() else 1)
+    if least and min(least) < need:
+        raise InputError(
+            "TASKS_PER_NODE", per_node,
+            f"{per_node} task(s) per node need {need} CPUs per node; the job has "
+            f"{job.job_cpus_per_node}",
+            f"sbatch --mincpus={need} (or --cpus-per-gpu=N), or TASKS_PER_NODE=1 for one "
+            "worker with all the node's GPUs",
+        )  # fmt: skip
+    return _task_flags(nodes, int(per_node)), per_node
+
+
+def _task_flags(nodes: int, per_node: int) -> list[str]:
+    return [f"--nodes={nodes}", f"--ntasks-per-node={per_node}", f"--ntasks={nodes * per_node}"]
+
+
+def gpu_bind(job: JobSettings, per_node: str) -> list[str]:
+    """Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+) unless
+    the job chose a binding itself (--gpus-per-task, --gpu-bind); the model checks it."""
+    per = per_node or job.ntasks_per_node or "1"
+    if job.gpu_chosen or not per.isdigit() or not job.gpus_on_node.isdigit():
+        return []
+    tasks, gpus = int(per), int(job.gpus_on_node)
+    if tasks > 1 and gpus >= tasks:
+        return [f"--gpu-bind=per_task:{gpus // tasks}"]
+    return []

@@ -1,0 +1,116 @@
+"""slurmtf's own steps before and after training, run outside any container prefix with
+the supervisor's interpreter: staging a data set on every node (``STAGE_DATA=1``,
+``slurmtf data stage``), removing the copies at the end, and ``CHECK_FIRST=1``'s
+``slurmtf check``.
+
+STAGE_DATA=1: each node copies the data set SRC once (one task per node) to its local
+scratch ($STAGE_DIR, $SLURM_TMPDIR or $TMPDIR) and verifies it against
+SRC/MANIFEST.json. SRC is the last ``--data_dir=DIR`` or ``--data_dir DIR`` of the job
+script's arguments, else DATA_DIR. The ranks read that copy (``SLURMTF_STAGED_DATA=SRC``
+turns ``--data_dir=SRC`` into it). A bad or missing file, or too little space, is one
+line and exit 2 before training. The copy is removed when the job ends and kept when it
+is requeued, so that a restart on the same node reuses it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from slurmtf.datasets.stage import STAGED_ENV
+from slurmtf.errors import InputError
+from slurmtf.runtime.children import run_bounded
+from slurmtf.runtime.commands import data_source
+from slurmtf.runtime.joblog import log
+from slurmtf.runtime.jobsettings import JobSettings, JobStop
+from slurmtf.slurm.runner import Runner
+
+STAGE_TIMEOUT_S = 6 * 3600.0
+CHECK_TIMEOUT_S = 3600.0
+UNSTAGE_TIMEOUT_S = 600.0
+
+
+class Staging:
+    def __init__(self, job: JobSettings, env: Mapping[str, str], runner: Runner) -> None:
+        self.job, self.base_env, self.runner = job, dict(env), runner
+        self.source = ""  # the staged data set, once staged
+        self.python = sys.executable  # slurmtf's own interpreter (the supervisor's)
+
+    def env(self) -> dict[str, str]:
+        return {STAGED_ENV: self.source} if self.source else {}
+
+    def own(self, *args: str) -> list[str]:
+        """A command of slurmtf's own: the supervisor's interpreter, no container."""
+        return [self.python, "-m", "slurmtf.cli", *args]
+
+    def per_node(self) -> list[str]:
+        n = self.job.num_nodes
+        return ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1"]
+
+    def stage(self, args: Sequence[str]) -> None:
+        if not self.job.stage:
+            return
+        src = (
+            data_source(self.job.data_dir, args)
+            if self.job.kind != "submitit"
+            else self.job.data_dir
+        )
+        if not src:
+            raise InputError(
+                "STAGE_DATA", "1", "names no data set to stage",
+                "set DATA_DIR, or pass --data_dir=DIR to the model or script, a folder "
+                "with a MANIFEST.json",
+            )  # fmt: skip
+        src = str(Path(src) if Path(src).is_absolute() else Path.cwd() / src)
+        err = self.job.log_dir / f"stage-{self.job.job_id}.err"
+        start = time.monotonic()
+        log(f"staging {src} to the local scratch of {self.job.num_nodes} node(s)")
+        command = [
+            *self.per_node(),
+            "--kill-on-bad-exit=1",
+            f"--error={err}",
+            *self.own("data", "stage", src),
+        ]
+        if run_bounded(command, self.base_env, STAGE_TIMEOUT_S) != 0:
+            said = [x for x in _text(err).splitlines() if x.startswith("slurmtf data stage: ")]
+            self.source = src
+            self.unstage()
+            raise JobStop(f"not training: {said[-1] if said else f'staging failed, see {err}'}")
+        log(f"staged {src} on {self.job.num_nodes} node(s) in {time.monotonic() - start:.0f} s")
+        self.source = src
+
+    def unstage(self) -> None:
+        """Remove this job's staged copies from every node's scratch (none: nothing)."""
+        if not self.source:
+            return
+        command = [*self.per_node(), "--output=/dev/null", *self.own("data", "unstage")]
+        if run_bounded(command, self.base_env, UNSTAGE_TIMEOUT_S) != 0:
+            log(f"could not remove the staged copies of {self.source}", error=True)
+        self.source = ""
+
+    def check(self, attempt: int) -> tuple[str, ...]:
+        """``slurmtf check`` over the job's nodes: its outlier nodes (none when healthy,
+        or when the check could not run: then training goes ahead)."""
+        report = self.job.log_dir / f"check-{self.job.job_id}-{attempt}.json"
+        rc = run_bounded(self.own("check", f"--json={report}"), self.base_env, CHECK_TIMEOUT_S)
+        if rc == 0:
+            return ()
+        try:
+            outliers = json.loads(report.read_text())["outliers"]
+            bad = sorted({str(o["node"]) for o in outliers})
+        except (OSError, ValueError, KeyError, TypeError):
+            bad = []
+        if rc != 1 or not bad:
+            log(f"check_first: the check did not run (exit {rc}); training anyway", error=True)
+            return ()
+        return tuple(bad)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,305 @@
+"""The supervisor of a batch job: one process, one loop, from the first step to the job's
+exit status (``slurmtf job KIND ...``, which every job script hands over to).
+
+As torch.distributed.elastic's agent (``SimpleElasticAgent._invoke_run``) it starts the
+step, looks at it every ``SLURMTF_NODE_WATCH_S`` seconds and, when it ends, applies the
+restart policy (:func:`slurmtf.runtime.recovery.decide`, through
+:func:`slurmtf.runtime.attempts.decide_and_record`)::
+
+    all tasks exit 0                    -> the job ends COMPLETED (exit 0)
+    preempted (exit 75 after a save)    -> requeue (same job id), resume from the checkpoint
+    a rank died, a peer was lost, a     -> restart in place: a new srun step in the same
+    stall, a node is gone                  allocation, a silent node left out (--exclude),
+                                           its place taken by a spare or the nodes left
+    bad flags (exit 2), a model error   -> no retry; the last line says why
+
+While a step runs, the ranks' ``peer_lost`` events (read with :mod:`slurmtf.events`)
+name nodes to probe; one that does not answer ends the step at once (its srun would wait
+for it until Slurm's SlurmdTimeout). Every srun is a child in its own process group,
+ended with bounded waits (:mod:`slurmtf.runtime.children`); USR1/USR2 reaching the
+supervisor go on to the running step (srun forwards them to the ranks); SIGTERM (the
+job cancelled) ends the step and the job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import FrameType
+
+from slurmtf.errors import InputError
+from slurmtf.runtime import jobslurm
+from slurmtf.runtime.attempts import (
+    LogFiles,
+    Step,
+    decide_and_record,
+    read_record,
+    restarts_so_far,
+    watch_step,
+)
+from slurmtf.runtime.children import Child
+from slurmtf.runtime.commands import RankCommand, find_model, rank_command
+from slurmtf.runtime.follow import Copier, EventFollower, sizes
+from slurmtf.runtime.joblog import log, plain
+from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, gpu_bind
+from slurmtf.runtime.placement import Placement, first_placement, next_placement
+from slurmtf.runtime.recovery import Decision, Nodes
+from slurmtf.runtime.staging import Staging
+from slurmtf.slurm.runner import Runner
+
+FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+@dataclasses.dataclass
+class StepEnd:
+    status: int
+    lost: tuple[str, ...] = ()  # silent nodes for which the step was ended
+    alive: tuple[str, ...] = ()  # nodes that answered a probe during the step
+
+
+class Supervisor:
+    """Runs the job's steps until it is done, requeued or stopped."""
+
+    def __init__(
+        self, job: JobSettings, args: Sequence[str], env: Mapping[str, str], runner: Runner
+    ) -> None:
+        self.job, self.args, self.runner = job, list(args), runner
+        self.env = dict(env)
+        self.child: Child | None = None
+        self.terminated = False
+        self.requeued = False
+        self.attempt = 0
+        self.nodes = Nodes()
+        self.place = Placement()
+        self.staging = Staging(job, self.env, runner)
+        self.in_place = _in_place(job.in_place)
+
+    # --- the loop -----------------------------------------------------------------
+    def run(self, header: bool = True) -> int:
+        """The job from its first step to its exit status."""
+        before = {s: signal.getsignal(s) for s in (*FORWARDED, signal.SIGTERM)}
+        self._install_signals()
+        try:
+            return self.supervise(header)
+        finally:
+            for signum, handler in before.items():
+                if not (self.requeued and signum == signal.SIGTERM):  # requeue: Slurm's TERM
+                    signal.signal(signum, handler)
+
+    def supervise(self, header: bool) -> int:
+        self.job.log_dir.mkdir(parents=True, exist_ok=True)
+        self.job.model_dir.mkdir(parents=True, exist_ok=True)
+        self.attempt = restarts_so_far(
+            read_record(self.job.log_dir, self.job.job_id), self.job.requeues
+        )
+        self.nodes, self.place = first_placement(self.job)
+        jobslurm.record_job(self.job, self.runner, self.env)
+        if header:
+            plain(self.job.header(self.attempt))
+            self.announce()
+        checked = self.check_first()
+        if checked is not None:
+            return checked
+        self.staging.stage(self.args)
+        while True:
+            end = self.run_step()
+            if self.terminated:
+                log("the job was ended (SIGTERM): stopping the step", error=True)
+                self.staging.unstage()
+                return 128 + signal.SIGTERM
+            decision, line = self.decide(end)
+            outcome = self.follow(decision, line, end)
+            if outcome is not None:
+                return outcome
+
+    def announce(self) -> None:
+        """What the job runs, once: the model found, or the script and the roles."""
+        if self.job.kind in MODEL_KINDS:
+            plain(f"model {find_model(self.job, self.env)}")
+        elif self.job.kind == "train":
+            print(f"running {' '.join(self.args)}", flush=True)
+        elif self.job.kind == "parameter_server":
+            print(f"running {' '.join(self.args)} on the chief; roles {self.job.roles}", flush=True)
+
+    def follow(self, decision: Decision, line: str, end: StepEnd) -> int | None:
+        """Act on a decision: the job's exit status, or None after placing the next step."""
+        if decision.note:
+            log(decision.note)
+        if decision.action == "done":
+            if decision.why != "completed":
+                log(line)
+            self.staging.unstage()
+            return 0
+        if decision.action == "restart":
+            log(line)
+            self.attempt = decision.restart
+            self.place = next_placement(self.job, self.place, decision)
+            return None
+        if decision.action == "requeue":
+            log(line)
+            if self.requeue(decision, end.lost):
+                return 0
+            self.staging.unstage()  # not when requeued: a restart on this node reuses the copy
+            return decision.status
+        log(line, error=True)
+        self.staging.unstage()
+        return decision.status
+
+    def decide(self, end: StepEnd, outliers: Sequence[str] = ()) -> tuple[Decision, str]:
+        step = Step(
+            self.job.job_id, end.status, self.job.budget, self.job.requeues,
+            dataclasses.replace(self.nodes, excluded=self.place.excluded), self.job.probe_s,
+            tuple(outliers), " ".join(self.job.python), dead=end.lost, alive=end.alive,
+            in_place=self.in_place,
+        )  # fmt: skip
+        return decide_and_record(step, self.files, self.runner)
+
+    def requeue(self, decision: Decision, lost: Sequence[str]) -> bool:
+        jobslurm.wait_node_gone(self.job, lost, self.runner, log)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # `scontrol requeue` ends the script
+        self.requeued = True
+        return jobslurm.requeue(self.job, decision.exclude, self.runner, log)
+
+    # --- one step -----------------------------------------------------------------
+    def step_args(self, command: RankCommand) -> list[str]:
+        """srun's arguments for this attempt's step."""
+        if self.job.kind == "submitit":
+            return ["srun", *self.place.args, *command.srun_args, *command.args]
+        tasks = self.place.tasks
+        het = (
+            [f"--het-group=0-{self.job.het_size - 1}"]
+            if self.job.het_size > 1 and not command.kill_on_bad_exit
+            else []
+        )
+        logs = [
+            f"--output={self.job.rank_file('%t', 'out')}",
+            f"--error={self.job.rank_file('%t', 'err')}",
+        ]
+        bind = gpu_bind(self.job, self.place.per_node)
+        return [
+            "srun", f"--kill-on-bad-exit={command.kill_on_bad_exit}", "--open-mode=append",
+            *tasks, *self.place.args, *bind, *het, *logs, *command.args,
+        ]  # fmt: skip
+
+    def run_step(self) -> StepEnd:
+        """One attempt of the step: the ranks see its number as SLURM_RESTART_COUNT
+        (restarts in place + requeues), so their events and checkpoints name it."""
+        command = rank_command(self.job, self.args, self.job.requeues)
+        env = {**self.env, **command.env, **self.staging.env()}
+        if self.attempt:
+            env["SLURM_RESTART_COUNT"] = str(self.attempt)
+        if command.done_file is not None:
+            with contextlib.suppress(OSError):
+                command.done_file.unlink()
+        self.files = LogFiles(self.job.log_dir, self.job.logs.prefix, self.job.logs.suffix,
+                              self.job.srun_err, sizes(self._log_paths()))  # fmt: skip
+        copy = (
+            None
+            if self.job.kind == "submitit"
+            else Copier(
+                self.job.srun_err, self.files.offsets.get(str(self.job.srun_err), 0), _to_stderr
+            )
+        )
+        self.child = Child(
+            self.step_args(command), env, stderr=None if copy is None else self.job.srun_err
+        )
+        try:
+            end = self.watch(copy)
+        finally:
+            self.child.reap()
+            if copy is not None:
+                copy.copy()
+            self.child = None
+        plain(f"srun exited {end.status}")
+        return end
+
+    def watch(self, copy: Copier | None) -> StepEnd:
+        """Until the step ends: copy srun's messages, read the ranks' new events; when
+        one names a lost peer, probe its node; a silent one ends the step at once."""
+        assert self.child is not None
+        follower = EventFollower(self._rank_outs, dict(self.files.offsets))
+        watching = self.job.node_watch and self.job.in_slurm
+        alive: tuple[str, ...] = ()
+        while self.child.poll() is None:
+            with contextlib.suppress(Exception):
+                self.child.proc.wait(timeout=self.job.watch_s)
+            if copy is not None:
+                copy.copy()
+            if self.terminated:
+                return StepEnd(self.child.stop())
+            news = follower.new_events() if watching else []
+            if not any(e.get("event") == "peer_lost" for e in news):
+                continue
+            nodes = dataclasses.replace(self.nodes, excluded=self.place.excluded)
+            lost, alive = watch_step(self.files, nodes, alive, self.runner, self.job.probe_s)
+            if lost:
+                log(f"node(s) {','.join(lost)} stopped answering: ending the step without "
+                    "waiting for Slurm (SlurmdTimeout)", error=True)  # fmt: skip
+                jobslurm.end_steps(self.job, self.runner)
+                return StepEnd(self.child.stop(grace=0), lost, alive)
+        return StepEnd(self.child.status(), (), alive)
+
+    def _rank_outs(self) -> list[Path]:
+        return [self.files.rank_file(rank, "out") for rank in self.files.ranks()]
+
+    def _log_paths(self) -> list[Path]:
+        return [*self.job.log_dir.glob(f"{_glob(self.job.logs.prefix)}*"), self.job.srun_err]
+
+    # --- before training ------------------------------------------------------------
+    def check_first(self) -> int | None:
+        """CHECK_FIRST=1: ``slurmtf check`` over the job's nodes first (docs/CHECK.md); an
+        outlier node is left out in place while enough remain, else the job is requeued
+        without it; either costs a restart; with the budget spent the job stops (exit 1)."""
+        if not self.job.check_first:
+            return None
+        self.files = LogFiles(
+            self.job.log_dir, self.job.logs.prefix, self.job.logs.suffix, self.job.srun_err
+        )
+        bad = self.staging.check(self.attempt)
+        if not bad:
+            return None
+        log(f"check_first: outlier node(s) {','.join(bad)}", error=True)
+        decision, line = self.decide(StepEnd(0), bad)
+        if decision.action == "restart":
+            return self.follow(decision, line, StepEnd(0))
+        if decision.action == "requeue":
+            log(line)
+            if self.requeue(decision, ()):
+                return 0
+        log(line or "not training on an outlier node", error=True)
+        return 1
+
+    # --- signals --------------------------------------------------------------------
+    def _install_signals(self) -> None:
+        for signum in FORWARDED:
+            signal.signal(signum, self._forward)
+        signal.signal(signal.SIGTERM, self._terminate)
+
+    def _forward(self, signum: int, _frame: FrameType | None) -> None:
+        if self.child is not None:
+            self.child.signal(signum)
+
+    def _terminate(self, _signum: int, _frame: FrameType | None) -> None:
+        self.terminated = True
+
+
+def _in_place(text: str) -> bool:
+    if text not in ("0", "1"):
+        raise InputError(
+            "SLURMTF_RESTART_IN_PLACE", text, "must be 1 or 0",
+            "leave it unset (restart in place); 0 requeues every failed attempt instead",
+        )  # fmt: skip
+    return text == "1"
+
+
+def _glob(text: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def _to_stderr(data: bytes) -> None:
+    sys.stderr.buffer.write(data)
+    sys.stderr.buffer.flush()
