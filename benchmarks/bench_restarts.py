@@ -4,8 +4,10 @@ One ``sbatch jobs/mnist.sbatch`` job of 2 nodes x 2 tasks (``--ntasks-per-node=2
 ``MAX_RESTARTS=10``) on a 2-node sandbox. At the same point of every attempt (rank 0's
 first training step after it started) the benchmark samples, from ``/proc``:
 
-* the batch script's bash process (threads, fds, RSS): it loops srun in place
-  (slurmtf/job.sh), so anything it leaks grows with the restarts;
+* the job's supervisor (``slurmtf job``, the process the batch script became: threads,
+  fds, RSS and CPU seconds so far): it runs srun in place again and again, so anything
+  it leaks grows with the restarts, and its CPU over the job's wall time is what it costs
+  while the ranks train;
 * every ``slurmstepd`` of the job (how many, and their threads, fds and RSS summed);
 * each rank's training process (threads, fds, RSS), and how many rank processes of the
   job exist (exactly one per rank: the last attempt's ranks are gone);
@@ -69,7 +71,8 @@ def proc_figures(pid: int, proc: Path = Path("/proc")) -> dict[str, int] | None:
 
 
 def job_processes(job_id: str, proc: Path = Path("/proc")) -> dict[str, list[int]]:
-    """This job's processes: ``batch`` (the batch script's bash), ``stepd`` (every
+    """This job's processes: ``batch`` (the job's supervisor, which the batch script
+    became), ``stepd`` (every
     slurmstepd titled ``[JOB.STEP]``), ``rank<R>`` (a rank's training process), and
     ``other`` (anything else with the job's SLURM_JOB_ID: srun, tee, probes...)."""
     found: dict[str, list[int]] = {}
@@ -90,13 +93,18 @@ def process_kind(job_id: str, argv: Sequence[bytes], environ: Iterable[bytes]) -
     python = bool(argv) and Path(argv[0].decode(errors="replace")).name.startswith("python")
     if python and MODULE.encode() in argv and b"SLURM_PROCID" in env:
         return f"rank{env[b'SLURM_PROCID'].decode()}"
-    if (
-        argv
-        and Path(argv[0].decode(errors="replace")).name == "bash"
-        and any(a.endswith(b"slurm_script") for a in argv)
-    ):
+    if python and argv[1:5] == [b"-m", b"slurmtf", b"job", b"mnist"]:
         return "batch"
     return "other"
+
+
+def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """User + system CPU seconds ``pid`` used so far (``/proc/PID/stat``)."""
+    try:
+        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def sample(job_id: str, tasks: int) -> JSONDict:
@@ -106,6 +114,7 @@ def sample(job_id: str, tasks: int) -> JSONDict:
     (batch,) = procs.get("batch", [0])[:1] or [0]
     for key, value in (proc_figures(batch) or {}).items():
         row[f"batch_{key}"] = value
+    row["batch_cpu_s"] = cpu_seconds(batch)
     stepds = [f for f in (proc_figures(p) for p in procs.get("stepd", [])) if f]
     row["stepds"] = len(stepds)
     for key in ("threads", "fds", "rss_kb"):
@@ -223,10 +232,21 @@ def summarize(rows: list[JSONDict], final: str, left: Mapping[str, list[int]],
         "samples": rows,
         "flatness": verdicts(rows, LIMITS),
         "left_after_job": {k: v for k, v in left.items() if v},
+        "supervisor_cpu_s_per_min": cpu_per_minute(rows),
         "load": [round(x, 2) for x in os.getloadavg()],
     }
     result["pass"] = passed(result)
     return result
+
+
+def cpu_per_minute(rows: Sequence[Mapping[str, object]]) -> float | None:
+    """The supervisor's CPU seconds per minute of the job, first sample to last."""
+    cpu = [(r.get("time"), r.get("batch_cpu_s")) for r in rows]
+    known = [(float(t), float(c)) for t, c in cpu if isinstance(t, float | int) and
+             isinstance(c, float | int)]  # fmt: skip
+    if len(known) < 2 or known[-1][0] <= known[0][0]:
+        return None
+    return round((known[-1][1] - known[0][1]) / ((known[-1][0] - known[0][0]) / 60), 3)
 
 
 def kill_to_training(rows: Sequence[Mapping[str, object]]) -> list[float]:
@@ -261,7 +281,7 @@ def run(options: Options) -> JSONDict:
 
 
 def markdown(result: JSONDict) -> str:
-    keys = ["batch_threads", "batch_fds", "batch_rss_kb", "stepds", "stepd_threads",
+    keys = ["batch_threads", "batch_fds", "batch_rss_kb", "batch_cpu_s", "stepds", "stepd_threads",
             "stepd_fds", "stepd_rss_kb", "rank_processes", "rank_threads_max", "rank_fds_max",
             "rank_rss_kb_max"]  # fmt: skip
     rows = [[r.get("attempt"), *(r.get(k) for k in keys)] for r in result["samples"]]
@@ -273,7 +293,8 @@ def markdown(result: JSONDict) -> str:
     return (
         f"{table}\n\n{again}{verdict}: job {result['state']}, {restarts} restarts "
         f"in place of {result['kills']} kills, Slurm Restarts={result['slurm_restarts']}, left "
-        f"after the job: {result['left_after_job'] or 'nothing'}, load {result['load']}"
+        f"after the job: {result['left_after_job'] or 'nothing'}, supervisor CPU "
+        f"{result.get('supervisor_cpu_s_per_min')} s per minute, load {result['load']}"
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -350,7 +351,8 @@ def test_bench_restarts_finds_the_jobs_processes_by_kind(tmp_path: Path) -> None
     from benchmarks import bench_restarts as br
 
     job = {"SLURM_JOB_ID": "7", "SLURM_PROCID": "0"}
-    _fake_proc(tmp_path, 10, ["/bin/bash", "/var/spool/slurmd/job00007/slurm_script"], job, 1)
+    supervisor = ["/usr/bin/python3", "-m", "slurmtf", "job", "mnist", "--", "--train_steps=9"]
+    _fake_proc(tmp_path, 10, supervisor, job, 1)  # the batch script, handed over
     _fake_proc(tmp_path, 11, ["slurmstepd: [7.batch]"], {}, 4)
     _fake_proc(tmp_path, 12, ["slurmstepd: [77.0]"], {}, 4)  # another job's
     _fake_proc(tmp_path, 13, ["/usr/bin/srun", "python3", "-m", "models.mnist"], job, 3)
@@ -360,6 +362,12 @@ def test_bench_restarts_finds_the_jobs_processes_by_kind(tmp_path: Path) -> None
     assert found == {"batch": [10], "stepd": [11], "other": [13], "rank1": [14]}
     assert br.proc_figures(14, tmp_path) == {"threads": 9, "fds": 1, "rss_kb": 1234}
     assert br.proc_figures(99, tmp_path) is None
+    (tmp_path / "10" / "stat").write_text("10 (python3) S 1 " + "0 " * 9 + "250 50 0 0\n")
+    assert br.cpu_seconds(10, tmp_path) == 300 / os.sysconf("SC_CLK_TCK")
+    assert (
+        br.cpu_per_minute([{"time": 0, "batch_cpu_s": 1.0}, {"time": 120, "batch_cpu_s": 2.0}])
+        == 0.5
+    )
 
 
 def test_bench_restarts_flatness_and_verdict() -> None:

@@ -81,6 +81,7 @@ class JobSettings:
     cluster_flags: bool
     roles: str  # SLURMTF_JOBS of a parameter-server job
     serve_args: tuple[str, ...]
+    srun_args: tuple[str, ...] = ()  # SRUN_ARGS: more options of every training step
     logs: LogNames = LogNames()
     servers: bool = False  # a parameter-server step of the command kind (job.sh's ps_srun)
 
@@ -127,6 +128,7 @@ class JobSettings:
             cluster_flags=env.get("CLUSTER_FLAGS", "0") == "1",
             roles=env.get("SLURMTF_JOBS") or "chief:1,ps:2,worker",
             serve_args=_words("SERVE_ARGS", env.get("SERVE_ARGS", ""), empty=True),
+            srun_args=_words("SRUN_ARGS", env.get("SRUN_ARGS", ""), empty=True),
         )  # fmt: skip
 
     @property

@@ -168,7 +168,13 @@ class Supervisor:
     def step_args(self, command: RankCommand) -> list[str]:
         """srun's arguments for this attempt's step."""
         if self.job.kind == "submitit":
-            return ["srun", *self.place.args, *command.srun_args, *command.args]
+            return [
+                "srun",
+                *self.place.args,
+                *self.job.srun_args,
+                *command.srun_args,
+                *command.args,
+            ]
         tasks = self.place.tasks
         het = (
             [f"--het-group=0-{self.job.het_size - 1}"]
@@ -182,7 +188,7 @@ class Supervisor:
         bind = gpu_bind(self.job, self.place.per_node)
         return [
             "srun", f"--kill-on-bad-exit={command.kill_on_bad_exit}", "--open-mode=append",
-            *tasks, *self.place.args, *bind, *het, *logs, *command.args,
+            *tasks, *self.place.args, *bind, *het, *self.job.srun_args, *logs, *command.args,
         ]  # fmt: skip
 
     def run_step(self) -> StepEnd:
