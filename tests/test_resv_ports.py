@@ -4,17 +4,19 @@ the configuration. No Slurm, no TensorFlow."""
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
+import re
 from typing import Any
 
 import pytest
 
 from slurmtf.cluster.ports import parse_resv_mode
-from slurmtf.errors import SlurmCommandError
+from slurmtf.errors import InputError, SlurmCommandError
+from slurmtf.runtime.commands import rank_command
+from slurmtf.runtime.jobsettings import JobSettings
+from slurmtf.runtime.placement import first_placement
+from slurmtf.runtime.supervisor import Supervisor
 from slurmtf.slurm.resv_ports import cluster_span, mpi_ports_span, resv_ports_args
 
-JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
 WITH = "MpiDefault              = none\nMpiParams               = ports=20000-20999\n"
 WITHOUT = "MpiDefault              = none\nMpiParams               = (null)\n"
 SMALL = "MpiParams               = ports=12000-12003\n"
@@ -49,72 +51,60 @@ def test_python_asks_as_the_rule_says(
     assert resv_ports_args(ntasks, mpi_ports_span(config), parse_resv_mode(mode)) == expected
 
 
-def _job_sh(
-    tmp_path: Path, config: str, script: str, **env: str
-) -> subprocess.CompletedProcess[str]:
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(exist_ok=True)
-    (tmp_path / "config").write_text(config)
-    fake = bin_dir / "scontrol"
-    fake.write_text(f'#!/bin/bash\n[ "$*" = "show config" ] && cat {tmp_path / "config"}\n')
-    fake.chmod(0o755)
-    setup = "".join(f"export {k}={v}\n" for k, v in env.items())
-    text = f"source {JOB_SH}\nPATH={bin_dir}:$PATH\n{setup}{script}"
-    return subprocess.run(["bash", "-c", text], capture_output=True, text=True, check=False)
+def step_args(config: str, env: dict[str, str], kind: str = "command") -> list[str]:
+    """The supervisor's srun arguments for the first step, ``scontrol show config``
+    answering ``config``."""
+    environ = {"SLURM_JOB_ID": "7", "PYTHON": "python3", "LOG_DIR": "/l", **env}
+    if kind == "submitit":
+        args = ["--unbuffered", "python3", "-u", "-m", "submitit.core._submit", "/l"]
+    else:
+        args = ["python", "-m", "x"]
+
+    def runner(argv: Any, **_: Any) -> str:
+        assert list(argv) == ["scontrol", "show", "config"]
+        return config
+
+    job = JobSettings.read(kind, environ)
+    supervisor = Supervisor(job, args, environ, runner)
+    supervisor.nodes, supervisor.place = first_placement(job)
+    return supervisor.step_args(rank_command(job, args))
 
 
 @pytest.mark.parametrize(("mode", "config", "ntasks", "expected"), CASES)
-def test_job_sh_asks_as_the_rule_says(
-    tmp_path: Path, mode: str | None, config: str, ntasks: int, expected: list[str]
+def test_the_supervisor_asks_as_the_rule_says(
+    mode: str | None, config: str, ntasks: int, expected: list[str]
 ) -> None:
-    env = {} if mode is None else {"SLURMTF_RESV_PORTS": mode}
-    script = (
-        f"slurmtf_resv_setup\nslurmtf_resv_args --nodes=2 --ntasks={ntasks}\n"
-        'echo "[${slurmtf_resv[*]}]"\n'
-    )
-    done = _job_sh(tmp_path, config, script, **env)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == f"[{' '.join(expected)}]"
+    env = {"SLURM_NTASKS": str(ntasks), "SLURM_JOB_NUM_NODES": "2"}
+    if mode is not None:
+        env["SLURMTF_RESV_PORTS"] = mode
+    got = [a for a in step_args(config, env) if a.startswith("--resv-ports")]
+    assert got == expected
 
 
 @pytest.mark.parametrize(
-    ("args", "env", "expected"),
+    ("env", "expected"),
     [
-        ("--nodes=2 --ntasks=4 --overlap --ntasks=2", {}, "--resv-ports=2"),  # the last wins
-        ("--overlap", {"SLURM_NTASKS": "6"}, "--resv-ports=6"),  # submit's job
-        ("", {"SLURM_JOB_NUM_NODES": "3"}, "--resv-ports=3"),
-        ("--ntasks=4", {"SLURM_HET_SIZE": "2"}, ""),  # a het job: no reservation
+        ({"SLURM_NTASKS": "6"}, "--resv-ports=6"),  # the job's count stands
+        ({"SLURM_JOB_NUM_NODES": "3", "TASKS_PER_NODE": "2"}, "--resv-ports=6"),  # the step's
+        ({"SLURM_JOB_NUM_NODES": "3"}, "--resv-ports=3"),
+        ({"SLURM_NTASKS": "4", "SLURM_HET_SIZE": "2"}, ""),  # a het job: no reservation
     ],
 )
-def test_job_sh_counts_the_steps_ranks(
-    tmp_path: Path, args: str, env: dict[str, str], expected: str
-) -> None:
-    script = f'slurmtf_resv_setup\nslurmtf_resv_args {args}\necho "[${{slurmtf_resv[*]}}]"\n'
-    done = _job_sh(tmp_path, WITH, script, **env)
-    assert done.stdout.strip() == f"[{expected}]", done.stderr
+def test_the_supervisor_counts_the_steps_ranks(env: dict[str, str], expected: str) -> None:
+    got = [a for a in step_args(WITH, env) if a.startswith("--resv-ports")]
+    assert got == ([expected] if expected else [])
 
 
-def test_job_sh_refuses_a_bad_setting(tmp_path: Path) -> None:
-    done = _job_sh(tmp_path, WITH, "slurmtf_resv_setup\necho reached\n", SLURMTF_RESV_PORTS="x")
-    assert done.returncode == 2
-    assert "reached" not in done.stdout
-    assert "SLURMTF_RESV_PORTS='x' is not auto, 1 or 0. HINT: " in done.stderr
+def test_a_bad_setting_names_the_variable() -> None:
+    with pytest.raises(InputError, match=re.escape("SLURMTF_RESV_PORTS='x': is not auto, 1 or 0")):
+        JobSettings.read("mnist", {"SLURMTF_RESV_PORTS": "x"})
 
 
-def test_the_job_scripts_srun_carries_the_option(tmp_path: Path) -> None:
-    """slurmtf_srun_ranks (jobs/*.sbatch) and submit's srun both pass it to srun."""
-    (tmp_path / "bin").mkdir()
-    srun = tmp_path / "bin" / "srun"
-    srun.write_text('#!/bin/bash\necho "srun $*"\n')
-    srun.chmod(0o755)
-    script = (
-        f"LOG_DIR={tmp_path}\nsrun_tasks=(--nodes=2 --ntasks-per-node=1 --ntasks=2)\n"
-        "slurmtf_resv_setup\nslurmtf_srun_ranks python -m x\nslurmtf_srun_submitit python -m y\n"
-    )
-    done = _job_sh(tmp_path, WITH, script, SLURM_NTASKS="2")
-    lines = done.stdout.splitlines()
-    assert len(lines) == 2, done.stdout + done.stderr
-    assert all("--resv-ports=2" in line for line in lines), lines
+def test_the_job_scripts_and_submits_steps_carry_the_option() -> None:
+    """The job scripts' steps and submit's srun line both pass it to srun."""
+    env = {"SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2"}
+    assert "--resv-ports=2" in step_args(WITH, env)
+    assert "--resv-ports=2" in step_args(WITH, env, kind="submitit")
 
 
 def test_cluster_span_asks_scontrol() -> None:

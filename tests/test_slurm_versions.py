@@ -22,12 +22,11 @@ from slurmtf.cluster.step_flags import (
     whole_node_environ,
 )
 from slurmtf.runtime.attempts import LogFiles, read_attempt
+from slurmtf.runtime.jobsettings import JobSettings, gpu_bind
 from slurmtf.runtime.recovery import Attempt, Budget, Nodes, TaskEnding, decide
 from slurmtf.runtime.srun_status import NODE_FAILURE_STATUS, tasks_status
 from slurmtf.spec.jobspec import GPU_FLAGS, JobSpec, sbatch_parameters
 from tests.conftest import FakeSlurmEnv
-
-JOB_SH = Path(__file__).resolve().parents[1] / "slurmtf" / "job.sh"
 
 # The batch step's GPU and CPU variables of one job form, as each release exports them
 # (measured on the sandbox: 22.05.8 Debian, 26.05.3 built from SchedMD's tag; 25.11.7
@@ -106,20 +105,12 @@ def test_the_gpu_binding_is_added_only_when_the_job_chose_none(
 
 
 @pytest.mark.parametrize(("form", "version"), [(f, v) for f, v in CASES if v != "25.11"])
-def test_job_sh_keeps_the_users_binding_on_every_release(form: str, version: str) -> None:
-    """slurmtf/job.sh's setup adds --gpu-bind=per_task:1 for 2 tasks on 2 GPUs only when
-    the job chose none (before, on 23.11+ it overrode --gpu-bind=closest)."""
-    script = f'source {JOB_SH}; slurmtf_gpu_bind 2; echo "bind ${{gpu_bind[*]}}"'
-    done = subprocess.run(
-        ["bash", "-c", script],
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable, **FORMS[form][version]},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    expected = "" if CHOSEN[form] else "--gpu-bind=per_task:1"
-    assert done.stdout.strip() == f"bind {expected}".strip(), done.stderr
+def test_the_supervisor_keeps_the_users_binding_on_every_release(form: str, version: str) -> None:
+    """The supervisor adds --gpu-bind=per_task:1 for 2 tasks on 2 GPUs only when the job
+    chose none (before, on 23.11+ it overrode --gpu-bind=closest)."""
+    job = JobSettings.read("mnist", FORMS[form][version])
+    expected = [] if CHOSEN[form] else ["--gpu-bind=per_task:1"]
+    assert gpu_bind(job, "2") == expected
 
 
 @pytest.mark.parametrize(

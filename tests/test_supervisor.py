@@ -57,8 +57,8 @@ class FakeRunner:
                 raise SlurmCommandError(line, 1, "timed out")
             return ""
         self.calls.append(line)
-        if args[:3] == ["scontrol", "-o", "show"]:
-            return "JobId=77 ExcNodeList=(null) NodeList=node1"
+        if args[:3] == ["scontrol", "show", "job"]:
+            return "JobId=77 JobName=x\n   ExcNodeList=(null) NodeList=node1\n"
         return ""
 
 
@@ -238,7 +238,7 @@ def test_a_failed_attempt_is_classified(
 
 def scontrol(runner: FakeRunner) -> list[str]:
     """The scontrol calls about the job's queue state (requeue, its excluded nodes)."""
-    keep = ("scontrol requeue", "scontrol -o show job", "scontrol update JobId=77 ExcNodeList")
+    keep = ("scontrol requeue", "scontrol show job", "scontrol update JobId=77 ExcNodeList")
     return [c for c in runner.calls if c.startswith(keep)]
 
 
@@ -250,7 +250,7 @@ def test_a_retryable_failure_requeues_and_excludes_the_dead_node(
     assert "requeueing job 77 (restart 1 of 3, MAX_RESTARTS)" in out
     assert scontrol(runner)[-3:] == [
         "scontrol requeue 77",
-        "scontrol -o show job 77",
+        "scontrol show job 77",
         "scontrol update JobId=77 ExcNodeList=node2",
     ], runner.calls
 
@@ -378,7 +378,7 @@ def test_check_first_requeues_without_the_outlier_node(
     assert "outlier node(s) node3: requeueing job 77 (restart 1 of 2, MAX_RESTARTS)" in out
     assert calls == [
         "scontrol requeue 77",
-        "scontrol -o show job 77",
+        "scontrol show job 77",
         "scontrol update JobId=77 ExcNodeList=node3",
     ]
 

@@ -1,5 +1,5 @@
-"""``slurmtf step-flags gpu-bind|whole-node|het-tasks``: srun flags for the job scripts'
-own steps.
+"""``slurmtf step-flags gpu-bind|whole-node|het-tasks``: srun flags for batch scripts of
+one's own (the job scripts' supervisor calls :mod:`slurmtf.cluster.step_flags` itself).
 
 ``gpu-bind --tasks_per_node=N`` prints ``--gpu-bind=per_task:K`` when the training step
 should bind each task to its own GPUs (the job chose no binding itself: neither

@@ -15,6 +15,9 @@ import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from slurmtf.cluster.env import SlurmEnv, read_slurm_env
+from slurmtf.cluster.ports import parse_resv_mode
+from slurmtf.cluster.step_flags import gpu_bind_flags, least_cpus_per_node
 from slurmtf.errors import InputError, SlurmtfError
 
 # The kinds of job the supervisor runs: the bundled models, a user's script (train),
@@ -62,7 +65,7 @@ class JobSettings:
     ntasks: str  # SLURM_NTASKS: the job asked a task count ("" when not)
     ntasks_per_node: str
     gpus_on_node: str
-    gpu_chosen: bool  # the job chose a GPU binding itself (--gpus-per-task, --gpu-bind)
+    slurm: SlurmEnv  # the batch step's Slurm variables (GPU binding: slurmtf.cluster.step_flags)
     job_cpus_per_node: str
     cpus_per_task: str
     tasks_per_node: str  # TASKS_PER_NODE
@@ -82,6 +85,7 @@ class JobSettings:
     roles: str  # SLURMTF_JOBS of a parameter-server job
     serve_args: tuple[str, ...]
     srun_args: tuple[str, ...] = ()  # SRUN_ARGS: more options of every training step
+    resv_mode: bool | None = None  # SLURMTF_RESV_PORTS: ask srun for reserved ports
     logs: LogNames = LogNames()
     servers: bool = False  # a parameter-server step of the command kind (job.sh's ps_srun)
 
@@ -111,7 +115,8 @@ class JobSettings:
             ntasks=env.get("SLURM_NTASKS", ""),
             ntasks_per_node=env.get("SLURM_NTASKS_PER_NODE", ""),
             gpus_on_node=env.get("SLURM_GPUS_ON_NODE", "0"),
-            gpu_chosen=bool(env.get("SLURM_GPU_BIND") or env.get("SLURM_GPUS_PER_TASK")),
+            slurm=read_slurm_env(env),
+            resv_mode=parse_resv_mode(env.get("SLURMTF_RESV_PORTS")),
             job_cpus_per_node=env.get("SLURM_JOB_CPUS_PER_NODE", ""),
             cpus_per_task=env.get("SLURM_CPUS_PER_TASK", ""),
             tasks_per_node=env.get("TASKS_PER_NODE", ""),
@@ -209,9 +214,9 @@ def step_tasks(job: JobSettings, nodes: int) -> tuple[list[str], str]:
             "TASKS_PER_NODE=1 (one worker with all the node's GPUs) or leave it unset "
             "(one per GPU)",
         )  # fmt: skip
-    least = [c for c in (first_count(p) for p in job.job_cpus_per_node.split(",")) if c]
+    least = least_cpus_per_node(job.job_cpus_per_node)
     need = int(per_node) * (int(job.cpus_per_task) if job.cpus_per_task.isdigit() else 1)
-    if least and min(least) < need:
+    if least is not None and least < need:
         raise InputError(
             "TASKS_PER_NODE", per_node,
             f"{per_node} task(s) per node need {need} CPUs per node; the job has "
@@ -228,11 +233,9 @@ def _task_flags(nodes: int, per_node: int) -> list[str]:
 
 def gpu_bind(job: JobSettings, per_node: str) -> list[str]:
     """Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+) unless
-    the job chose a binding itself (--gpus-per-task, --gpu-bind); the model checks it."""
+    the job chose a binding itself (--gpus-per-task, --gpu-bind: SLURM_TRES_BIND /
+    SLURM_TRES_PER_TASK from Slurm 23.11, SLURM_GPU_BIND / SLURM_GPUS_PER_TASK before);
+    the model checks it (:func:`slurmtf.cluster.step_flags.gpu_bind_flags`)."""
     per = per_node or job.ntasks_per_node or "1"
-    if job.gpu_chosen or not per.isdigit() or not job.gpus_on_node.isdigit():
-        return []
-    tasks, gpus = int(per), int(job.gpus_on_node)
-    if tasks > 1 and gpus >= tasks:
-        return [f"--gpu-bind=per_task:{gpus // tasks}"]
-    return []
+    tasks = first_count(per)
+    return list(gpu_bind_flags(job.slurm, tasks)) if tasks else []

@@ -38,7 +38,9 @@ def end_steps(job: JobSettings, runner: Runner) -> None:
 
 
 def job_fields(job: JobSettings, runner: Runner) -> dict[str, str]:
-    found = parse_records(_ask(runner, ["scontrol", "-o", "show", "job", job.job_id]))
+    """``scontrol show job``'s fields of this job (its lines read as one record)."""
+    text = _ask(runner, ["scontrol", "show", "job", job.job_id])
+    found = parse_records(" ".join(text.split()))
     return found[0] if found else {}
 
 

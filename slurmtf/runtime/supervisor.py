@@ -31,6 +31,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
 
+from slurmtf.cluster.step_flags import het_task_counts
 from slurmtf.errors import InputError
 from slurmtf.runtime import jobslurm
 from slurmtf.runtime.attempts import (
@@ -49,6 +50,7 @@ from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, gpu_bind
 from slurmtf.runtime.placement import Placement, first_placement, next_placement
 from slurmtf.runtime.recovery import Decision, Nodes
 from slurmtf.runtime.staging import Staging
+from slurmtf.slurm.resv_ports import cluster_span, resv_ports_args
 from slurmtf.slurm.runner import Runner
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
@@ -77,6 +79,7 @@ class Supervisor:
         self.place = Placement()
         self.staging = Staging(job, self.env, runner)
         self.in_place = _in_place(job.in_place)
+        self.resv_span: int | None = None  # MpiParams=ports' range, asked once
 
     # --- the loop -----------------------------------------------------------------
     def run(self, header: bool = True) -> int:
@@ -167,20 +170,12 @@ class Supervisor:
     # --- one step -----------------------------------------------------------------
     def step_args(self, command: RankCommand) -> list[str]:
         """srun's arguments for this attempt's step."""
+        place = [*self.place.tasks, *self.place.args]
+        resv = self.resv_ports(place)
         if self.job.kind == "submitit":
-            return [
-                "srun",
-                *self.place.args,
-                *self.job.srun_args,
-                *command.srun_args,
-                *command.args,
-            ]
-        tasks = self.place.tasks
-        het = (
-            [f"--het-group=0-{self.job.het_size - 1}"]
-            if self.job.het_size > 1 and not command.kill_on_bad_exit
-            else []
-        )
+            return ["srun", *self.place.args, *resv, *self.job.srun_args, *command.srun_args,
+                    *command.args]  # fmt: skip
+        het = [f"--het-group=0-{self.job.het_size - 1}"] if self.servers_het(command) else []
         logs = [
             f"--output={self.job.rank_file('%t', 'out')}",
             f"--error={self.job.rank_file('%t', 'err')}",
@@ -188,14 +183,34 @@ class Supervisor:
         bind = gpu_bind(self.job, self.place.per_node)
         return [
             "srun", f"--kill-on-bad-exit={command.kill_on_bad_exit}", "--open-mode=append",
-            *tasks, *self.place.args, *bind, *het, *self.job.srun_args, *logs, *command.args,
+            *place, *bind, *resv, *het, *self.job.srun_args, *logs, *command.args,
         ]  # fmt: skip
+
+    def servers_het(self, command: RankCommand) -> bool:
+        """A parameter-server step of a heterogeneous job spans every component."""
+        return self.job.het_size > 1 and not command.kill_on_bad_exit
+
+    def resv_ports(self, place: Sequence[str]) -> list[str]:
+        """Slurm's reserved ports for the step (slurmtf.slurm.resv_ports): one per rank,
+        where the cluster has MpiParams=ports (or SLURMTF_RESV_PORTS=1); none in a
+        heterogeneous job (each component would get ports the other's ranks cannot know)."""
+        if self.job.het_size > 1 or self.job.resv_mode is False:
+            return []
+        if self.resv_span is None:
+            self.resv_span = cluster_span(self.runner) if self.job.in_slurm else 0
+        counts = [a.removeprefix("--ntasks=") for a in place if a.startswith("--ntasks=")]
+        ntasks = counts[-1] if counts else (self.job.ntasks or str(self.job.num_nodes))
+        if not ntasks.isdigit():
+            return []
+        return resv_ports_args(int(ntasks), self.resv_span, self.job.resv_mode)
 
     def run_step(self) -> StepEnd:
         """One attempt of the step: the ranks see its number as SLURM_RESTART_COUNT
         (restarts in place + requeues), so their events and checkpoints name it."""
         command = rank_command(self.job, self.args, self.job.requeues)
         env = {**self.env, **command.env, **self.staging.env()}
+        if self.servers_het(command):  # each component's own task count (Slurm 26.05)
+            env.update(het_task_counts(env))
         if self.attempt:
             env["SLURM_RESTART_COUNT"] = str(self.attempt)
         if command.done_file is not None:

@@ -12,8 +12,8 @@ bigger step does not ask and takes Slurm's count.
 
 ``SLURMTF_RESV_PORTS``: ``auto`` (default: ask when the cluster has ``MpiParams=ports``),
 ``1`` (ask whatever the configuration says), ``0`` (never ask; the resolver ignores them).
-The job scripts spell the same rule in bash (slurmtf/job.sh ``slurmtf_resv_args``);
-tests/test_resv_ports.py holds the two together.
+The supervisor of every job (:mod:`slurmtf.runtime.supervisor`) asks with this rule;
+tests/test_resv_ports.py holds it.
 """
 
 from __future__ import annotations
