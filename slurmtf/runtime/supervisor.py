@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import signal
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -78,6 +79,7 @@ class Supervisor:
         self.nodes = Nodes()
         self.place = Placement()
         self.staging = Staging(job, self.env, runner)
+        self.files = LogFiles(job.log_dir, job.logs.prefix, job.logs.suffix, job.srun_err)
         self.in_place = _in_place(job.in_place)
         self.resv_span: int | None = None  # MpiParams=ports' range, asked once
 
@@ -109,10 +111,9 @@ class Supervisor:
             return checked
         self.staging.stage(self.args)
         while True:
-            end = self.run_step()
-            if self.terminated:
-                log("the job was ended (SIGTERM): stopping the step", error=True)
-                self.staging.unstage()
+            end = None if self.terminated else self.run_step()
+            if end is None or self.terminated:  # Slurm ends the job: nothing to decide
+                log("the job was ended (SIGTERM): its step was stopped", error=True)
                 return 128 + signal.SIGTERM
             decision, line = self.decide(end)
             outcome = self.follow(decision, line, end)
@@ -246,7 +247,7 @@ class Supervisor:
         watching = self.job.node_watch and self.job.in_slurm
         alive: tuple[str, ...] = ()
         while self.child.poll() is None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.child.proc.wait(timeout=self.job.watch_s)
             if copy is not None:
                 copy.copy()
