@@ -184,12 +184,11 @@ def test_separate_sandbox_up_down_leaves_nothing(tmp_path_factory: pytest.TempPa
 @pytest.mark.parametrize("script", ["mnist.sbatch", "resnet.sbatch"])
 def test_job_script_plumbing(slurm_sandbox: SlurmSandbox, tmp_path: Path, script: str) -> None:
     """Model flags and env vars reach every rank; per-rank logs; `--gres=none` works.
-    PYTHON echoes its arguments on the ranks; the job script's own ``-m slurmtf.cli``
-    calls (what follows the step) still get the real interpreter."""
+    PYTHON echoes its arguments on the ranks; the supervisor (``-m slurmtf``), slurmtf's
+    own steps (``-m slurmtf.cli``) and the model lookup (``-c``) get the real one."""
     echo = tmp_path / "echo-python"
-    echo.write_text(
-        f'#!/bin/sh\n[ "$1 $2" = "-m slurmtf.cli" ] && exec {PYTHON} "$@"\nexec echo "$@"\n'
-    )
+    real = f'"-m slurmtf"|"-m slurmtf.cli"|-c*) exec {PYTHON} "$@" ;;'
+    echo.write_text(f'#!/bin/sh\ncase "$1 $2" in {real} esac\nexec echo "$@"\n')
     echo.chmod(0o755)
     env = {"PYTHON": str(echo), "MODEL_DIR": str(tmp_path / "m"), "LOG_DIR": str(tmp_path / "l")}
     job = slurm_sandbox.submit(
