@@ -4,8 +4,6 @@ the sandbox on a 26.05.3 build). docs/SLURM_VERSIONS.md lists them. No Slurm, no
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 

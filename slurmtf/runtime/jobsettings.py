@@ -17,7 +17,7 @@ from pathlib import Path
 
 from slurmtf.cluster.env import SlurmEnv, read_slurm_env
 from slurmtf.cluster.ports import parse_resv_mode
-from slurmtf.cluster.step_flags import gpu_bind_flags, least_cpus_per_node
+from slurmtf.cluster.step_flags import gpu_bind_flags
 from slurmtf.errors import InputError, SlurmtfError
 
 # The kinds of job the supervisor runs: the bundled models, a user's script (train),
@@ -214,7 +214,8 @@ def step_tasks(job: JobSettings, nodes: int) -> tuple[list[str], str]:
             "TASKS_PER_NODE=1 (one worker with all the node's GPUs) or leave it unset "
             "(one per GPU)",
         )  # fmt: skip
-    least = least_cpus_per_node(job.job_cpus_per_node)
+    counts = [first_count(part) for part in job.job_cpus_per_node.split(",")]
+    least = min((c for c in counts if c is not None), default=None)
     need = int(per_node) * (int(job.cpus_per_task) if job.cpus_per_task.isdigit() else 1)
     if least is not None and least < need:
         raise InputError(
