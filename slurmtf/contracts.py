@@ -24,7 +24,7 @@ EXIT_PREEMPTED = 75  # EX_TEMPFAIL: checkpoint saved on the preemption signal; r
 
 DEFAULT_LOG_DIR = "slurmtf_logs"  # submit's per-job logs, relative to the submit directory
 # How a rank's stdout/stderr files are named ({job}, {rank}, {kind}: out or err): by
-# submitit (`slurmtf submit`) and by the job scripts (slurmtf/job.sh, `rank%t.out`).
+# submitit (`slurmtf submit`) and by the job scripts (their supervisor, `rank%t.out`).
 SUBMITIT_LOG_NAME = "{job}_{rank}_log.{kind}"
 SCRIPT_LOG_NAME = "rank{rank}.{kind}"
 
@@ -138,7 +138,8 @@ def rank_error_line(text: str, failed: bool = False) -> str:
     TensorFlow's info or warning chatter (else its last line) stands in.
 
     The one definition: ``slurmtf status``, the sweep table, the console's filter and the
-    job's end (slurmtf/job.sh ``slurmtf_error_line``) all read a rank's stderr with it.
+    job's end (the supervisor, through :mod:`slurmtf.runtime.attempts`) all read a rank's
+    stderr with it.
     """
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for pattern in (_OWN_ERROR, _OTHER_ERROR):

@@ -1,6 +1,6 @@
 """Which line of a rank's stderr says what went wrong: ``slurmtf.contracts.rank_error_line``,
 the one definition that ``slurmtf status``, the sweep table, the console and the job's end
-(slurmtf/job.sh, tests/test_job_sh.py) read a rank with."""
+(the supervisor, tests/test_supervisor.py) read a rank with."""
 
 from __future__ import annotations
 

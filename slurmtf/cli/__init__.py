@@ -39,7 +39,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "job": ("slurmtf.cli.job", "supervise a batch job's steps (what the job scripts hand over to)"),
 }
 
-# Used by the job scripts (slurmtf/job.sh), not listed: name -> module.
+# Not listed (for inspection and scripts of one's own): name -> module.
 HIDDEN: dict[str, str] = {
     "recovery": "slurmtf.cli.recovery",
     "step-flags": "slurmtf.cli.step_flags",

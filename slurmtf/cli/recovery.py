@@ -1,4 +1,6 @@
-"""``slurmtf recovery start|watch|decide``: the job scripts' decisions (slurmtf/job.sh).
+"""``slurmtf recovery start|watch|decide``: the supervisor's decisions as shell assignments,
+for inspection and batch scripts of one's own (the job scripts' supervisor calls
+:mod:`slurmtf.runtime.attempts` itself).
 
 ``start`` prints ``slurmtf_attempt=N``: this attempt's number (restarts in place +
 requeues so far, from the job's record and Slurm's requeue count), and the first step's
@@ -77,7 +79,7 @@ def _offsets(items: Sequence[str]) -> dict[str, int]:
 def _body(args: argparse.Namespace) -> int:
     if args.log_dir is None or not args.job_id:
         what = "--log_dir" if args.log_dir is None else "--job_id"
-        raise InputError(what, "", "is required", f"{what}=... (slurmtf/job.sh passes it)")
+        raise InputError(what, "", "is required", f"{what}=...")
     allocated = tuple(expand_hostlist(args.nodes, name="--nodes")) if args.nodes else ()
     minimum = args.minimum
     if not minimum and not args.spare_nodes and args.command != "watch":

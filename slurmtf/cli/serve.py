@@ -5,7 +5,7 @@ Run the same line on every task of the step, with roles from ``SLURMTF_JOBS``::
     srun --kill-on-bad-exit=1 python -m slurmtf.serve -- python train.py
 
 (``jobs/parameter_server.sbatch`` runs it with ``--kill-on-bad-exit=0``, so that a
-killed worker does not stop the step; see ``slurmtf_ps_srun`` in ``slurmtf/job.sh``.)
+killed worker does not stop the step; the supervisor's parameter-server step.)
 
 The ps and worker tasks start a TensorFlow server and end when the chief's script ends
 (:mod:`slurmtf.serve`); the chief (or an evaluator) runs the command after ``--`` in

@@ -1,7 +1,7 @@
 """Staging a data set to node-local scratch: one verified copy per node, per job.
 
-``slurmtf data stage SRC`` runs once on every node of a job (slurmtf/job.sh's
-``slurmtf_stage_data`` starts it with one task per node) and copies the files
+``slurmtf data stage SRC`` runs once on every node of a job (the job's supervisor,
+:mod:`slurmtf.runtime.staging`, starts it with one task per node) and copies the files
 ``SRC/MANIFEST.json`` lists to ``ROOT/slurmtf-data-<job id>/<name of SRC>``, where ROOT is
 ``$STAGE_DIR``, ``$SLURM_TMPDIR``, ``$TMPDIR`` or ``/tmp`` (the first set). The copy is
 written beside its final name, checked against the manifest's SHA-256 sums, then renamed
@@ -169,7 +169,7 @@ def resolve_data_dir(data_dir: str | None, environ: Mapping[str, str]) -> str | 
             STAGED_ENV,
             staged,
             f"has no verified copy on this node at {copy}",
-            "stage it first (slurmtf/job.sh slurmtf_stage_data) or unset " + STAGED_ENV,
+            "stage it first (STAGE_DATA=1, the supervisor stages it) or unset " + STAGED_ENV,
         )
     return str(copy)
 

@@ -7,7 +7,7 @@ Two sources, in order:
   ``StdOut`` in the log folder (submitit's ``<folder>/<job>_0_log.out``).
 * The user's record of submitted jobs, ``$XDG_STATE_HOME/slurmtf/jobs.jsonl``
   (``~/.local/state/slurmtf/jobs.jsonl``): one JSON line per job, appended by
-  ``slurmtf submit`` and by the job scripts (slurmtf/job.sh). Each line is one
+  ``slurmtf submit`` and by the job scripts' supervisor. Each line is one
   ``write`` to a file opened for appending, so concurrent writers do not interleave;
   past :data:`MAX_BYTES` the oldest half is dropped (an atomic rename).
 

@@ -238,7 +238,7 @@ def status_lines(
     from the job's record and logs."""
     view = view or ask_slurm(job_id, runner)
     fields = view.record
-    records = read_record(place.log_dir, job_id)  # restarts in place, requeues (job.sh)
+    records = read_record(place.log_dir, job_id)  # restarts in place, requeues (the supervisor)
     chief_events = read_events(place.rank_log(0))
     starts = named(chief_events, "cluster")
     done = named(chief_events, "done")

@@ -1,5 +1,6 @@
 """The edge of :mod:`slurmtf.runtime.recovery`: an attempt's evidence from its logs, the
-job's restart record, and the decision as shell assignments for ``slurmtf/job.sh``.
+job's restart record, and the decision (for the supervisor; as shell assignments for
+``slurmtf recovery``).
 
 What one attempt left: srun's exit status and its ``task N: ...`` lines (in the file its
 stderr is appended to), and each rank's JSON event lines and error output, all read from
@@ -210,7 +211,7 @@ def write_record(path: Path, record: Mapping[str, Any]) -> None:
 
 
 def shell_lines(decision: Decision, line: str) -> str:
-    """The decision as shell assignments (``eval`` in slurmtf/job.sh)."""
+    """The decision as shell assignments (``slurmtf recovery decide``)."""
     values = {
         "slurmtf_action": decision.action,
         "slurmtf_why": decision.why,
@@ -225,7 +226,7 @@ def shell_lines(decision: Decision, line: str) -> str:
 
 
 def shell_assignments(**values: str) -> str:
-    """``slurmtf_KEY='value'`` lines (``eval`` in slurmtf/job.sh)."""
+    """``slurmtf_KEY='value'`` lines (``slurmtf recovery``)."""
     return "".join(f"slurmtf_{k}={shlex.quote(v)}\n" for k, v in values.items())
 
 

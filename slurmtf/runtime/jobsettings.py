@@ -5,7 +5,7 @@ variables and the settings the job scripts document: ``MODEL_DIR``, ``LOG_DIR``,
 ``PYTHON``, ``CONTAINER``, ``MAX_RESTARTS``, ``SPARE_NODES``, ``MIN_NODES``,
 ``TASKS_PER_NODE``, ``STAGE_DATA``, ...) into one frozen value; everything after it
 takes values. The step's task flags and GPU binding are functions of it
-(:func:`step_tasks`, :func:`gpu_bind`), as slurmtf/job.sh computed them before.
+(:func:`step_tasks`, :func:`gpu_bind`).
 """
 
 from __future__ import annotations

@@ -8,13 +8,13 @@ child process whose output goes to this rank's log, and maps its exit status:
 
 * 0: done.
 * 75 (preempted after saving a checkpoint): every task returns 0, so that
-  ``srun --kill-on-bad-exit`` interrupts nobody, and the job script's
-  ``slurmtf/job.sh`` (loaded by the setup lines of a job with ``--max_restarts`` > 0;
-  it exports :data:`JOB_SCRIPT_ENV`) requeues the job within the one restart budget
-  that its other failures count against. The launcher never requeues by itself:
-  without that script the task exits 75 and the job ends there.
+  ``srun --kill-on-bad-exit`` interrupts nobody, and the job's supervisor
+  (``slurmtf job submitit``, to which the setup lines of a job with ``--max_restarts`` > 0
+  hand the step; it exports :data:`JOB_SCRIPT_ENV`) requeues the job within the one
+  restart budget that its other failures count against. The launcher never requeues by
+  itself: without the supervisor the task exits 75 and the job ends there.
 * anything else: this task exits with it (128+N for a child ended by signal N, which
-  ``slurmtf/job.sh`` classifies as that signal, as when srun reports the signal itself),
+  the supervisor classifies as that signal, as when srun reports the signal itself),
   and ``--kill-on-bad-exit`` stops the others.
 
 Slurm delivers the preemption signal to every process of the step, the child included;
@@ -52,7 +52,7 @@ from slurmtf.runtime.held_port import check_port
 from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
-JOB_SCRIPT_ENV = "SLURMTF_JOB_SH"  # set by slurmtf/job.sh, which decides after exit 75
+JOB_SCRIPT_ENV = "SLURMTF_JOB_SH"  # set by the supervisor, which decides after exit 75
 
 
 def job_id_of(environ: Mapping[str, str]) -> str:
@@ -112,7 +112,7 @@ def run_task(
     ended_by = ending_signal(status)
     emit("exit", rank=rank, status=status, **({"signal": ended_by.name} if ended_by else {}))
     if status != EXIT_PREEMPTED:
-        # A child ended by signal N: 128+N, which slurmtf/job.sh reads as that signal.
+        # A child ended by signal N: 128+N, which the supervisor reads as that signal.
         return shell_status(status)
     if environ.get(JOB_SCRIPT_ENV) == "1" and environ.get(LOCAL_ENV) != "1":
         return 0  # the job script decides; srun must stop no one

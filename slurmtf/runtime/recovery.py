@@ -17,7 +17,7 @@ budget (:class:`Budget`) and the allocation's nodes (:class:`Nodes`), and return
 * ``stop``: a rank's own deterministic error (exit 2, an exception), or the budget is spent.
 
 Restarts in place and requeues share one budget (``MAX_RESTARTS``). The edge that reads the
-logs and prints the decision for ``slurmtf/job.sh`` is :mod:`slurmtf.runtime.attempts`.
+logs and records the decision for the supervisor is :mod:`slurmtf.runtime.attempts`.
 """
 
 from __future__ import annotations

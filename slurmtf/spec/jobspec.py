@@ -403,7 +403,7 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
         "signal_delay_s": spec.signal_delay_s,
         "array_parallelism": spec.array_parallelism,
         # A failed rank stops the others instead of idling until the time limit; in a
-        # --jobs job the chief's script decides (a killed worker is tolerated, job.sh).
+        # --jobs job the chief's script decides (a killed worker is tolerated).
         "srun_args": [f"--kill-on-bad-exit={0 if spec.jobs else 1}"],
     }
     if spec.is_range:  # the step's task count, on the nodes Slurm gave (range_parameters)
