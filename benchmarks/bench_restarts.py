@@ -190,9 +190,26 @@ def drive(sandbox: Sandbox, job_id: str, logs: Path, kills: int) -> list[JSONDic
             time.sleep(0.3)
         rows.append({"attempt": attempt, **sample(job_id, 4)})
         if attempt < kills:
-            for pid in job_processes(job_id).get("rank1", []):
-                os.kill(pid, signal.SIGKILL)
+            rows[-1]["kill_to_new_step_s"] = kill_rank(job_id, "rank1")
     return rows
+
+
+def kill_rank(job_id: str, rank: str, timeout: float = 120) -> float | None:
+    """SIGKILL ``rank``'s process; seconds until the next step's ranks are running (a
+    process of every rank kind seen before, none of the killed attempt's)."""
+    before = job_processes(job_id)
+    old = {pid for kind, pids in before.items() if kind.startswith("rank") for pid in pids}
+    kinds = {kind for kind in before if kind.startswith("rank")}
+    killed = time.monotonic()
+    for pid in before.get(rank, []):
+        os.kill(pid, signal.SIGKILL)
+    while time.monotonic() - killed < timeout:
+        now = job_processes(job_id)
+        fresh = {k for k in kinds if any(p not in old for p in now.get(k, []))}
+        if fresh == kinds:
+            return round(time.monotonic() - killed, 2)
+        time.sleep(0.05)
+    return None
 
 
 def measure(work: Path, kills: int) -> JSONDict:
@@ -289,6 +306,8 @@ def markdown(result: JSONDict) -> str:
     verdict = "PASS" if result.get("pass") else "FAIL"
     seconds = kill_to_training(result["samples"])
     again = f"kill to training again: {min(seconds)}-{max(seconds)} s; " if seconds else ""
+    steps = [r["kill_to_new_step_s"] for r in result["samples"] if r.get("kill_to_new_step_s")]
+    again += f"kill to the new step's ranks: {min(steps)}-{max(steps)} s; " if steps else ""
     restarts = result["restarts_in_place"]
     return (
         f"{table}\n\n{again}{verdict}: job {result['state']}, {restarts} restarts "
