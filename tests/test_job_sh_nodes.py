@@ -1,8 +1,9 @@
-"""slurmtf/job.sh with spare nodes and a node that stops answering mid-step.
+"""The supervisor with spare nodes and a node that stops answering mid-step, started as a
+script of one's own starts it: through slurmtf/job.sh's compatibility functions.
 
 Fake ``srun``/``squeue``/``scancel``/``scontrol`` on PATH stand in for Slurm; the real
-job.sh runs in bash and asks the real ``slurmtf recovery``. No Slurm, no TF; the watch's
-one-second polls make each case take seconds (the slow tier).
+job.sh runs in bash and hands the job to the real supervisor (``slurmtf job command``).
+No Slurm, no TF; a hung probe or step makes each case take seconds (the slow tier).
 """
 
 from __future__ import annotations
