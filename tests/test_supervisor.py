@@ -46,8 +46,9 @@ class FakeRunner:
     """Slurm's commands other than the step: a probe (srun --overlap) of a node in
     ``dead`` fails; scontrol and sinfo answer as on a healthy cluster. Records calls."""
 
-    def __init__(self, dead: Sequence[str] = ()) -> None:
+    def __init__(self, dead: Sequence[str] = (), submit_line: str = "") -> None:
         self.dead = set(dead)
+        self.submit_line = submit_line  # scontrol -o show job's SubmitLine= (25.11+)
         self.calls: list[str] = []
 
     def __call__(self, args: Sequence[str], **_: object) -> str:
@@ -59,6 +60,8 @@ class FakeRunner:
         self.calls.append(line)
         if args[:3] == ["scontrol", "show", "job"]:
             return "JobId=77 JobName=x\n   ExcNodeList=(null) NodeList=node1\n"
+        if args[:4] == ["scontrol", "-o", "show", "job"] and self.submit_line:
+            return f"JobId=77 SubmitLine={self.submit_line} WorkDir=/w\n"
         return ""
 
 
@@ -86,6 +89,7 @@ def supervise(
     rc: int = 1,
     *,
     dead: Sequence[str] = (),
+    submit_line: str = "",
     restarts: int = 0,
     budget: str = "3",
     nodes: str = "node[1-2]",
@@ -108,7 +112,7 @@ def supervise(
     }  # fmt: skip
     if not nodes:
         del environ["SLURM_JOB_NODELIST"]
-    runner = FakeRunner(dead)
+    runner = FakeRunner(dead, submit_line)
     job = JobSettings.read("command", environ)
     status = Supervisor(job, ["train"], environ, runner).run(header=False)
     captured = capfd.readouterr()
@@ -481,3 +485,18 @@ def test_a_worker_that_exits_with_an_error_is_not_tolerated(
     assert status == 1, out
     assert "tolerated" not in out
     assert "rank 4 failed with its own error (exit code 1)" in out, out
+
+
+def test_a_range_job_goes_on_in_place_on_the_minimum_slurm_reports(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Without MIN_NODES, the range's minimum from scontrol's SubmitLine= (Slurm 25.11+):
+    a 3-node job of a 2-3 range goes on in place on the 2 nodes left."""
+    status, out, runner = supervise(
+        tmp_path, capfd, PEER_FIRST, {0: PEER}, dead=["node2"], nodes="node[1-3]",
+        submit_line="sbatch --nodes=2-3 jobs/mnist.sbatch", SLURM_JOB_NUM_NODES="3",
+    )  # fmt: skip
+    assert status == 0, out
+    assert "node2 left out, training on the 2 node(s) left (minimum 2)" in out, out
+    assert "--exclude=node2" in out, out
+    assert scontrol(runner) == []

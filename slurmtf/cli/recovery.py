@@ -24,7 +24,7 @@ from pathlib import Path
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.hostlists import expand_hostlist
-from slurmtf.errors import InputError, SlurmCommandError
+from slurmtf.errors import InputError
 from slurmtf.runtime.attempts import (
     LogFiles,
     Step,
@@ -34,9 +34,9 @@ from slurmtf.runtime.attempts import (
     shell_assignments,
     watch_step,
 )
+from slurmtf.runtime.jobslurm import range_minimum
 from slurmtf.runtime.recovery import job_nodes
-from slurmtf.slurm.runner import Runner, default_runner
-from slurmtf.slurm.scontrol import parse_records, submit_line_nodes
+from slurmtf.slurm.runner import default_runner
 
 PROGRAM = "slurmtf recovery"
 
@@ -104,23 +104,6 @@ def _body(args: argparse.Namespace) -> int:
     )  # fmt: skip
     sys.stdout.write(decide_step(step, files))
     return 0
-
-
-def range_minimum(job_id: str, allocated: int, runner: Runner) -> str:
-    """``MIN_NODES`` when the user set none: the minimum of the job's ``--nodes=MIN-MAX``
-    range as ``scontrol show job`` shows it (``SubmitLine=``, Slurm 25.11+), when the job
-    got more nodes than that; "" when Slurm does not say (22.05 to 25.05: every node the
-    job trains on is then its minimum) or the job asked no range."""
-    if not job_id or job_id == "local":
-        return ""
-    try:
-        records = parse_records(runner(["scontrol", "-o", "show", "job", job_id], timeout=15))
-    except SlurmCommandError:
-        return ""
-    found = submit_line_nodes(records[0].get("SubmitLine", "")) if records else None
-    if found is None or not found[0] < allocated:
-        return ""
-    return str(found[0])
 
 
 def _in_place(text: str) -> bool:

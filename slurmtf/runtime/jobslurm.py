@@ -15,7 +15,7 @@ from slurmtf.errors import SlurmtfError
 from slurmtf.monitor import records
 from slurmtf.runtime.jobsettings import JobSettings
 from slurmtf.slurm.runner import Runner
-from slurmtf.slurm.scontrol import parse_records
+from slurmtf.slurm.scontrol import parse_records, submit_line_nodes
 
 TIMEOUT_S = 30.0
 
@@ -108,3 +108,17 @@ def record_job(job: JobSettings, runner: Runner, environ: Mapping[str, str]) -> 
         records.append(job.job_id, job.log_dir, job.logs.pattern, job.job_name, path)
         comment = f"Comment={records.COMMENT_PREFIX}{job.log_dir}"
         _ask(runner, ["scontrol", "update", f"JobId={job.job_id}", comment], 10)
+
+
+def range_minimum(job_id: str, allocated: int, runner: Runner) -> str:
+    """``MIN_NODES`` when the user set none: the minimum of the job's ``--nodes=MIN-MAX``
+    range as ``scontrol show job`` shows it (``SubmitLine=``, Slurm 25.11+), when the job
+    got more nodes than that; "" when Slurm does not say (22.05 to 25.05: every node the
+    job trains on is then its minimum) or the job asked no range."""
+    if not job_id or job_id == "local":
+        return ""
+    records = parse_records(_ask(runner, ["scontrol", "-o", "show", "job", job_id], 15))
+    found = submit_line_nodes(records[0].get("SubmitLine", "")) if records else None
+    if found is None or not found[0] < allocated:
+        return ""
+    return str(found[0])

@@ -34,13 +34,15 @@ def own_tasks(job: JobSettings) -> bool:
     return job.kind != "submitit"
 
 
-def first_placement(job: JobSettings) -> tuple[Nodes, Placement]:
-    """The allocation's nodes (with SPARE_NODES and MIN_NODES checked) and the first step's
-    placement."""
-    allocated = (
-        tuple(expand_hostlist(job.nodelist, name="SLURM_JOB_NODELIST")) if job.nodelist else ()
-    )
-    nodes = job_nodes(allocated, job.spare_nodes, job.min_nodes)
+def allocated_nodes(job: JobSettings) -> tuple[str, ...]:
+    """The job's nodes in Slurm's order (none outside Slurm)."""
+    return tuple(expand_hostlist(job.nodelist, name="SLURM_JOB_NODELIST")) if job.nodelist else ()
+
+
+def first_placement(job: JobSettings, minimum: str = "") -> tuple[Nodes, Placement]:
+    """The allocation's nodes (with SPARE_NODES and ``minimum``, MIN_NODES or the range's
+    minimum Slurm reports, checked) and the first step's placement."""
+    nodes = job_nodes(allocated_nodes(job), job.spare_nodes, minimum or job.min_nodes)
     first = nodes.first_step() if nodes.width else ()
     width = len(first) or job.num_nodes
     tasks, per_node = step_tasks(job, width) if own_tasks(job) else ([], "")

@@ -48,7 +48,12 @@ from slurmtf.runtime.commands import RankCommand, find_model, rank_command
 from slurmtf.runtime.follow import Copier, EventFollower, sizes
 from slurmtf.runtime.joblog import log, plain
 from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, gpu_bind
-from slurmtf.runtime.placement import Placement, first_placement, next_placement
+from slurmtf.runtime.placement import (
+    Placement,
+    allocated_nodes,
+    first_placement,
+    next_placement,
+)
 from slurmtf.runtime.recovery import Decision, Nodes
 from slurmtf.runtime.staging import Staging
 from slurmtf.slurm.resv_ports import cluster_span, resv_ports_args
@@ -101,7 +106,11 @@ class Supervisor:
         self.attempt = restarts_so_far(
             read_record(self.job.log_dir, self.job.job_id), self.job.requeues
         )
-        self.nodes, self.place = first_placement(self.job)
+        minimum = ""
+        if not (self.job.min_nodes or self.job.spare_nodes):  # Slurm 25.11+ says the range's
+            count = len(allocated_nodes(self.job))
+            minimum = jobslurm.range_minimum(self.job.job_id, count, self.runner)
+        self.nodes, self.place = first_placement(self.job, minimum)
         jobslurm.record_job(self.job, self.runner, self.env)
         if header:
             plain(self.job.header(self.attempt))
