@@ -339,17 +339,3 @@ def test_a_step_ended_by_a_node_going_down_restarts_in_place_on_both_releases(
     assert decision.action == "restart", decision
     assert decision.status == 137  # 26.05's 1 read back as the tasks' SIGKILL
     assert decision.exclude == ("node2",)
-
-
-def test_job_sh_binds_nothing_when_python_cannot_decide() -> None:
-    script = f'source {JOB_SH}; slurmtf_gpu_bind 2; echo "bind ${{gpu_bind[*]}}"'
-    done = subprocess.run(
-        ["bash", "-c", script],
-        capture_output=True,
-        text=True,
-        env={"PATH": "/usr/bin:/bin", "PYTHON": "false", "SLURM_GPUS_ON_NODE": "2"},
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "bind"
-    assert "could not decide the step's GPU binding; srun binds none" in done.stderr
