@@ -94,3 +94,24 @@ def test_the_supervisor_starts_each_step_through_the_prefix(
     (seen,) = records(record)
     assert seen["argv"] == ["exec", "--nv", "tf.sif", "true"], seen
     assert seen["rank"] == "0"
+
+
+def test_a_local_job_starts_every_rank_behind_the_prefix(tmp_path: Path) -> None:
+    """``submit --cluster=local --container_prefix=...``: each rank's launcher too."""
+    import io
+
+    from slurmtf.cli import submit as submit_cli
+
+    standin = write_standin(tmp_path / "bin")
+    record = tmp_path / "record.jsonl"
+    argv = ["--cluster=local", "--nodes=2", f"--log_dir={tmp_path / 'logs'}", "--command=true",
+            f"--container_prefix={standin} exec --nv tf.sif"]  # fmt: skip
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("STANDIN_RECORD", str(record))
+        assert submit_cli.main(argv, out=io.StringIO()) == 0
+    starts = records(record)
+    assert len(starts) == 2, starts
+    for start in starts:
+        argv_seen = start["argv"]
+        assert isinstance(argv_seen, list)
+        assert argv_seen[:4] == ["exec", "--nv", "tf.sif", sys.executable], argv_seen

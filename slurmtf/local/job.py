@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -121,7 +122,8 @@ def run_point(
     rest when one fails; srun's exit status for the step."""
     job_id = job_id_of(ids)
     files = local_files(spec, job_id)
-    command = [sys.executable, "-u", "-m", "slurmtf.launch", f"--spec={spec_file}"]
+    prefix = shlex.split(spec.container_prefix)  # --container_prefix, as on a cluster
+    command = [*prefix, sys.executable, "-u", "-m", "slurmtf.launch", f"--spec={spec_file}"]
     command.append(f"--params={json.dumps(dict(params))}")
     step = rank_step(spec, ids, restarts)
     procs: list[subprocess.Popen[bytes]] = []
