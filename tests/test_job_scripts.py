@@ -194,3 +194,13 @@ def test_a_rank_that_cannot_import_is_told_the_install_step(
         assert hint in why
     else:
         assert "HINT" not in why
+
+
+def test_no_shell_file_reads_event_text_and_job_sh_stays_thin() -> None:
+    """The supervisor reads the ranks' events (slurmtf.events); no shell of the package
+    does, and slurmtf/job.sh is a compatibility layer of at most 80 lines."""
+    shells = [*(REPO / "slurmtf").rglob("*.sh"), *(REPO / "jobs").glob("*.sbatch")]
+    assert REPO / "slurmtf" / "job.sh" in shells
+    for path in shells:
+        assert '"event"' not in path.read_text(), path
+    assert len((REPO / "slurmtf" / "job.sh").read_text().splitlines()) <= 80
