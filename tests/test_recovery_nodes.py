@@ -16,6 +16,7 @@ from slurmtf.runtime.attempts import (
     decide_step,
     drained_nodes,
     probe_args,
+    restart_in_place,
     watch_step,
 )
 from slurmtf.runtime.recovery import Attempt, Budget, Nodes, TaskEnding, decide, job_nodes
@@ -250,3 +251,14 @@ def test_a_node_the_watch_found_answering_is_not_probed_again(tmp_path: Path) ->
     out = decide_step(step, peer_lost_logs(tmp_path), runner)
     assert "slurmtf_exclude=''\n" in out
     assert runner.probed == []
+
+
+@pytest.mark.parametrize(("text", "expected"), [("1", True), ("0", False)])
+def test_restart_in_place_as_typed(text: str, expected: bool) -> None:
+    assert restart_in_place(text) is expected
+
+
+@pytest.mark.parametrize("text", ["yes", "", "2", " 1"])
+def test_a_bad_restart_in_place_names_the_variable(text: str) -> None:
+    with pytest.raises(InputError, match=r"SLURMTF_RESTART_IN_PLACE=.*must be 1 or 0\. HINT:"):
+        restart_in_place(text)

@@ -30,6 +30,7 @@ from slurmtf.runtime.attempts import (
     Step,
     decide_step,
     read_record,
+    restart_in_place,
     restarts_so_far,
     shell_assignments,
     watch_step,
@@ -100,19 +101,10 @@ def _body(args: argparse.Namespace) -> int:
     step = Step(
         args.job_id, args.status, args.max_restarts, args.requeues, nodes, args.probe_timeout,
         _names(args.outliers), args.python, dead=_names(args.dead), alive=_names(args.probed),
-        in_place=_in_place(args.in_place),
+        in_place=restart_in_place(args.in_place),
     )  # fmt: skip
     sys.stdout.write(decide_step(step, files))
     return 0
-
-
-def _in_place(text: str) -> bool:
-    if text not in ("0", "1"):
-        raise InputError(
-            "SLURMTF_RESTART_IN_PLACE", text, "must be 1 or 0",
-            "leave it unset (restart in place); 0 requeues every failed attempt instead",
-        )  # fmt: skip
-    return text == "1"
 
 
 def _names(text: str) -> tuple[str, ...]:

@@ -33,13 +33,13 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtf.cluster.step_flags import het_task_counts
-from slurmtf.errors import InputError
 from slurmtf.runtime import jobslurm
 from slurmtf.runtime.attempts import (
     LogFiles,
     Step,
     decide_and_record,
     read_record,
+    restart_in_place,
     restarts_so_far,
     watch_step,
 )
@@ -85,7 +85,7 @@ class Supervisor:
         self.place = Placement()
         self.staging = Staging(job, self.env, runner)
         self.files = LogFiles(job.log_dir, job.logs.prefix, job.logs.suffix, job.srun_err)
-        self.in_place = _in_place(job.in_place)
+        self.in_place = restart_in_place(job.in_place)
         self.resv_span: int | None = None  # MpiParams=ports' range, asked once
 
     # --- the loop -----------------------------------------------------------------
@@ -316,15 +316,6 @@ class Supervisor:
 
     def _terminate(self, _signum: int, _frame: FrameType | None) -> None:
         self.terminated = True
-
-
-def _in_place(text: str) -> bool:
-    if text not in ("0", "1"):
-        raise InputError(
-            "SLURMTF_RESTART_IN_PLACE", text, "must be 1 or 0",
-            "leave it unset (restart in place); 0 requeues every failed attempt instead",
-        )  # fmt: skip
-    return text == "1"
 
 
 def _glob(text: str) -> str:
