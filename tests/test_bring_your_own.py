@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,10 +53,34 @@ def test_train_sbatch_without_a_script_is_a_usage_error() -> None:
 @pytest.mark.parametrize(
     ("version", "ok"),
     [("3.15.1", True), ("3.15", True), ("3.15.0.dev2026", True), ("3.16.0", False),
-     ("3.1.5", False), ("3.150.0", False), ("2.21.0", False)],
+     ("3.1.5", False), ("3.150.0", False), ("2.21.0", False), ("3.3.3", True), ("3.5.0", True),
+     ("3.8.0", True), ("3.4.1", False)],
 )  # fmt: skip
 def test_tested_keras_versions(version: str, ok: bool) -> None:
     assert keras_compat.tested(version) is ok
+
+
+class _Keras35EpochIterator:
+    """Keras 3.5's TFEpochIterator: not iterable; ``enumerate_epoch()`` yields pairs."""
+
+    def __init__(self, batches: list[str]) -> None:
+        self.batches = batches
+
+    def enumerate_epoch(self) -> Iterator[tuple[int, Iterator[str]]]:
+        yield 0, iter(self.batches)
+
+
+@pytest.mark.parametrize(
+    "epoch_iterator",
+    [
+        _Keras35EpochIterator(["first", "second"]),  # Keras 3.5
+        [(0, iter(["first", "second"]))],  # 3.8-3.10: (step, iterator)
+        [(0, 1, iter(["first", "second"]))],  # 3.11 and later: (begin, end, iterator)
+    ],
+    ids=["enumerate_epoch", "pairs", "triples"],
+)
+def test_first_batch_of_every_keras_epoch_iterator(epoch_iterator: object) -> None:
+    assert keras_compat.first_batch(epoch_iterator) == "first"
 
 
 @pytest.mark.parametrize(

@@ -40,9 +40,11 @@ from pathlib import Path
 from typing import Any
 
 from slurmtf.errors import SlurmtfError
+from slurmtf.tf.releases import RELEASES
 
-# Keras minor versions the fixes were tested on end to end (2 workers, tests/e2e).
-TESTED_KERAS = ("3.15",)
+# Keras minor versions the fixes were tested on end to end (2 workers, tests/e2e): the
+# Keras 3 of each tested TensorFlow release.
+TESTED_KERAS = tuple(".".join(r.keras.split(".")[:2]) for r in RELEASES if r.keras.startswith("3."))
 ENV_SWITCH = "SLURMTF_KERAS_COMPAT"
 _MARK = "_slurmtf_multiworker_fit"
 _state: dict[str, Any] = {"applied": False, "tmp": None}
@@ -82,22 +84,26 @@ def enable_multiworker_fit(*, environ: dict[str, str] | None = None) -> bool:
     from keras.src.backend.tensorflow import trainer as tf_trainer
     from keras.src.callbacks import backup_and_restore, model_checkpoint, tensorboard
 
-    targets: list[tuple[Any, str]] = [
-        (tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build"),
-        (tf_trainer, "reduce_per_replica"),
-        (model_checkpoint.ModelCheckpoint, "_get_file_path"),
-        (backup_and_restore.BackupAndRestore, "_save_model"),
-        (backup_and_restore.BackupAndRestore, "on_train_end"),
-        (tensorboard.TensorBoard, "set_model"),
+    # Keras 3.3 (TensorFlow 2.16's) has no symbolic build: its fit builds the model lazily,
+    # in the replicas' own context, and needs no fix there (docs/TENSORFLOW_VERSIONS.md).
+    targets: list[tuple[Any, str, Callable[[Any], Any]]] = [
+        (tf_trainer, "reduce_per_replica", _reduce_per_replica),
+        (model_checkpoint.ModelCheckpoint, "_get_file_path", _checkpoint_path),
+        (backup_and_restore.BackupAndRestore, "_save_model", _backup_save),
+        (backup_and_restore.BackupAndRestore, "on_train_end", _backup_train_end),
+        (tensorboard.TensorBoard, "set_model", _tensorboard_set_model),
     ]
-    missing = [f"{getattr(o, '__name__', o)}.{n}" for o, n in targets if not hasattr(o, n)]
+    missing = [f"{getattr(o, '__name__', o)}.{n}" for o, n, _ in targets if not hasattr(o, n)]
     if missing:
         raise SlurmtfError(
             f"Keras {version}: {', '.join(missing)} not found, so slurmtf cannot make "
             f"model.fit work under MultiWorkerMirroredStrategy (tested: Keras "
-            f"{', '.join(TESTED_KERAS)}). HINT: install keras=={TESTED_KERAS[-1]}.*, or use "
-            f"tf_keras (TF_USE_LEGACY_KERAS=1) or slurmtf.train (docs/BRING_YOUR_OWN.md)"
+            f"{', '.join(TESTED_KERAS)}). HINT: install the Keras of your TensorFlow's "
+            f"release (docs/TENSORFLOW_VERSIONS.md), or use tf_keras (TF_USE_LEGACY_KERAS=1) "
+            f"or slurmtf.train (docs/BRING_YOUR_OWN.md)"
         )
+    if hasattr(tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build"):
+        targets.append((tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build", _symbolic_build))
     if not tested(version):
         warnings.warn(
             f"slurmtf: Keras {version} is not a version the multi-worker model.fit fixes "
@@ -106,12 +112,8 @@ def enable_multiworker_fit(*, environ: dict[str, str] | None = None) -> bool:
             RuntimeWarning,
             stacklevel=2,
         )
-    _patch(tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build", _symbolic_build)
-    _patch(tf_trainer, "reduce_per_replica", _reduce_per_replica)
-    _patch(model_checkpoint.ModelCheckpoint, "_get_file_path", _checkpoint_path)
-    _patch(backup_and_restore.BackupAndRestore, "_save_model", _backup_save)
-    _patch(backup_and_restore.BackupAndRestore, "on_train_end", _backup_train_end)
-    _patch(tensorboard.TensorBoard, "set_model", _tensorboard_set_model)
+    for owner, name, make in targets:
+        _patch(owner, name, make)
     _state["applied"] = True
     return True
 
@@ -135,20 +137,28 @@ def _symbolic_build(original: Any) -> Any:
         from keras.src import tree
 
         strategy = self.distribute_strategy
-        for _, _, it in iterator:
-            batch = next(it)
-            local = tree.map_structure(
-                lambda x: (
-                    strategy.experimental_local_results(x)[0]
-                    if isinstance(x, tf.distribute.DistributedValues)
-                    else x
-                ),
-                batch,
-            )
-            return original(self, iterator=None, data_batch=local)
-        return original(self, iterator=None, data_batch=data_batch)
+        batch = first_batch(iterator)
+        local = tree.map_structure(
+            lambda x: (
+                strategy.experimental_local_results(x)[0]
+                if isinstance(x, tf.distribute.DistributedValues)
+                else x
+            ),
+            batch,
+        )
+        return original(self, iterator=None, data_batch=local)
 
     return _maybe_symbolic_build
+
+
+def first_batch(iterator: Any) -> Any:
+    """The first batch of a Keras epoch iterator, whichever protocol its release has:
+    ``enumerate_epoch()`` yielding ``(step, iterator)`` (Keras 3.5), iterating it yields
+    ``(step, iterator)`` (3.8-3.10) or ``(begin, end, iterator)`` (3.11 and later)."""
+    steps = iterator.enumerate_epoch() if hasattr(iterator, "enumerate_epoch") else iterator
+    for item in steps:
+        return next(item[-1])
+    return None
 
 
 # 2. Logs of a step: mean (or sum) across replicas, element-wise, never along axis 0.
@@ -200,7 +210,7 @@ def _checkpoint_path(original: Any) -> Any:
     return _get_file_path
 
 
-_BACKUP_PATHS = (
+_BACKUP_PATHS = (  # the last two from Keras 3.8
     "backup_dir",
     "_weights_path",
     "_training_metadata_path",
@@ -213,7 +223,7 @@ def _backup_save(original: Any) -> Any:
     def _save_model(self: Any) -> Any:
         if is_chief(self.model):
             return original(self)
-        shared = {name: getattr(self, name) for name in _BACKUP_PATHS}
+        shared = {name: getattr(self, name) for name in _BACKUP_PATHS if hasattr(self, name)}
         try:
             for name, path in shared.items():
                 setattr(self, name, _private(str(path)))

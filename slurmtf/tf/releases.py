@@ -29,6 +29,12 @@ class Release:
     def series(self) -> str:
         return ".".join(self.tensorflow.split(".")[:2])
 
+    @property
+    def numbers(self) -> tuple[int, int]:
+        """``(2, 16)``: the series as numbers, to place another version against it."""
+        major, minor = self.tensorflow.split(".")[:2]
+        return int(major), int(minor)
+
     def requirements(self) -> list[str]:
         """pip requirements of a test environment of this release (tf-keras apart: it is
         installed without dependencies, or pip would pull the full ``tensorflow`` wheel)."""
@@ -75,15 +81,13 @@ def range_verdict(version: str) -> tuple[str, str] | None:
     found = series_of(version)
     if found is None:
         return None
-    oldest, newest = series_of(OLDEST.tensorflow), series_of(NEWEST.tensorflow)
-    assert oldest is not None and newest is not None  # the table's own strings
-    if found < oldest:
+    if found < OLDEST.numbers:
         return "older", (
             f"TensorFlow {version} is older than the releases slurmtf is tested on "
             f"({TESTED_RANGE}). HINT: use TensorFlow {OLDEST.series} or newer (a newer "
             f"module, or pip install 'tensorflow[and-cuda]>={OLDEST.tensorflow}')"
         )
-    if found > newest:
+    if found > NEWEST.numbers:
         return "newer", (
             f"TensorFlow {version} is newer than the releases slurmtf is tested on "
             f"({TESTED_RANGE}); going on. If multi-worker training fails, say so with "

@@ -123,6 +123,7 @@ def _start_strategy(config: TrainConfig, info: RunInfo, num_gpus: int) -> tuple[
             collective_timeout=config.collective_timeout,
             heartbeat_timeout=config.heartbeat_timeout,
             registration_timeout=config.registration_timeout,
+            program=info.program,
         )
     except Exception:
         recheck_port(info.layout)  # taken while TensorFlow loaded: the node's, not ours

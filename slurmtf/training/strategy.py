@@ -8,10 +8,16 @@ one GPU -> ``OneDeviceStrategy('/gpu:0')``; no GPU -> ``OneDeviceStrategy('/cpu:
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Protocol
 
 from slurmtf.errors import InputError
+from slurmtf.tf import compat
 from slurmtf.tf.collectives import reuse_collective_instance_keys
+from slurmtf.training.join_deadline import JoinDeadline
+
+log = logging.getLogger(__name__)
+EVALUATOR = "evaluator"
 
 
 class Layout(Protocol):
@@ -73,6 +79,7 @@ def make_strategy(
     collective_timeout: float = 0.0,
     heartbeat_timeout: float = 0.0,
     registration_timeout: float = 0.0,
+    program: str = "slurmtf",
 ) -> Any:
     """Build the TensorFlow strategy for ``choice`` (``layout`` for several workers)."""
     import tensorflow as tf
@@ -103,24 +110,48 @@ def make_strategy(
         implementation=implementation, timeout_seconds=collective_timeout or None
     )
     reuse_collective_instance_keys()
-    resolver = None
-    if layout is not None and layout.num_workers > 1:
-        from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
+    if layout is None or layout.num_workers <= 1:
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
 
-        # The sidecar evaluator (slurmtf.training.sidecar) is no part of the training cluster.
-        resolver = SlurmtfClusterResolver(layout, exclude=("evaluator",))
-        if heartbeat_timeout or registration_timeout:
-            _configure_coordination(
-                resolver.cluster_spec(), heartbeat_timeout, registration_timeout
-            )
-    return tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=resolver, communication_options=options
+    # The sidecar evaluator (slurmtf.training.sidecar) is no part of the training cluster.
+    resolver = SlurmtfClusterResolver(layout, exclude=(EVALUATOR,))
+    bounded = True
+    if heartbeat_timeout or registration_timeout:
+        bounded = _configure_coordination(
+            resolver.cluster_spec(), heartbeat_timeout, registration_timeout
+        )
+    deadline = None if bounded else _join_deadline(layout, registration_timeout, program)
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=resolver, communication_options=options
+        )
+    finally:
+        if deadline is not None:
+            deadline.joined()
+
+
+def _join_deadline(layout: Any, timeout: float, program: str) -> JoinDeadline:
+    """slurmtf's own bound on joining, where this TensorFlow has no registration barrier."""
+    peers = {
+        rank: address
+        for rank, address in enumerate(layout.workers)
+        if rank != layout.task_index and layout.role_of(rank) != EVALUATOR
+    }
+    log.info(
+        "This TensorFlow has no registration barrier (%s): slurmtf bounds the wait for "
+        "the peers itself (--registration_timeout=%g)",
+        compat.REGISTER_BARRIER_FIELD,
+        timeout,
     )
+    return JoinDeadline(
+        rank=layout.task_index, peers=peers, timeout=timeout, program=program
+    ).start()
 
 
 def _configure_coordination(
     cluster_spec: Any, heartbeat_timeout: float, registration_timeout: float = 0.0
-) -> None:
+) -> bool:
     """Set the coordination service's timeouts (MWMS then keeps this config).
 
     A peer that sends no heartbeat for ``heartbeat_timeout`` is declared dead; TensorFlow's
@@ -128,13 +159,15 @@ def _configure_coordination(
     ``registration_timeout`` every worker waits at most that long for all workers to
     join at start-up, in a barrier whose error names the workers that never came;
     without it a worker whose peer never starts waits for more than 10 minutes.
+    Returns False when the start needs a bound this release lacks (no such barrier: the
+    caller bounds it), else True.
     """
-    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
     from tensorflow.python.distribute import multi_worker_util
     from tensorflow.python.eager import context
 
+    coordination_config_pb2 = compat.coordination_config()
     if context.context().coordination_service is not None:
-        return
+        return True  # configured before (this process joined its peers already)
     jobs = [
         coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job))
         for job in ("chief", "worker")
@@ -147,11 +180,15 @@ def _configure_coordination(
         heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000),
         cluster_register_timeout_in_ms=int(registration_timeout * 1000),
     )
-    if registration_timeout:
-        # Not a parameter of configure_coordination_service(): without the barrier only
-        # the joining worker's own RegisterTask call is bounded, and the leader, once
-        # registered, waits for the others without a limit.
-        context.context().coordination_service.cluster_register_with_barrier = True
+    if not registration_timeout:
+        return True
+    if not compat.has_register_barrier(coordination_config_pb2):
+        return False
+    # Not a parameter of configure_coordination_service(): without the barrier only
+    # the joining worker's own RegisterTask call is bounded, and the leader, once
+    # registered, waits for the others without a limit.
+    context.context().coordination_service.cluster_register_with_barrier = True
+    return True
 
 
 def split_cpu(replicas: int, mode: str, num_workers: int, num_gpus: int) -> str:
