@@ -136,7 +136,17 @@ def test_daemon_job_and_local_step_port_ranges_are_apart() -> None:
         ({"dir": Path("/tmp/x"), "nodes": 0}, "--nodes"),
         ({"dir": Path("/tmp/x"), "nodes": 65}, "--nodes"),
         ({"dir": Path("/tmp/x"), "gpus_per_node": -1}, "--gpus_per_node"),
-        ({"dir": Path("/tmp/x"), "gpus_per_node": 4, "cpus_per_node": 2}, "cpus_per_node"),
+        ({"dir": Path("/tmp/x"), "gpus_per_node": 4, "cpus_per_node": 2}, "--cpus_per_node"),
+        ({"dir": Path("/tmp/x"), "cpus_per_node": 257}, "--cpus_per_node"),
+        (
+            {"dir": Path("/tmp/x"), "select_type_parameters": "CR_Socket"},
+            "--select_type_parameters",
+        ),
+        ({"dir": Path("/tmp/x"), "def_cpu_per_gpu": -1}, "--def_cpu_per_gpu"),
+        ({"dir": Path("/tmp/x"), "def_cpu_per_gpu": 5}, "--def_cpu_per_gpu"),  # 8 CPUs, 2 GPUs
+        ({"dir": Path("/tmp/x"), "gpus_per_node": 0, "def_cpu_per_gpu": 1}, "--def_cpu_per_gpu"),
+        ({"dir": Path("/tmp/x"), "threads_per_core": 3}, "--threads_per_core"),
+        ({"dir": Path("/tmp/x"), "cpus_per_node": 6, "threads_per_core": 4}, "--threads_per_core"),
         ({"dir": Path("/tmp/x"), "nodes": 2, "slurmd_ports": (1,)}, "slurmd_ports"),
         ({"dir": Path("/tmp/x"), "cred_expire": 0}, "--cred_expire"),
         ({"dir": Path("/tmp/x"), "cred_expire": "120"}, "--cred_expire"),
@@ -328,3 +338,44 @@ def test_a_walled_sandbox_reserves_no_step_ports() -> None:
     walled = Sandbox(Path("/srv/sbx"), link="1gbit", job_firewall=True)
     assert walled.resv_ports is False
     assert Sandbox(Path("/srv/sbx")).resv_ports is True
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "lines", "absent"),
+    [
+        ({}, ["SelectTypeParameters=CR_Core",
+              "NodeName=DEFAULT CPUs=8 RealMemory=4000 State=UNKNOWN Gres=gpu:2"],
+         ["DefCpuPerGPU", "ThreadsPerCore"]),
+        ({"select_type_parameters": "CR_CPU", "def_cpu_per_gpu": 2, "gpus_per_node": 4},
+         ["SelectTypeParameters=CR_CPU", "DefCpuPerGPU=2"], []),
+        ({"threads_per_core": 2, "cpus_per_node": 16, "gpus_per_node": 4},
+         ["NodeName=DEFAULT CPUs=16 Sockets=1 CoresPerSocket=8 ThreadsPerCore=2 "
+          "RealMemory=4000 State=UNKNOWN Gres=gpu:4"], ["DefCpuPerGPU"]),
+    ],
+)  # fmt: skip
+def test_how_nodes_hand_out_cpus_is_the_sites_choice(
+    kwargs: dict[str, object], lines: list[str], absent: list[str]
+) -> None:
+    """A site's CPU settings, as SelectTypeParameters, DefCpuPerGPU and the nodes'
+    threads say them: the job scripts must work on each (tests/e2e/test_gpu_forms.py)."""
+    conf = c.render_slurm_conf(SandboxConfig(dir=Path("/srv/sbx"), **kwargs))  # type: ignore[arg-type]
+    for line in lines:
+        assert line in conf.splitlines()
+    for word in absent:
+        assert word not in conf
+
+
+def test_the_cpu_settings_reach_the_sandbox_and_its_cli() -> None:
+    from slurmtf.cli.sandbox import _parser
+
+    args = _parser().parse_args(
+        ["up", "--select-type-parameters", "CR_CPU", "--def_cpu_per_gpu", "2",
+         "--threads_per_core", "2", "--cpus_per_node", "16"]
+    )  # fmt: skip
+    assert (args.select_type_parameters, args.def_cpu_per_gpu) == ("CR_CPU", 2)
+    assert (args.threads_per_core, args.cpus_per_node) == (2, 16)
+    with pytest.raises(InputError, match="--def_cpu_per_gpu=9"):
+        Sandbox(Path("/srv/sbx"), gpus_per_node=2, def_cpu_per_gpu=9)
+    cfg = SandboxConfig(dir=Path("/srv/sbx"), gpus_per_node=4, def_cpu_per_gpu=2,
+                        threads_per_core=2)  # fmt: skip
+    assert cfg.cpu_policy == "SelectTypeParameters=CR_Core, DefCpuPerGPU=2, 2 threads a core"

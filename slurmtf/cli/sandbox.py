@@ -67,8 +67,49 @@ def _parser() -> argparse.ArgumentParser:
         "nothing and jobs take the resolver's ports (by default the sandbox reserves ports "
         "per step, as sites that set MpiParams do; --job_firewall implies this flag)",
     )
+    _add_cpu_flags(parser)
     _add_link_flags(parser)
     return parser
+
+
+def _add_cpu_flags(parser: argparse.ArgumentParser) -> None:
+    """How the nodes hand out CPUs, as a site's slurm.conf says it."""
+    add_flag(
+        parser,
+        "cpus_per_node",
+        type=int,
+        default=cfgmod.DEFAULT_CPUS_PER_NODE,
+        metavar="N",
+        help=f"CPUs each node offers (default {cfgmod.DEFAULT_CPUS_PER_NODE}; the nodes may "
+        "claim more than the machine has)",
+    )
+    add_flag(
+        parser,
+        "threads_per_core",
+        type=int,
+        default=1,
+        metavar="T",
+        help="hardware threads of each core (default 1; 2: hyperthreaded nodes, where "
+        "CR_Core gives a job whole cores)",
+    )
+    add_flag(
+        parser,
+        "select_type_parameters",
+        default="CR_Core",
+        metavar="|".join(cfgmod.SELECT_TYPE_PARAMETERS),
+        help="SelectTypeParameters: count the nodes' CPUs by core (CR_Core, the default, "
+        "as most sites) or by CPU (CR_CPU)",
+    )
+    add_flag(
+        parser,
+        "def_cpu_per_gpu",
+        type=int,
+        default=0,
+        metavar="N",
+        help="DefCpuPerGPU=N: CPUs a job gets per allocated GPU when it asks none itself, "
+        "as some sites set it (default 0: unset, as many sites leave it; a job then gets "
+        "one CPU per task)",
+    )
 
 
 def _add_link_flags(parser: argparse.ArgumentParser) -> None:
@@ -130,37 +171,13 @@ def _run(args: argparse.Namespace) -> int:
         cred_expire=cfgmod.parse_cred_expire(args.cred_expire),
         slurm=default_slurm_prefix() if args.slurm is None else args.slurm,
         resv_ports=not args.no_resv_ports,
+        cpus_per_node=args.cpus_per_node,
+        threads_per_core=args.threads_per_core,
+        select_type_parameters=args.select_type_parameters,
+        def_cpu_per_gpu=args.def_cpu_per_gpu,
     )
     if args.command == "up":
-        t0 = time.monotonic()
-        started = sandbox.up()
-        cfg = sandbox.config()
-        if started:
-            took = time.monotonic() - t0
-            names = ", ".join(cfg.node_names)
-            link = f", links {cfg.link} each way" if cfg.link else ""
-            link += f" ({', '.join(cfg.node_link)})" if cfg.node_link else ""
-            link += ", per-job firewall" if cfg.job_firewall else ""
-            link += f", cred_expire {cfg.cred_expire} s, Slurm {cfg.release}"
-            link += f" from {cfg.slurm_prefix}" if cfg.slurm_prefix else ""
-            print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
-                  f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}{link}",
-                  file=sys.stderr)  # fmt: skip
-        else:
-            print(f"sandbox already up in {sandbox.dir} ({cfg.nodes} nodes, "
-                  f"{cfg.gpus_per_node} GPUs each)", file=sys.stderr)  # fmt: skip
-            wanted = (args.nodes, args.gpus_per_node, args.link, sandbox.cred_expire,
-                      sandbox.slurm, sandbox.resv_ports)  # fmt: skip
-            if (cfg.nodes, cfg.gpus_per_node, cfg.link, cfg.cred_expire, cfg.slurm_prefix,
-                    cfg.resv_ports) != wanted:  # fmt: skip
-                print("HINT: `slurmtf sandbox down` first to change --nodes, --gpus_per_node, "
-                      "--link, --cred_expire, --slurm or --no_resv_ports",
-                      file=sys.stderr)  # fmt: skip
-            elif node_link and node_link != cfg.node_link:
-                print("HINT: `slurmtf sandbox link NODE RATE` changes one node's rate",
-                      file=sys.stderr)  # fmt: skip
-        print(f"HINT: eval the lines below, or: source {sandbox.dir}/env.sh", file=sys.stderr)
-        print(cfgmod.render_env(cfg), end="")
+        _up(sandbox, node_link)
     elif args.command == "down":
         stopped = sandbox.down()
         print(f"sandbox {'stopped' if stopped else 'was not running'}: {sandbox.dir}")
@@ -170,6 +187,46 @@ def _run(args: argparse.Namespace) -> int:
     else:
         print(cfgmod.render_env(sandbox.config()), end="")
     return 0
+
+
+# What `up` cannot change on a running sandbox (`down` first).
+_FIXED_WHEN_UP = {
+    "nodes": "--nodes", "gpus_per_node": "--gpus_per_node", "link": "--link",
+    "cred_expire": "--cred_expire", "slurm_prefix": "--slurm", "resv_ports": "--no_resv_ports",
+    "cpus_per_node": "--cpus_per_node", "threads_per_core": "--threads_per_core",
+    "select_type_parameters": "--select_type_parameters", "def_cpu_per_gpu": "--def_cpu_per_gpu",
+}  # fmt: skip
+
+
+def _up(sandbox: Sandbox, node_link: tuple[str, ...]) -> None:
+    t0 = time.monotonic()
+    started = sandbox.up()
+    cfg = sandbox.config()
+    if started:
+        took = time.monotonic() - t0
+        names = ", ".join(cfg.node_names)
+        link = f", links {cfg.link} each way" if cfg.link else ""
+        link += f" ({', '.join(cfg.node_link)})" if cfg.node_link else ""
+        link += ", per-job firewall" if cfg.job_firewall else ""
+        link += f", {cfg.cpu_policy}, cred_expire {cfg.cred_expire} s, Slurm {cfg.release}"
+        link += f" from {cfg.slurm_prefix}" if cfg.slurm_prefix else ""
+        print(f"sandbox up in {took:.1f}s: {cfg.nodes} nodes ({names}), "
+              f"{cfg.gpus_per_node} fake GPUs each, cluster {cfg.cluster_name}{link}",
+              file=sys.stderr)  # fmt: skip
+    else:
+        print(f"sandbox already up in {sandbox.dir} ({cfg.nodes} nodes, "
+              f"{cfg.gpus_per_node} GPUs each)", file=sys.stderr)  # fmt: skip
+        wanted = sandbox.settings()
+        changed = [flag for name, flag in _FIXED_WHEN_UP.items()
+                   if getattr(wanted, name) != getattr(cfg, name)]  # fmt: skip
+        if changed:
+            print(f"HINT: `slurmtf sandbox down` first to change {', '.join(changed)}",
+                  file=sys.stderr)  # fmt: skip
+        elif node_link and node_link != cfg.node_link:
+            print("HINT: `slurmtf sandbox link NODE RATE` changes one node's rate",
+                  file=sys.stderr)  # fmt: skip
+    print(f"HINT: eval the lines below, or: source {sandbox.dir}/env.sh", file=sys.stderr)
+    print(cfgmod.render_env(cfg), end="")
 
 
 def _link(sandbox: Sandbox, operands: list[str]) -> int:

@@ -21,6 +21,8 @@ from slurmtf.slurm.release import CGROUP_PLUGIN_DISABLED, DEBIAN_12, SlurmReleas
 
 MAX_NODES = 64
 MAX_GPUS_PER_NODE = 16
+DEFAULT_CPUS_PER_NODE = 8
+MAX_CPUS_PER_NODE = 256
 # The daemons' ports: above slurmd's own 6817/6818 and below every port the resolver
 # gives a job (DEFAULT_PORT, then its per-job window), so that a job's TensorFlow ports
 # never land on a daemon of the sandbox running it.
@@ -39,6 +41,10 @@ _NODE_PREFIX = "node"
 # the resolver's per-job window; the sandbox's slice of it follows from its directory.
 RESV_PORTS_SPAN = 1000
 RESV_PORTS_SLICES = 20
+# How slurmctld counts a node's CPUs (slurm.conf SelectTypeParameters): by core, the
+# common choice and Slurm's default, or by CPU (hardware thread).
+SELECT_TYPE_PARAMETERS = ("CR_Core", "CR_CPU")
+THREADS_PER_CORE = (1, 2, 4)
 
 
 @dataclass(frozen=True)
@@ -48,7 +54,7 @@ class SandboxConfig:
     dir: Path
     nodes: int = 3
     gpus_per_node: int = 2
-    cpus_per_node: int = 8
+    cpus_per_node: int = DEFAULT_CPUS_PER_NODE
     ctld_port: int = 6817
     slurmd_ports: tuple[int, ...] = ()
     cluster_name: str = ""
@@ -60,9 +66,13 @@ class SandboxConfig:
     slurm_prefix: str = ""  # a Slurm build's install prefix; "" = the commands on PATH
     slurm_release: str = ""  # what that Slurm's ``sinfo --version`` says; "" = Debian 12's
     resv_ports: bool = True  # MpiParams=ports: steps may ask srun --resv-ports
+    select_type_parameters: str = "CR_Core"  # SelectTypeParameters: CR_Core or CR_CPU
+    def_cpu_per_gpu: int = 0  # DefCpuPerGPU: a site's CPUs per allocated GPU; 0 = unset
+    threads_per_core: int = 1  # hardware threads a core (2: hyperthreads; CR_Core counts cores)
 
     def __post_init__(self) -> None:
         check_cred_expire(self.cred_expire)
+        self._check_cpus()
         self._check_slurm()
         if self.link:
             links.parse_rate(self.link)  # InputError naming --link
@@ -92,13 +102,14 @@ class SandboxConfig:
                 f"must be 0..{MAX_GPUS_PER_NODE}",
                 "use 0 for CPU-only nodes",
             )
-        if self.cpus_per_node < max(1, self.gpus_per_node):
+        if not max(1, self.gpus_per_node) <= self.cpus_per_node <= MAX_CPUS_PER_NODE:
             raise InputError(
-                "cpus_per_node",
-                self.cpus_per_node,
-                "must be at least 1 and at least the GPUs per node",
-                "raise it",
-            )
+                "--cpus_per_node", self.cpus_per_node,
+                f"must be at least the GPUs per node ({self.gpus_per_node}) and 1, at most "
+                f"{MAX_CPUS_PER_NODE}",
+                f"use e.g. {DEFAULT_CPUS_PER_NODE} (the nodes may claim more CPUs than the "
+                "machine has)",
+            )  # fmt: skip
         if self.slurmd_ports and len(self.slurmd_ports) != self.nodes:
             raise InputError(
                 "slurmd_ports",
@@ -111,6 +122,37 @@ class SandboxConfig:
         if not self.slurmd_ports:
             ports = tuple(self.ctld_port + 1 + i for i in range(self.nodes))
             object.__setattr__(self, "slurmd_ports", ports)
+
+    def _check_cpus(self) -> None:
+        """``--select_type_parameters`` offered, ``--def_cpu_per_gpu`` fits the nodes."""
+        if self.select_type_parameters not in SELECT_TYPE_PARAMETERS:
+            raise InputError(
+                "--select_type_parameters", self.select_type_parameters, "is not offered",
+                f"one of {', '.join(SELECT_TYPE_PARAMETERS)}",
+            )  # fmt: skip
+        tpc = self.threads_per_core
+        if isinstance(tpc, bool) or not isinstance(tpc, int) or tpc not in THREADS_PER_CORE:
+            raise InputError(
+                "--threads_per_core", tpc, "is not offered",
+                f"one of {', '.join(map(str, THREADS_PER_CORE))} (2: hyperthreads)",
+            )  # fmt: skip
+        if self.cpus_per_node % tpc:
+            raise InputError(
+                "--threads_per_core", tpc, f"does not divide --cpus_per_node={self.cpus_per_node}",
+                "give the nodes a multiple of it as CPUs",
+            )  # fmt: skip
+        value, most = self.def_cpu_per_gpu, self.cpus_per_node // max(1, self.gpus_per_node)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(
+                "--def_cpu_per_gpu", value, "must be a whole number, 0 or more",
+                "e.g. --def_cpu_per_gpu 2, or 0 to leave DefCpuPerGPU unset",
+            )  # fmt: skip
+        if value and not (self.gpus_per_node and value <= most):
+            raise InputError(
+                "--def_cpu_per_gpu", value,
+                f"does not fit nodes of {self.cpus_per_node} CPUs and {self.gpus_per_node} GPUs",
+                f"use 1..{most} on nodes with GPUs, or 0 to leave DefCpuPerGPU unset",
+            )  # fmt: skip
 
     def _check_slurm(self) -> None:
         if self.slurm_release:
@@ -160,6 +202,15 @@ class SandboxConfig:
         if not self.resv_ports:
             return None
         return resv_port_range(self.dir)
+
+    @property
+    def cpu_policy(self) -> str:
+        """How jobs get CPUs here, in slurm.conf's words."""
+        default = "no DefCpuPerGPU"
+        if self.def_cpu_per_gpu:
+            default = f"DefCpuPerGPU={self.def_cpu_per_gpu}"
+        threads = f", {self.threads_per_core} threads a core" if self.threads_per_core > 1 else ""
+        return f"SelectTypeParameters={self.select_type_parameters}, {default}{threads}"
 
     @property
     def conf_path(self) -> Path:
@@ -310,7 +361,7 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         "MpiDefault=none",
         "MailProg=/bin/true",
         "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core",
+        f"SelectTypeParameters={cfg.select_type_parameters}",
         "EnforcePartLimits=ALL",
         "SchedulerParameters=batch_sched_delay=0,sched_interval=5,bf_interval=1",
         "SlurmdParameters=config_overrides",
@@ -330,16 +381,27 @@ def render_slurm_conf(cfg: SandboxConfig) -> str:
         lines.append(f"MpiParams=ports={ports[0]}-{ports[1]}")
     if cfg.job_firewall:
         lines += firewall_rules.slurm_conf_lines(str(firewall.PROLOG), str(firewall.EPILOG))
-    gres = ""
+    return "\n".join([*lines, *node_lines(cfg)]) + "\n"
+
+
+def node_lines(cfg: SandboxConfig) -> list[str]:
+    """slurm.conf's nodes, their GPUs and CPUs (how a site hands them out), the partition."""
+    lines, gres = [], ""
     if cfg.gpus_per_node:
         lines.append("GresTypes=gpu")
+        if cfg.def_cpu_per_gpu:
+            lines.append(f"DefCpuPerGPU={cfg.def_cpu_per_gpu}")
         gres = f" Gres=gpu:{cfg.gpus_per_node}"
-    lines.append(f"NodeName=DEFAULT CPUs={cfg.cpus_per_node} RealMemory=4000 State=UNKNOWN{gres}")
+    shape = f"CPUs={cfg.cpus_per_node}"
+    if cfg.threads_per_core > 1:  # one socket of cores, each with its hardware threads
+        cores = cfg.cpus_per_node // cfg.threads_per_core
+        shape += f" Sockets=1 CoresPerSocket={cores} ThreadsPerCore={cfg.threads_per_core}"
+    lines.append(f"NodeName=DEFAULT {shape} RealMemory=4000 State=UNKNOWN{gres}")
     for i, (name, port) in enumerate(zip(cfg.node_names, cfg.slurmd_ports, strict=True), 1):
         addr = cfg.node_addr(i)
         lines.append(f"NodeName={name} NodeHostname=localhost NodeAddr={addr} Port={port}")
     lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def gpu_device_paths(cfg: SandboxConfig) -> list[Path]:

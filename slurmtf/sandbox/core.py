@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from slurmtf.cluster.ports import ports_free
 from slurmtf.errors import InputError, SlurmtfError
@@ -48,6 +49,33 @@ START_TIMEOUT_S = 30.0
 
 class SandboxError(SlurmtfError, RuntimeError):
     """The sandbox could not be started or stopped; the message carries log tails."""
+
+
+def _state_of(cfg: SandboxConfig) -> dict[str, object]:
+    """What ``sandbox.json`` records of a started sandbox (read back by
+    ``Sandbox._config_from_state``), before its daemons and namespaces."""
+    return {
+        "nodes": cfg.nodes,
+        "gpus_per_node": cfg.gpus_per_node,
+        "cpus_per_node": cfg.cpus_per_node,
+        "ctld_port": cfg.ctld_port,
+        "slurmd_ports": list(cfg.slurmd_ports),
+        "cluster_name": cfg.cluster_name,
+        "pids": {},
+        "namespaces": [],
+        "link": cfg.link,
+        "slurmd_timeout": cfg.slurmd_timeout,
+        "job_firewall": cfg.job_firewall,
+        "node_link": list(cfg.node_link),
+        "cred_expire": cfg.cred_expire,
+        "slurm_prefix": cfg.slurm_prefix,
+        "slurm_release": cfg.slurm_release,
+        "resv_ports": cfg.resv_ports,
+        "select_type_parameters": cfg.select_type_parameters,
+        "def_cpu_per_gpu": cfg.def_cpu_per_gpu,
+        "threads_per_core": cfg.threads_per_core,
+        "netns": [],
+    }
 
 
 def _as_list(value: object) -> list[object]:
@@ -154,6 +182,10 @@ class Sandbox:
     cred_expire: int = cfgmod.DEFAULT_CRED_EXPIRE_S  # s (Slurm's default 120): requeue delay
     slurm: str = field(default_factory=default_slurm_prefix)  # a build prefix; "" = Debian's
     resv_ports: bool = True  # MpiParams=ports in slurm.conf (srun --resv-ports works)
+    cpus_per_node: int = cfgmod.DEFAULT_CPUS_PER_NODE
+    select_type_parameters: str = "CR_Core"  # how slurmctld counts CPUs: CR_Core or CR_CPU
+    def_cpu_per_gpu: int = 0  # DefCpuPerGPU, a site's CPUs per allocated GPU (0: unset)
+    threads_per_core: int = 1  # 2: hyperthreaded cores (CR_Core hands out whole cores)
 
     def __post_init__(self) -> None:
         self.dir = Path(self.dir).absolute()
@@ -161,17 +193,28 @@ class Sandbox:
         # The per-job firewall's prolog runs before any step: it cannot open a step's
         # reserved ports, so a walled sandbox leaves MpiParams=ports out.
         self.resv_ports = self.resv_ports and not self.job_firewall
-        SandboxConfig(
+        self.settings()  # validate
+
+    def settings(self, **started: Any) -> SandboxConfig:
+        """The configuration these fields ask for; ``started``: what ``up`` adds (ports,
+        the release found)."""
+        return SandboxConfig(
             dir=self.dir,
             nodes=self.nodes,
             gpus_per_node=self.gpus_per_node,
+            cpus_per_node=self.cpus_per_node,
             link=self.link,
+            slurmd_timeout=self.slurmd_timeout,
             job_firewall=self.job_firewall,
             node_link=tuple(self.node_link),
             cred_expire=self.cred_expire,
             slurm_prefix=self.slurm,
             resv_ports=self.resv_ports,
-        )  # validate
+            select_type_parameters=self.select_type_parameters,
+            def_cpu_per_gpu=self.def_cpu_per_gpu,
+            threads_per_core=self.threads_per_core,
+            **started,
+        )
 
     # ---- state -------------------------------------------------------------
     @property
@@ -210,6 +253,7 @@ class Sandbox:
             dir=self.dir,
             nodes=int(str(state["nodes"])),
             gpus_per_node=int(str(state["gpus_per_node"])),
+            cpus_per_node=int(str(state.get("cpus_per_node", cfgmod.DEFAULT_CPUS_PER_NODE))),
             ctld_port=int(str(state["ctld_port"])),
             slurmd_ports=tuple(int(p) for p in ports) if isinstance(ports, list) else (),
             link=str(state.get("link", "")),
@@ -220,6 +264,9 @@ class Sandbox:
             slurm_prefix=str(state.get("slurm_prefix", "")),
             slurm_release=str(state.get("slurm_release", "")),
             resv_ports=bool(state.get("resv_ports", False)),
+            select_type_parameters=str(state.get("select_type_parameters", "CR_Core")),
+            def_cpu_per_gpu=int(str(state.get("def_cpu_per_gpu", 0))),
+            threads_per_core=int(str(state.get("threads_per_core", 1))),
         )
 
     def config(self) -> SandboxConfig:
@@ -285,41 +332,14 @@ class Sandbox:
         release = slurm_release(self.slurm)
         self.dir.mkdir(parents=True, exist_ok=True)
         base = _pick_ports(self.dir, self.nodes + 1)
-        cfg = SandboxConfig(
-            dir=self.dir,
-            nodes=self.nodes,
-            gpus_per_node=self.gpus_per_node,
+        cfg = self.settings(
             ctld_port=base,
             slurmd_ports=tuple(base + 1 + i for i in range(self.nodes)),
-            link=self.link,
-            slurmd_timeout=self.slurmd_timeout,
-            job_firewall=self.job_firewall,
-            node_link=tuple(self.node_link),
-            cred_expire=self.cred_expire,
-            slurm_prefix=self.slurm,
             slurm_release=release,
-            resv_ports=self.resv_ports,
         )
         self.cfg = cfg
         self._write_files(cfg)
-        state: dict[str, object] = {
-            "nodes": cfg.nodes,
-            "gpus_per_node": cfg.gpus_per_node,
-            "ctld_port": cfg.ctld_port,
-            "slurmd_ports": list(cfg.slurmd_ports),
-            "cluster_name": cfg.cluster_name,
-            "pids": {},
-            "namespaces": [],
-            "link": cfg.link,
-            "slurmd_timeout": cfg.slurmd_timeout,
-            "job_firewall": cfg.job_firewall,
-            "node_link": list(cfg.node_link),
-            "cred_expire": cfg.cred_expire,
-            "slurm_prefix": cfg.slurm_prefix,
-            "slurm_release": cfg.slurm_release,
-            "resv_ports": cfg.resv_ports,
-            "netns": [],
-        }
+        state = _state_of(cfg)
         self._write_state(state)
         try:
             self._make_links(cfg, state)
@@ -562,6 +582,8 @@ class Sandbox:
                 if ports
                 else "  no MpiParams=ports (steps take the resolver's ports)"
             )
+            lines.append(f"  {cfg.cpus_per_node} CPUs and {cfg.gpus_per_node} GPUs per node, "
+                         f"{cfg.cpu_policy}")  # fmt: skip
         expire = self._read_state().get("cred_expire", cfgmod.DEFAULT_CRED_EXPIRE_S)
         lines.append(f"  cred_expire {expire} s (a requeued job waits this long)")
         netns = self._recorded_netns()
