@@ -28,7 +28,7 @@ from slurmtf.spec.noderange import parse_nodes
 
 # Flags that become the JobSpec field of the same name unchanged (JobSpec checks them).
 _AS_GIVEN = (
-    "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "mem",
+    "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "cpus_per_gpu", "mem",
     "partition", "account", "qos", "constraint", "exclusive", "job_name", "log_dir",
     "signal_delay_s", "array_parallelism", "cluster", "legacy_keras", "stage_data",
     "check_first", "jobs", "cluster_flags", "spare_nodes", "container_prefix",

@@ -6,13 +6,16 @@ Regenerate the stored scripts after an intended change with
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from slurmtf.cli import submit as submit_cli
+from slurmtf.errors import InputError
 from slurmtf.spec import jobspec
 from slurmtf.spec.jobspec import JobSpec
 
@@ -180,3 +183,26 @@ def test_a_ps_job_serves_on_every_task_and_runs_the_script_as_it_is_on_the_chief
     assert "--ntasks-per-node" not in script
     assert "--kill-on-bad-exit=0" in script  # the chief decides; a killed worker is tolerated
     assert "export SLURMTF_JOBS=chief:1,ps:2,worker:2\n" in script
+
+
+def test_cpus_per_gpu_is_sbatch_s_and_goes_with_gpus_only() -> None:
+    """``--cpus_per_gpu`` replaces a site's DefCpuPerGPU; sbatch refuses it beside
+    ``--cpus-per-task``, 25.11 and 26.05 beside no GPU (22.05 accepts it and every step then
+    fails "Invalid generic resource"): refused here first, naming the flag."""
+    spec = JobSpec(kind="model", target="mnist", nodes=2, gpus_per_node=4, cpus_per_gpu=2)
+    lines = render(spec).splitlines()
+    assert "#SBATCH --cpus-per-gpu=2" in lines
+    assert "#SBATCH --ntasks-per-node=4" in lines
+    assert not [line for line in lines if "cpus-per-task" in line]
+    for kwargs, words in [
+        ({"gpus_per_node": 4, "cpus_per_gpu": 0}, "must be at least 1"),
+        ({"gpus_per_node": 4, "cpus_per_gpu": 2, "cpus_per_task": 2}, "sbatch refuses both"),
+        ({"cpus_per_gpu": 2}, "needs GPUs (--gpus_per_node)"),
+    ]:
+        with pytest.raises(InputError, match=rf"--cpus_per_gpu=.*{re.escape(words)}.*HINT: "):
+            JobSpec(kind="model", target="mnist", nodes=2, **kwargs)  # type: ignore[arg-type]
+    out, err = io.StringIO(), io.StringIO()
+    argv = ["--dry_run", "--model=mnist", "--gpus_per_node=4", "--sbatch_extra=cpus-per-gpu=2"]
+    with contextlib.redirect_stderr(err):
+        assert submit_cli.main(argv, out) == 2
+    assert "HINT: use --cpus_per_gpu" in err.getvalue()

@@ -117,6 +117,13 @@ def _resources(group: argparse._ArgumentGroup) -> None:
         "--gpus-per-task=K (default gres)",
     )
     add_flag(group, "cpus_per_task", type=int, help="CPUs per task")
+    add_flag(
+        group,
+        "cpus_per_gpu",
+        type=int,
+        help="CPUs per GPU (sbatch --cpus-per-gpu; default: the site's DefCpuPerGPU, else "
+        "one CPU per task)",
+    )
     add_flag(group, "mem", help="memory per node, e.g. 16G")
     add_flag(
         group, "time", default="60", help="time limit: minutes, HH:MM:SS or D-HH:MM (default 60)"

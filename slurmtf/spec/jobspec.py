@@ -58,6 +58,7 @@ class JobSpec:
     gpu_flag: str = "gres"
     gpus_per_task: int = 1
     cpus_per_task: int | None = None
+    cpus_per_gpu: int | None = None  # each GPU's CPUs (else the site's DefCpuPerGPU)
     mem: str | None = None
     time_min: int = 60
     partition: str | None = None
@@ -162,6 +163,7 @@ class JobSpec:
                 "must be at least 1",
                 "leave it out or pass 1+",
             )
+        self._check_cpus_per_gpu()
         if self.gpus_per_node % self.gpus_per_task:
             raise InputError(
                 "--gpus_per_task",
@@ -170,6 +172,29 @@ class JobSpec:
                 "use a divisor, e.g. --gpus_per_task=1 (one worker per GPU) or "
                 "--gpus_per_task=GPUS_PER_NODE (one worker per node)",
             )
+
+    def _check_cpus_per_gpu(self) -> None:
+        """``--cpus_per_gpu``: 1 or more, on a job with GPUs, not beside ``--cpus_per_task``
+        (sbatch refuses both; beside no GPU, Slurm 25.11 and 26.05 refuse the job and 22.05's
+        steps fail "Invalid generic resource")."""
+        value = self.cpus_per_gpu
+        if value is None:
+            return
+        if value < 1:
+            raise InputError(
+                "--cpus_per_gpu", value, "must be at least 1", "leave it out or pass 1+"
+            )
+        if self.cpus_per_task is not None:
+            raise InputError(
+                "--cpus_per_gpu", value,
+                f"goes with no --cpus_per_task (here {self.cpus_per_task}): sbatch refuses both",
+                "keep one: --cpus_per_gpu for GPU jobs",
+            )  # fmt: skip
+        if not self.gpus_per_node:
+            raise InputError(
+                "--cpus_per_gpu", value, "needs GPUs (--gpus_per_node)",
+                "give a CPU-only job --cpus_per_task=N",
+            )  # fmt: skip
 
     def _check_choices(self) -> None:
         if self.gpu_flag not in GPU_FLAGS:
@@ -410,21 +435,9 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
         params["srun_args"].append(f"--ntasks-per-node={spec.tasks_per_node}")
     elif spec.fixed_tasks is None:  # --jobs counts every task: --ntasks, not per node
         params["ntasks_per_node"] = spec.tasks_per_node
-    if spec.gpus_per_node:
-        if spec.gpu_flag == "gres":
-            params["gres"] = f"gpu:{spec.gpus_per_node}"
-        elif spec.gpu_flag == "gpus-per-node":
-            params["gpus_per_node"] = spec.gpus_per_node
-        else:
-            params["gpus_per_task"] = spec.gpus_per_task
-        chosen = any(  # the user's own binding (tres-*: Slurm 23.11+'s spelling)
-            key in {"gpu-bind", "gpus-per-task", "tres-bind"}
-            or (key == "tres-per-task" and "gres/gpu" in value)
-            for key, value in spec.sbatch_extra
-        )
-        if spec.gpu_flag != "gpus-per-task" and spec.tasks_per_node > 1 and not chosen:
-            # Slurm binds each task to its own GPUs (Slurm 21.08+); slurmtf checks it.
-            params["srun_args"].append(f"--gpu-bind=per_task:{spec.gpus_per_task}")
+    gpus, bind = gpu_parameters(spec)
+    params.update(gpus)
+    params["srun_args"] += bind
     for key in ("cpus_per_task", "mem", "partition", "account", "qos", "constraint"):
         value = getattr(spec, key)
         if value is not None:
@@ -443,9 +456,33 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     extra.update(ranged)
     if spec.fixed_tasks is not None:
         extra["ntasks"] = spec.fixed_tasks
+    if spec.cpus_per_gpu is not None:  # submitit's own parameter warns unless --gpus-per-task
+        extra["cpus-per-gpu"] = spec.cpus_per_gpu
     extra.update({k: (v if v else True) for k, v in spec.sbatch_extra})
     params["additional_parameters"] = extra
     return params
+
+
+def gpu_parameters(spec: JobSpec) -> tuple[dict[str, Any], list[str]]:
+    """submitit's one GPU parameter (as ``--gpu_flag`` says) and srun's per-task binding,
+    unless the job's own options chose one; none without GPUs."""
+    if not spec.gpus_per_node:
+        return {}, []
+    if spec.gpu_flag == "gres":
+        params: dict[str, Any] = {"gres": f"gpu:{spec.gpus_per_node}"}
+    elif spec.gpu_flag == "gpus-per-node":
+        params = {"gpus_per_node": spec.gpus_per_node}
+    else:
+        params = {"gpus_per_task": spec.gpus_per_task}
+    chosen = any(  # the user's own binding (tres-*: Slurm 23.11+'s spelling)
+        key in {"gpu-bind", "gpus-per-task", "tres-bind"}
+        or (key == "tres-per-task" and "gres/gpu" in value)
+        for key, value in spec.sbatch_extra
+    )
+    if spec.gpu_flag == "gpus-per-task" or spec.tasks_per_node < 2 or chosen:
+        return params, []
+    # Slurm binds each task to its own GPUs (Slurm 21.08+); slurmtf checks it.
+    return params, [f"--gpu-bind=per_task:{spec.gpus_per_task}"]
 
 
 def node_failure_parameters(spec: JobSpec, srun_args: list[str]) -> dict[str, Any]:

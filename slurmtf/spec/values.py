@@ -38,6 +38,7 @@ _MANAGED = {
     "exclusive": "--exclusive",
     "mem": "--mem",
     "cpus-per-task": "--cpus_per_task",
+    "cpus-per-gpu": "--cpus_per_gpu",
     "open-mode": "nothing (slurmtf appends to the logs across requeues)",
     "requeue": "--max_restarts (0 turns restarts and requeues off)",
     "no-requeue": "--max_restarts=0",
