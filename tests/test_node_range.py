@@ -200,6 +200,9 @@ def step_tasks(env: dict[str, str]) -> str:
          "srun --nodes=3 --ntasks-per-node=1 --ntasks=3"),
         ({"SLURM_JOB_NUM_NODES": "2", "SLURM_GPUS_ON_NODE": "4", "TASKS_PER_NODE": "1",
           CPUS: "1(x2)"}, "srun --nodes=2 --ntasks-per-node=1 --ntasks=2"),
+        # fewer CPUs on a node than its tasks (no DefCpuPerGPU): they share them
+        ({"SLURM_JOB_NUM_NODES": "3", "SLURM_GPUS_ON_NODE": "4", CPUS: "4,1(x2)"},
+         "srun --nodes=3 --ntasks-per-node=4 --ntasks=12 --overcommit"),
     ],
 )  # fmt: skip
 def test_the_step_task_count_follows_the_allocation(env: dict[str, str], srun: str) -> None:
@@ -209,10 +212,9 @@ def test_the_step_task_count_follows_the_allocation(env: dict[str, str], srun: s
 @pytest.mark.parametrize(
     ("env", "words"),
     [
-        ({"SLURM_JOB_NUM_NODES": "3", "SLURM_GPUS_ON_NODE": "4", CPUS: "4,1(x2)"},
-         "TASKS_PER_NODE='4': 4 task(s) per node need 4 CPUs per node; the job has 4,1(x2). "
-         "HINT: sbatch --mincpus=4"),
         ({"SLURM_JOB_NUM_NODES": "2", "TASKS_PER_NODE": "two"}, "TASKS_PER_NODE='two'"),
+        ({"SLURM_JOB_NUM_NODES": "2", "TASKS_PER_NODE": "0"}, "TASKS_PER_NODE='0'"),
+        ({"SLURM_JOB_NUM_NODES": "2", CPUS: "4(x)"}, "SLURM_JOB_CPUS_PER_NODE='4(x)'"),
     ],
 )  # fmt: skip
 def test_a_step_that_cannot_run_stops_with_a_hint(env: dict[str, str], words: str) -> None:

@@ -18,6 +18,16 @@ supervisor (:mod:`slurmtf.runtime.supervisor`) and ``slurmtf check`` call them d
   one-task-per-node step of a ``-c 2`` job gets 2 CPUs of each node, not the node (22.05
   gave it the node). A step that measures the node runs without those variables, and so
   gets the job's CPUs of each node on every release.
+* **CPUs of a step whose tasks the job did not count** (:func:`cpu_flags`): a job that asks
+  no task count (the job scripts, so that ``--nodes=MIN-MAX`` gets every node it can) gets
+  the CPUs of one task per node: ``sbatch -N2 --gres=gpu:4`` on a cluster without
+  ``DefCpuPerGPU`` has 1 CPU a node on every release, CR_Core or CR_CPU, and srun refuses
+  4 tasks there ("More processors requested than permitted"). No ``#SBATCH`` line can ask
+  more for every job: ``--cpus-per-gpu`` would replace a site's ``DefCpuPerGPU``, sbatch
+  refuses it beside a user's ``-c`` (22.05 and 26.05), and beside ``--gres=none`` 22.05's
+  steps fail ("Invalid generic resource") and 26.05 refuses the job. So the step takes
+  the CPUs the allocation has: split evenly, or shared (``--overcommit``) when there are
+  fewer than its tasks.
 """
 
 from __future__ import annotations
@@ -95,6 +105,36 @@ def whole_node_environ(environ: Mapping[str, str]) -> dict[str, str]:
     if kept:
         out["SLURM_TRES_PER_TASK"] = ",".join(kept)
     return out
+
+
+# srun's flag for more tasks than CPUs on a node: the tasks share them.
+SHARE_CPUS = "--overcommit"
+
+
+def cpu_flags(
+    tasks_per_node: int, job_cpus_per_node: str, cpus_per_task: str = ""
+) -> tuple[str, ...]:
+    """srun's CPU flags for a step of ``tasks_per_node`` tasks on each node of a job that
+    asked no task count, from the CPUs Slurm gave it (``SLURM_JOB_CPUS_PER_NODE``,
+    ``4(x2),8``: the fewest count) and its ``--cpus-per-task`` (``SLURM_CPUS_PER_TASK``):
+
+    * the tasks fit (tasks x cpus-per-task, 1 when unset): none, as srun would do;
+    * a CPU each or more: ``--cpus-per-task=K``, the node's CPUs split evenly (``-c N``
+      without a task count gives a node N CPUs: Slurm counts one task a node; from 23.11
+      the step would inherit N a task and not fit);
+    * fewer CPUs than tasks: ``--overcommit``, the tasks share them (a job that asked no
+      CPUs, on a cluster without ``DefCpuPerGPU``, has one CPU a node).
+
+    Nothing outside Slurm (no count)."""
+    if not job_cpus_per_node.strip():
+        return ()
+    least = min(parse_task_counts(job_cpus_per_node, name="SLURM_JOB_CPUS_PER_NODE"))
+    each = _count(cpus_per_task) or 1
+    if tasks_per_node * each <= least:
+        return ()
+    if least >= tasks_per_node:
+        return (f"--cpus-per-task={least // tasks_per_node}",)
+    return (SHARE_CPUS,)
 
 
 def het_task_counts(environ: Mapping[str, str]) -> dict[str, str]:

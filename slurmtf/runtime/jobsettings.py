@@ -4,7 +4,7 @@ One reader (:meth:`JobSettings.read`) turns the batch script's environment (Slur
 variables and the settings the job scripts document: ``MODEL_DIR``, ``LOG_DIR``,
 ``PYTHON``, ``CONTAINER``, ``MAX_RESTARTS``, ``SPARE_NODES``, ``MIN_NODES``,
 ``TASKS_PER_NODE``, ``STAGE_DATA``, ...) into one frozen value; everything after it
-takes values. The step's task flags and GPU binding are functions of it
+takes values. The step's task and CPU flags and its GPU binding are functions of it
 (:func:`step_tasks`, :func:`gpu_bind`).
 """
 
@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from slurmtf.cluster.env import SlurmEnv, read_slurm_env
 from slurmtf.cluster.ports import parse_resv_mode
-from slurmtf.cluster.step_flags import gpu_bind_flags
+from slurmtf.cluster.step_flags import SHARE_CPUS, cpu_flags, gpu_bind_flags
 from slurmtf.errors import InputError, SlurmtfError
 
 # The kinds of job the supervisor runs: the bundled models, a user's script (train),
@@ -200,12 +200,21 @@ def step_tasks(job: JobSettings, nodes: int) -> tuple[list[str], str]:
     the job's own count stands). A job submitted with a task count gets it as Slurm gave
     it, the same count per node on fewer nodes (spares, a node left out); a job without
     one (the job scripts ask none, so that a --nodes=MIN-MAX range gets every node Slurm
-    can give) runs TASKS_PER_NODE tasks on each node, by default one per GPU."""
+    can give) runs TASKS_PER_NODE tasks on each node, by default one per GPU, on the CPUs
+    the job has (:func:`slurmtf.cluster.step_flags.cpu_flags`: split, or shared)."""
     if job.ntasks:
         if nodes == job.num_nodes:
             return [], ""
         fixed = first_count(job.ntasks_per_node) or int(job.ntasks) // max(job.num_nodes, 1)
         return _task_flags(nodes, fixed), str(fixed)
+    per_node = tasks_per_node(job)
+    cpus = cpu_flags(per_node, job.job_cpus_per_node, job.cpus_per_task)
+    return [*_task_flags(nodes, per_node), *cpus], str(per_node)
+
+
+def tasks_per_node(job: JobSettings) -> int:
+    """The tasks on each node of a job that asked no task count: ``TASKS_PER_NODE``, else
+    one per GPU of the node (one without GPUs)."""
     gpus = int(job.gpus_on_node) if job.gpus_on_node.isdigit() else 0
     per_node = job.tasks_per_node or str(max(gpus, 1))
     if not per_node.isdigit() or int(per_node) < 1:
@@ -214,18 +223,26 @@ def step_tasks(job: JobSettings, nodes: int) -> tuple[list[str], str]:
             "TASKS_PER_NODE=1 (one worker with all the node's GPUs) or leave it unset "
             "(one per GPU)",
         )  # fmt: skip
-    counts = [first_count(part) for part in job.job_cpus_per_node.split(",")]
-    least = min((c for c in counts if c is not None), default=None)
-    need = int(per_node) * (int(job.cpus_per_task) if job.cpus_per_task.isdigit() else 1)
-    if least is not None and least < need:
-        raise InputError(
-            "TASKS_PER_NODE", per_node,
-            f"{per_node} task(s) per node need {need} CPUs per node; the job has "
-            f"{job.job_cpus_per_node}",
-            f"sbatch --mincpus={need} (or --cpus-per-gpu=N), or TASKS_PER_NODE=1 for one "
-            "worker with all the node's GPUs",
-        )  # fmt: skip
-    return _task_flags(nodes, int(per_node)), per_node
+    return int(per_node)
+
+
+def cpus_note(job: JobSettings, tasks: Sequence[str]) -> str:
+    """The job log's line when the step's tasks share the node's CPUs (srun
+    ``--overcommit``: the job has fewer CPUs a node than tasks), else ""."""
+    if SHARE_CPUS not in tasks:
+        return ""
+    per_node = tasks_per_node(job)
+    gpus = int(job.gpus_on_node) if job.gpus_on_node.isdigit() else 0
+    more = (
+        "sbatch --cpus-per-gpu=N gives each GPU's worker N CPUs"
+        if gpus >= per_node
+        else f"sbatch --mincpus={per_node} gives each task a CPU"
+    )
+    return (
+        f"{per_node} task(s) per node share the job's CPUs ({job.job_cpus_per_node} per node; "
+        f"srun --overcommit). HINT: {more} (or --ntasks-per-node={per_node} "
+        "--cpus-per-task=N)"
+    )
 
 
 def _task_flags(nodes: int, per_node: int) -> list[str]:

@@ -47,7 +47,7 @@ from slurmtf.runtime.children import Child
 from slurmtf.runtime.commands import RankCommand, find_model, rank_command
 from slurmtf.runtime.follow import Copier, EventFollower, sizes
 from slurmtf.runtime.joblog import log, plain
-from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, gpu_bind
+from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, cpus_note, gpu_bind
 from slurmtf.runtime.placement import (
     Placement,
     allocated_nodes,
@@ -115,6 +115,9 @@ class Supervisor:
         if header:
             plain(self.job.header(self.attempt))
             self.announce()
+        shared = cpus_note(self.job, self.place.tasks)
+        if shared:
+            log(shared)
         checked = self.check_first()
         if checked is not None:
             return checked

@@ -82,7 +82,7 @@ class SandboxJob:
         args: Sequence[str],
         *,
         script: str = "mnist.sbatch",
-        tasks_per_node: int = 1,
+        tasks_per_node: int | None = 1,
         nodelist: str = "",
         sbatch_args: Sequence[str] = (),
         env: dict[str, str] | None = None,
@@ -90,9 +90,11 @@ class SandboxJob:
     ) -> str:
         """``sbatch <scripts>/<script> ARGS`` (``jobs/`` of the checkout by default) on
         ``nodes`` nodes with this job's folders; ``node_range`` (``2-3``): ``--nodes=``
-        that range and no task count, as a user submits a range job."""
+        that range and no task count, as a user submits a range job; ``tasks_per_node``
+        None: no task count either (the script's own, one task per GPU)."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        shape = [f"-N{self.nodes}", f"--ntasks-per-node={tasks_per_node}"]
+        count = [] if tasks_per_node is None else [f"--ntasks-per-node={tasks_per_node}"]
+        shape = [f"-N{self.nodes}", *count]
         sbatch = [
             *([f"--nodes={node_range}"] if node_range else shape), "--time=30",
             f"--job-name={self.run_dir.name}", f"--output={self.run_dir}/%x-%j.out",
@@ -100,7 +102,7 @@ class SandboxJob:
         if nodelist:
             sbatch.append(f"--nodelist={nodelist}")
         run_env = {"MODEL_DIR": str(self.model_dir), "LOG_DIR": str(self.log_dir), **(env or {})}
-        self.tasks = self.nodes * tasks_per_node
+        self.tasks = self.nodes * (tasks_per_node or 0)  # 0: as Slurm and the script decide
         self.final, self.rank_events = "", {}
         self.job_id = self.sandbox.submit(
             self.scripts / script,

@@ -86,21 +86,22 @@ COMMANDS: dict[str, Doc] = {
     "sbatch -N2 --gres=none --gpus-per-task=1 --ntasks-per-node=4 jobs/mnist.sbatch": Doc(
         nodes=2, per_node=4, placement=True
     ),
-    "sbatch -N2 --gres=none --gpus-per-node=4 --ntasks-per-node=4 jobs/mnist.sbatch": Doc(
+    "sbatch -N2 --gres=none --gpus-per-node=4 jobs/mnist.sbatch": Doc(
         nodes=2, per_node=4, placement=True
     ),
     "sbatch -N2 --gres=gpu:4 --ntasks-per-node=1 jobs/mnist.sbatch": Doc(nodes=2),
     "sbatch jobs/resnet.sbatch": Doc(nodes=2),
     "sbatch jobs/resnet.sbatch --resnet_size=20 --train_steps=100": Doc(nodes=2),
     "sbatch -N1 jobs/resnet.sbatch --resnet_size=56": Doc(nodes=1),
-    "sbatch -N2 --gres=gpu:4 --ntasks-per-node=4 jobs/resnet.sbatch --resnet_size=50 "
+    "sbatch -N2 --gres=gpu:4 jobs/resnet.sbatch --resnet_size=50 "
+    "--dtype=bf16 --data_dir=/data/imagenet": Doc(nodes=2, per_node=4, placement=True),
+    "sbatch -N2 --gres=gpu:4 jobs/resnet.sbatch": Doc(nodes=2, per_node=4, placement=True),
+    "sbatch -N2 --gres=gpu:4 --cpus-per-gpu=8 jobs/resnet.sbatch --resnet_size=50 "
     "--dtype=bf16 --data_dir=/data/imagenet": Doc(nodes=2, per_node=4, placement=True),
     "sbatch -N2 --gres=gpu:4 --ntasks-per-node=1 jobs/resnet.sbatch --resnet_size=50": Doc(
         nodes=2, placement=True
     ),
-    "sbatch --nodes=2-4 --gres=gpu:4 --mincpus=4 jobs/resnet.sbatch": Doc(
-        nodes=4, per_node=4, placement=True
-    ),
+    "sbatch --nodes=2-4 --gres=gpu:4 jobs/resnet.sbatch": Doc(nodes=4, per_node=4, placement=True),
     "MODEL_DIR=/shared/r56 DATA_DIR=/data/cifar-10-batches-bin sbatch jobs/resnet.sbatch": Doc(
         nodes=2
     ),
@@ -197,7 +198,8 @@ def test_every_documented_command_is_run_or_says_why_not() -> None:
 @pytest.fixture(scope="module")
 def wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
     require_sandbox_prereqs()
-    sandbox = Sandbox(tmp_path_factory.mktemp("docs"), nodes=16, gpus_per_node=4)
+    # 32 CPUs a node: room for the documented --cpus-per-gpu=8 on 4 GPUs
+    sandbox = Sandbox(tmp_path_factory.mktemp("docs"), nodes=16, gpus_per_node=4, cpus_per_node=32)
     sandbox.up()
     try:
         yield SlurmSandbox(sandbox)
