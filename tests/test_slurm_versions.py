@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from slurmtf.cli import check as check_cli
-from slurmtf.cli import step_flags as step_flags_cli
 from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.step_flags import (
     CPUS_PER_TASK_VARS,
@@ -128,18 +127,6 @@ def test_the_supervisor_keeps_the_users_binding_on_every_release(form: str, vers
 )
 def test_tres_counts(text: str | None, name: str, count: int | None) -> None:
     assert tres_count(text, name) == count
-
-
-def test_the_gpu_binding_cli_prints_one_flag_a_line(
-    fake_slurm_env: FakeSlurmEnv, capsys: pytest.CaptureFixture[str]
-) -> None:
-    fake_slurm_env.set(SLURM_GPUS_ON_NODE=4)
-    assert step_flags_cli.main(["gpu-bind", "--tasks_per_node=2"]) == 0
-    assert capsys.readouterr().out == "--gpu-bind=per_task:2\n"
-    assert step_flags_cli.main(["gpu-bind", "--tasks_per_node=x"]) == 2
-    err = capsys.readouterr().err
-    assert "--tasks_per_node='x'" in err
-    assert "HINT: " in err
 
 
 # --- CPUs per task: steps inherit them from 23.11 (implying --exact) -----------------

@@ -42,7 +42,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 # Not listed (for inspection and scripts of one's own): name -> module.
 HIDDEN: dict[str, str] = {
     "recovery": "slurmtf.cli.recovery",
-    "step-flags": "slurmtf.cli.step_flags",
 }
 
 # Subcommands whose module takes the subcommand name as its first argument.

@@ -1,8 +1,9 @@
 """srun flags of slurmtf's own steps that follow from how the job asked for GPUs and CPUs.
 
 Pure: :class:`~slurmtf.cluster.env.SlurmEnv` values in, srun's words out; the job's
-supervisor (:mod:`slurmtf.runtime.supervisor`) and ``slurmtf check`` call them directly,
-``slurmtf step-flags`` prints them for batch scripts of one's own.
+supervisor (:mod:`slurmtf.runtime.supervisor`) and ``slurmtf check`` call them. A batch
+script of one's own gets them by handing its step to the supervisor
+(``exec python3 -m slurmtf job command -- CMD``), never by computing them itself.
 
 * **GPU binding** (:func:`gpu_bind_flags`): the training step asks Slurm to give each task
   its own GPUs (``--gpu-bind=per_task:K``) unless the job chose how its tasks get GPUs
