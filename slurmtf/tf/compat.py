@@ -8,6 +8,7 @@ releases that have each one. Imports TensorFlow only inside the functions.
 from __future__ import annotations
 
 import importlib
+import inspect
 from types import ModuleType
 from typing import Any
 
@@ -40,3 +41,15 @@ def has_register_barrier(config_module: Any = None) -> bool:
     module = config_module or coordination_config()
     fields = module.CoordinationServiceConfig.DESCRIPTOR.fields_by_name
     return REGISTER_BARRIER_FIELD in fields
+
+
+def export_saved_model(model: Any, path: str) -> None:
+    """``model.export`` as a TensorFlow SavedModel, quietly where the release can be quiet:
+    Keras 3.3-3.5 take no ``verbose`` (always quiet), Keras 2 (2.15) no ``format``."""
+    accepts = inspect.signature(model.export).parameters
+    options: dict[str, Any] = {}
+    if "format" in accepts:
+        options["format"] = "tf_saved_model"
+    if "verbose" in accepts:
+        options["verbose"] = False
+    model.export(path, **options)

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtf.errors import SlurmtfError
+from slurmtf.tf import keras_distribute
 from slurmtf.tf.releases import RELEASES
 
 # Keras minor versions the fixes were tested on end to end (2 workers, tests/e2e): the
@@ -114,6 +115,7 @@ def enable_multiworker_fit(*, environ: dict[str, str] | None = None) -> bool:
         )
     for owner, name, make in targets:
         _patch(owner, name, make)
+    keras_distribute.fix_older_keras()
     _state["applied"] = True
     return True
 

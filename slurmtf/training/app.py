@@ -24,6 +24,7 @@ from slurmtf.runtime.held_port import check_port
 from slurmtf.training import sidecar
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
+from slurmtf.training.strategy import PEER_FAILURES
 
 FLAGS = flags.FLAGS
 flags.DEFINE_bool(
@@ -33,8 +34,6 @@ flags.DEFINE_bool(
     "one `placement` event and exit 0 without starting TensorFlow: checks a job's GPU binding.",
 )
 EXIT_PEER_FAILURE = EXIT_FAILURE
-# tf.errors raised when a collective loses or waits too long for a peer.
-PEER_FAILURES = {"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"}
 # How TensorFlow names a task in its errors ("remote target /job:worker/replica:0/task:1",
 # "unhealthy ... /job:worker/replica:0/task:1", "timed out task names: ...").
 _TASK = re.compile(r"/job:worker/(?:replica:\d+/)?task:(\d+)")

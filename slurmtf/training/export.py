@@ -9,6 +9,8 @@ from typing import Any
 
 from absl import logging
 
+from slurmtf.tf import compat
+
 
 class Summaries:
     """TensorBoard scalars under ``<model_dir>/{train,eval}``; a no-op off the chief."""
@@ -64,7 +66,7 @@ def export_saved_model(
     absl_logger = logging.get_absl_logger()
     level = absl_logger.level
     try:
-        fresh.export(export_dir, format="tf_saved_model", verbose=False)
+        compat.export_saved_model(fresh, export_dir)
     finally:
         absl_logger.setLevel(level)  # Keras's verbose=False leaves absl at WARNING
     logging.info("Exported SavedModel to %s in %.1f s", export_dir, time.monotonic() - started)

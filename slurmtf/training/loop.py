@@ -28,7 +28,13 @@ from slurmtf.training.phases import Outcome, Training, weights_checksum
 from slurmtf.training.plan import Plan
 from slurmtf.training.preemption import PreemptionWatcher
 from slurmtf.training.process import fit_batch, log_dir, set_up_process
-from slurmtf.training.strategy import describe, make_strategy, plan_strategy, split_cpu
+from slurmtf.training.strategy import (
+    PEER_FAILURES,
+    describe,
+    make_strategy,
+    plan_strategy,
+    split_cpu,
+)
 
 __all__ = ["ModelSpec", "RunInfo", "run", "weights_checksum"]
 
@@ -125,8 +131,9 @@ def _start_strategy(config: TrainConfig, info: RunInfo, num_gpus: int) -> tuple[
             registration_timeout=config.registration_timeout,
             program=info.program,
         )
-    except Exception:
-        recheck_port(info.layout)  # taken while TensorFlow loaded: the node's, not ours
+    except Exception as exc:
+        if type(exc).__name__ not in PEER_FAILURES:  # a peer's failure is no port of ours
+            recheck_port(info.layout)  # taken while TensorFlow loaded: the node's, not ours
         raise
     return choice, strategy
 

@@ -14,10 +14,13 @@ from typing import Any, Protocol
 from slurmtf.errors import InputError
 from slurmtf.tf import compat
 from slurmtf.tf.collectives import reuse_collective_instance_keys
+from slurmtf.tf.keras_distribute import fix_older_keras
 from slurmtf.training.join_deadline import JoinDeadline
 
 log = logging.getLogger(__name__)
 EVALUATOR = "evaluator"
+# tf.errors raised when a collective or the start loses or waits too long for a peer.
+PEER_FAILURES = {"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"}
 
 
 class Layout(Protocol):
@@ -86,6 +89,7 @@ def make_strategy(
 
     if choice.kind == "off":
         return tf.distribute.get_strategy()
+    fix_older_keras()  # before any model is built under the strategy
     if choice.kind == "one_device":
         return tf.distribute.OneDeviceStrategy(choice.device)
     if choice.kind == "mirrored":

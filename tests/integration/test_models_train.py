@@ -31,8 +31,18 @@ from tests.helpers.localjobs import (
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 # Largest difference allowed between the weights of a 1-worker and a 2-worker run after
-# the same steps on the same global batches: only the order of float32 sums differs.
+# the same steps on the same global batches, relative to each tensor's norm: only the order
+# of float32 sums differs. Element by element it is no measure: Adam turns sum-order noise
+# in a gradient element near zero into a step of up to the learning rate (measured: 17 of
+# 51,200 elements of a conv kernel 1.4e-4 apart on TensorFlow 2.16, the tensor 2.9e-5).
 WEIGHT_TOLERANCE = 1e-4
+
+
+def worst_difference(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> tuple[float, str]:
+    """The largest ``|a - b| / |a|`` over the tensors of two checkpoints, and its name."""
+    return max(
+        (float(np.linalg.norm(a[n] - b[n]) / max(float(np.linalg.norm(a[n])), 1e-12)), n) for n in a
+    )
 
 
 def _reached(job: Job, step: int) -> bool:
@@ -79,8 +89,8 @@ def test_two_workers_end_with_the_weights_of_one_worker(tmp_path: Path, jobs: li
     w2, w1 = checkpoint_values(tmp_path / "m2"), checkpoint_values(tmp_path / "m1")
     assert w1.keys() == w2.keys()
     assert len(w1) > 8  # 4 kernels, 4 biases, Adam's slots, the step
-    worst = max(float(np.max(np.abs(w1[n] - w2[n]))) for n in w1)
-    assert worst < WEIGHT_TOLERANCE, f"max |w1 - w2| = {worst}"
+    worst, name = worst_difference(w1, w2)
+    assert worst < WEIGHT_TOLERANCE, f"|w1 - w2| / |w1| = {worst} ({name})"
 
     cluster = two.events(1, "cluster")[0]
     assert cluster["num_workers"] == 2
@@ -274,8 +284,8 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
     assert second.done(0)["start_step"] == 6
     a, b = checkpoint_values(tmp_path / "a"), checkpoint_values(tmp_path / "b")
     assert a.keys() == b.keys()
-    worst = max(float(np.max(np.abs(a[n] - b[n]))) for n in a)
-    assert worst < WEIGHT_TOLERANCE, f"max |straight - resumed| = {worst}"
+    worst, name = worst_difference(a, b)
+    assert worst < WEIGHT_TOLERANCE, f"|straight - resumed| / |straight| = {worst} ({name})"
 
 
 def test_mirrored_replicas_end_with_the_weights_of_one_device(
@@ -305,8 +315,8 @@ def test_mirrored_replicas_end_with_the_weights_of_one_device(
     )
     a, b = checkpoint_values(tmp_path / "m1"), checkpoint_values(tmp_path / "m2")
     assert a.keys() == b.keys()
-    worst = max(float(np.max(np.abs(a[n] - b[n]))) for n in a)
-    assert worst < WEIGHT_TOLERANCE, f"max |one device - mirrored| = {worst}"
+    worst, name = worst_difference(a, b)
+    assert worst < WEIGHT_TOLERANCE, f"|one device - mirrored| / |one device| = {worst} ({name})"
 
     bad = Job(tmp_path, 1, "odd").start("mnist", ["--cpu_replicas=2", "--batch_size=15"])
     jobs.append(bad)
