@@ -37,6 +37,7 @@ from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options
 from slurmtf.events import emit, parse_events
+from slurmtf.tf import compat
 
 COMMAND = (
     "pip install -e '.[gpu,dev]'   # CUDA build of TensorFlow\n"
@@ -73,11 +74,11 @@ def resnet_compute(
 
     from models.resnet import resnet50
 
-    keras.mixed_precision.set_dtype_policy(POLICIES[dtype])
+    compat.set_precision_policy(keras, POLICIES[dtype])
     model = resnet50(image_size=image)
     optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
     if dtype == "fp16":
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer = compat.loss_scale_optimizer(keras, optimizer)
     optimizer.build(model.trainable_variables)
     x = tf.random.uniform([batch, image, image, 3])
     y = tf.random.uniform([batch], maxval=1000, dtype=tf.int32)
@@ -91,8 +92,8 @@ def resnet_compute(
     def forward_backward(x: Any, y: Any) -> Any:
         with tf.GradientTape() as tape:
             loss = forward(x, y)
-            scaled = optimizer.scale_loss(loss)
-        return loss, tape.gradient(scaled, params)
+            scaled = compat.scale_loss(optimizer, loss)
+        return loss, compat.unscale_gradients(optimizer, tape.gradient(scaled, params))
 
     fwd = tf.function(forward, jit_compile=xla)
     fwd_bwd = tf.function(forward_backward, jit_compile=xla)
@@ -123,7 +124,7 @@ def resnet_compute(
             out = train_fn(x, y)
         _sync(out)
         tf.profiler.experimental.stop()
-    keras.mixed_precision.set_dtype_policy("float32")
+    compat.set_precision_policy(keras, "float32")
     return {
         "dtype": dtype,
         "xla": xla,

@@ -23,8 +23,11 @@ fi
 [ $# -eq 0 ] || exit 0  # a selection of tests: no version matrix
 
 # The version matrix: the core of the end-to-end tier again on SchedMD's current release
-# (the run above used Debian's 22.05), built from its tarball or reused (docs/SLURM_VERSIONS.md).
-# SLURMTF_SLURM_MATRIX names other builds, tarballs or `debian`; empty (`=`) skips it.
+# (the run above used Debian's 22.05), built from its tarball or reused, with the oldest
+# TensorFlow slurmtf supports in a venv of its own (the run above used the newest), which
+# adds that release's TensorFlow tier (docs/SLURM_VERSIONS.md, docs/TENSORFLOW_VERSIONS.md).
+# SLURMTF_SLURM_MATRIX names other builds, tarballs or `debian`, SLURMTF_TF_MATRIX other
+# TensorFlow releases (`installed`: this interpreter's); empty (`=`) skips that axis.
 default_tarball="${SLURMTF_SLURM_TARBALL:-../shared/slurm/slurm-26.05.3.tar.xz}"
 if [ -z "${SLURMTF_SLURM_MATRIX+set}" ]; then
     if [ -f "$default_tarball" ]; then
@@ -34,8 +37,14 @@ if [ -z "${SLURMTF_SLURM_MATRIX+set}" ]; then
         echo "HINT: set SLURMTF_SLURM_TARBALL (SchedMD's download page) or SLURMTF_SLURM_MATRIX" >&2
         exit 1
     else
-        echo "== matrix skipped: no Slurm tarball at $default_tarball" \
+        echo "== Slurm axis of the matrix skipped: no Slurm tarball at $default_tarball" \
              "(set SLURMTF_SLURM_TARBALL or SLURMTF_SLURM_MATRIX)" >&2
     fi
 fi
-[ -z "${SLURMTF_SLURM_MATRIX:-}" ] || bash scripts/matrix.sh --durations=10
+if [ -z "${SLURMTF_TF_MATRIX+set}" ]; then
+    SLURMTF_TF_MATRIX="$("$PYTHON" -m slurmtf.tf.releases list | head -n 1)"
+    export SLURMTF_TF_MATRIX
+fi
+if [ -n "${SLURMTF_SLURM_MATRIX:-}${SLURMTF_TF_MATRIX:-}" ]; then
+    bash scripts/matrix.sh --durations=10
+fi

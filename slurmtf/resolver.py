@@ -75,8 +75,10 @@ def cluster_resolver(
     :func:`slurmtf.tf.collectives.reuse_collective_instance_keys`, without which memory
     grows with every collective op a long run executes.
     """
+    from slurmtf.tf import install
     from slurmtf.tf.cluster_resolver import SlurmtfClusterResolver
 
+    install.check_release()
     resolver = SlurmtfClusterResolver(resolve() if layout is None else layout)
     if flat_memory:
         from slurmtf.tf.collectives import reuse_collective_instance_keys

@@ -31,7 +31,7 @@ _AS_GIVEN = (
     "gpus_per_node", "gpu_flag", "gpus_per_task", "cpus_per_task", "cpus_per_gpu", "mem",
     "partition", "account", "qos", "constraint", "exclusive", "job_name", "log_dir",
     "signal_delay_s", "array_parallelism", "cluster", "legacy_keras", "stage_data",
-    "check_first", "jobs", "cluster_flags", "spare_nodes", "container_prefix",
+    "check_first", "jobs", "cluster_flags", "spare_nodes", "container_prefix", "container_python",
 )  # fmt: skip
 
 
@@ -84,11 +84,12 @@ def dry_run(spec: JobSpec, python: str, out: TextIO) -> None:
     print("# per-task command (TF_CONFIG is set per task by slurmtf.resolver):", file=out)
     if spec.legacy_keras:
         print(f"# every task runs with {jobspec.LEGACY_KERAS_ENV}=1", file=out)
+    rank_python = jobspec.rank_python(spec, python)
     for index, params in enumerate(grid):
         label = f"array task {index} {params}: " if array else ""
         job = "%A_%a" if array else "%j"
         print(
-            f"# {label}{shlex.join(jobspec.task_command(spec, params, python, job_id=job))}",
+            f"# {label}{shlex.join(jobspec.task_command(spec, params, rank_python, job_id=job))}",
             file=out,
         )
 

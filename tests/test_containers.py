@@ -16,7 +16,7 @@ from slurmtf.runtime.jobsettings import JobSettings
 from slurmtf.runtime.staging import Staging
 from slurmtf.runtime.supervisor import Supervisor
 from slurmtf.spec.jobspec import JobSpec, render_sbatch
-from tests.helpers.container import records, write_standin
+from tests.helpers.container import IMAGE_PYTHON, records, write_standin
 
 PREFIX = "apptainer exec --nv tf.sif"
 
@@ -32,7 +32,7 @@ PREFIX = "apptainer exec --nv tf.sif"
             "submitit",
             ["--unbuffered", "--output", "/l/%j_%t_log.out", "/p y/python", "-u", "-m",
              "submitit.core._submit", "/l"],
-            ["/p y/python", "-u", "-m", "submitit.core._submit", "/l"],
+            ["python3", "-u", "-m", "submitit.core._submit", "/l"],  # not the login's path
         ),
     ],
 )  # fmt: skip
@@ -45,6 +45,34 @@ def test_every_kind_of_job_starts_its_ranks_behind_the_prefix(
     assert list(command.args[4 : 4 + len(after)]) == after, command
     if kind == "submitit":
         assert command.srun_args == ("--unbuffered", "--output", "/l/%j_%t_log.out")
+
+
+@pytest.mark.parametrize(
+    ("kind", "args"),
+    [("mnist", []), ("train", ["t.py"]), ("parameter_server", ["t.py"]),
+     ("submitit", ["/login/python3", "-u", "-m", "submitit.core._submit", "/l"])],
+)  # fmt: skip
+def test_container_python_names_the_images_interpreter(kind: str, args: list[str]) -> None:
+    environ = {"CONTAINER": PREFIX, "CONTAINER_PYTHON": "/opt/conda/bin/python -X dev",
+               "PYTHON": "/login/python3", "SLURMTF_REPO": "/nowhere"}  # fmt: skip
+    command = rank_command(JobSettings.read(kind, environ), args)
+    assert command.args[4:7] == ("/opt/conda/bin/python", "-X", "dev"), command
+    assert "/login/python3" not in command.args, command
+    if kind == "parameter_server":  # the chief's script, behind the servers' wrapper
+        chief = command.args[command.args.index("chief") + 1 :]
+        assert chief[:3] == ("/opt/conda/bin/python", "-X", "dev"), command
+
+
+def test_without_a_container_the_ranks_run_python() -> None:
+    environ = {"PYTHON": "/login/python3", "CONTAINER_PYTHON": "python3.12"}
+    assert rank_command(JobSettings.read("train", environ), ["t.py"]).args[0] == "/login/python3"
+
+
+def test_container_python_without_a_prefix_is_refused() -> None:
+    from slurmtf.errors import InputError
+
+    with pytest.raises(InputError, match=r"--container_python='python3\.12': names the interp"):
+        JobSpec(kind="model", target="mnist", container_python="python3.12")
 
 
 def test_python_may_hold_several_words() -> None:
@@ -61,9 +89,11 @@ def test_slurmtfs_own_steps_run_without_the_prefix(tmp_path: Path) -> None:
 
 
 def test_submit_hands_the_prefix_to_the_supervisor() -> None:
-    spec = JobSpec(kind="model", target="mnist", max_requeues=0, container_prefix=PREFIX)
+    spec = JobSpec(kind="model", target="mnist", max_requeues=0, container_prefix=PREFIX,
+                   container_python="python3.12")  # fmt: skip
     (line,) = [x for x in render_sbatch(spec, "python3").splitlines() if x.startswith("srun()")]
     assert f"'--container={PREFIX}'" in line, line
+    assert "--container_python=python3.12" in line, line
 
 
 def test_a_bad_prefix_names_the_variable(tmp_path: Path) -> None:
@@ -114,4 +144,5 @@ def test_a_local_job_starts_every_rank_behind_the_prefix(tmp_path: Path) -> None
     for start in starts:
         argv_seen = start["argv"]
         assert isinstance(argv_seen, list)
-        assert argv_seen[:4] == ["exec", "--nv", "tf.sif", sys.executable], argv_seen
+        assert argv_seen[:4] == ["exec", "--nv", "tf.sif", "python3"], argv_seen
+        assert start["interpreter"] == IMAGE_PYTHON, start  # not the submitting one's path

@@ -37,6 +37,7 @@ OPTIONS = {
     "min_nodes": "MIN_NODES",
     "data_dir": "DATA_DIR",
     "container": "CONTAINER",
+    "container_python": "CONTAINER_PYTHON",
     "python": "PYTHON",
 }
 
@@ -51,6 +52,8 @@ def _parser() -> ArgumentParser:
     add_flag(parser, "min_nodes", help="fewest nodes to go on with [MIN_NODES]")
     add_flag(parser, "data_dir", help="the data set to stage [DATA_DIR]")
     add_flag(parser, "container", help="prefix of every rank's command [CONTAINER]")
+    add_flag(parser, "container_python",
+             help="the ranks' interpreter in --container [CONTAINER_PYTHON, python3]")  # fmt: skip
     add_flag(parser, "python", help="the ranks' interpreter [PYTHON, python3]")
     add_flag(parser, "stage_data", action="store_true", help="stage --data_dir first [STAGE_DATA]")
     add_flag(parser, "check_first", action="store_true", help="slurmtf check first [CHECK_FIRST]")

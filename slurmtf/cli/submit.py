@@ -248,6 +248,13 @@ def _data_and_nodes(group: argparse._ArgumentGroup) -> None:
         help="start every rank's command behind this prefix, e.g. 'apptainer exec --nv tf.sif' "
         "(slurmtf's own steps run without it; docs/FAILURES.md, Containers)",
     )
+    add_flag(
+        group,
+        "container_python",
+        default="",
+        help="the ranks' interpreter inside the container (default python3: the image's own, "
+        "with its TensorFlow; never the submitting interpreter's path)",
+    )
 
 
 def _names_and_logs(group: argparse._ArgumentGroup) -> None:

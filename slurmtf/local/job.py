@@ -44,7 +44,7 @@ from slurmtf.runtime.attempts import (
 )
 from slurmtf.runtime.launcher import LOCAL_ENV, job_id_of
 from slurmtf.runtime.recovery import srun_words
-from slurmtf.spec.jobspec import JobSpec
+from slurmtf.spec.jobspec import JobSpec, rank_python
 
 
 def job_ids(base: int, index: int, size: int) -> dict[str, str]:
@@ -123,7 +123,8 @@ def run_point(
     job_id = job_id_of(ids)
     files = local_files(spec, job_id)
     prefix = shlex.split(spec.container_prefix)  # --container_prefix, as on a cluster
-    command = [*prefix, sys.executable, "-u", "-m", "slurmtf.launch", f"--spec={spec_file}"]
+    python = rank_python(spec, sys.executable)
+    command = [*prefix, python, "-u", "-m", "slurmtf.launch", f"--spec={spec_file}"]
     command.append(f"--params={json.dumps(dict(params))}")
     step = rank_step(spec, ids, restarts)
     procs: list[subprocess.Popen[bytes]] = []

@@ -42,7 +42,7 @@ from slurmtf.slurm.runner import Runner, default_runner
 
 RECORD_NAME = "recovery-{job}.jsonl"
 _NODE_FAILURE = re.compile(r"Node failure on (\S+)")
-_MISSING = re.compile(r"No module named '([A-Za-z_]+)")
+_MISSING = re.compile(r"No module named '([A-Za-z_]+)'")  # a package, not a module of it
 INSTALL_LINE = 'pip install "slurmtf[gpu]" (or [cpu]; README, "Install on a cluster")'
 
 

@@ -37,8 +37,17 @@ if model is None:
     sys.exit(f"cannot import {sys.argv[1]}")
 if origin("tensorflow") is None:
     sys.exit("has no TensorFlow")
+from slurmtf.tf import install, releases
+found = install.installed()
+where = releases.outside(found.version) if found else None
+if where == "older":
+    print(install.older_error(found), file=sys.stderr)
+    sys.exit(3)
+if where == "newer":
+    print("warning:", install.newer_line(found))
 print(model)
 """
+RELEASE_REFUSED = 3  # FIND_MODEL's status for a TensorFlow older than the tested range
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,27 +75,33 @@ def find_model(job: JobSettings, env: Mapping[str, str], timeout: float = 300.0)
     """Where the model's module is, checked once with the ranks' interpreter (through
     the container): a missing model or TensorFlow is one line and exit 2 before srun."""
     module = model_module(job)
-    args = [*job.container, *job.python, "-c", FIND_MODEL, module]
+    args = [*job.container, *job.rank_python, "-c", FIND_MODEL, module]
     try:
         done = subprocess.run(
             args, env=dict(env), capture_output=True, text=True, timeout=timeout, check=False
         )
         said, ok = (done.stdout.strip() or done.stderr.strip()), done.returncode == 0
+        status = done.returncode
+        if status == RELEASE_REFUSED:
+            said = done.stderr.strip()
     except (OSError, subprocess.TimeoutExpired) as exc:
-        said, ok = str(exc), False
-    python = " ".join(job.python)
+        said, ok, status = str(exc), False, None
+    python = " ".join(job.rank_python)
+    lines = said.splitlines() or ["did not answer"]
+    if not ok and status == RELEASE_REFUSED:
+        raise JobStop(f"{python}: {lines[-1]}")
     if not ok:
-        lines = said.splitlines() or ["did not answer"]
         raise JobStop(
             f"{python} {lines[-1]}. HINT: {python} -m {INSTALL_LINE}, "
             "or SLURMTF_REPO=<a checkout of slurmtf>"
         )
-    return f"{module} from {said.splitlines()[-1]}"
+    warnings = "".join(f"; {line}" for line in lines[:-1] if line.startswith("warning:"))
+    return f"{module} from {lines[-1]}{warnings}"
 
 
 def rank_command(job: JobSettings, args: Sequence[str], restart: int = 0) -> RankCommand:
     """The command of a ``job.kind`` job given the job script's arguments ``args``."""
-    base = (*job.container, *job.python)
+    base = (*job.container, *job.rank_python)
     if job.kind in MODEL_KINDS:
         data = [f"--data_dir={job.data_dir}"] if job.data_dir else []
         own = [f"--model_dir={job.model_dir}", f"--export_dir={job.export_dir}", *data]
@@ -105,7 +120,7 @@ def rank_command(job: JobSettings, args: Sequence[str], restart: int = 0) -> Ran
     done = job.log_dir / f"chief-done.{job.job_id}.{restart}"
     env.update(SLURMTF_JOBS=job.roles, CHIEF_DONE=str(done))
     serve = (*base, "-u", "-m", SERVE, *job.serve_args, f"--done_file={done}", "--")
-    chief = (*CHIEF_WRAPPER, "chief", *job.python, "-u", *_needs(job, args))
+    chief = (*CHIEF_WRAPPER, "chief", *job.rank_python, "-u", *_needs(job, args))
     return RankCommand((*serve, *chief), env, kill_on_bad_exit=0, done_file=done)
 
 
@@ -132,7 +147,10 @@ def submitit_command(job: JobSettings, words: Sequence[str]) -> RankCommand:
         start -= 1
     start = max(start - 1, 0)  # the interpreter
     env = {"SLURMTF_JOB_SH": "1"}  # slurmtf.launch: on exit 75 the supervisor decides
-    return RankCommand((*job.container, *words[start:]), env, srun_args=tuple(words[:start]))
+    command = words[start:]
+    if job.container:  # the image's interpreter, not the path of the submitting one
+        command = [*job.container, *job.rank_python, *command[1:]]
+    return RankCommand(tuple(command), env, srun_args=tuple(words[:start]))
 
 
 def data_source(default: str, args: Sequence[str]) -> str:

@@ -25,6 +25,8 @@ from slurmtf.errors import InputError, SlurmtfError
 # the step of a job `slurmtf submit` wrote (submitit's srun line).
 MODEL_KINDS = ("mnist", "resnet")
 KINDS = (*MODEL_KINDS, "train", "parameter_server", "command", "submitit")
+# The interpreter ranks run behind a container prefix unless CONTAINER_PYTHON names one.
+CONTAINER_PYTHON = "python3"
 INSTALL_LINE = 'pip install "slurmtf[gpu]" (or [cpu]; README, "Install on a cluster")'
 
 
@@ -58,6 +60,7 @@ class JobSettings:
     log_dir: Path
     python: tuple[str, ...]  # PYTHON, which may hold several words
     container: tuple[str, ...]  # CONTAINER: the prefix of every rank's command
+    container_python: tuple[str, ...]  # CONTAINER_PYTHON: the ranks' interpreter behind it
     budget: int  # MAX_RESTARTS (MAX_REQUEUES, its former name)
     requeues: int  # SLURM_RESTART_COUNT
     nodelist: str
@@ -89,6 +92,13 @@ class JobSettings:
     logs: LogNames = LogNames()
     servers: bool = False  # a parameter-server step of the command kind (job.sh's ps_srun)
 
+    @property
+    def rank_python(self) -> tuple[str, ...]:
+        """The ranks' interpreter: the image's (CONTAINER_PYTHON, ``python3``) behind a
+        container prefix, where the host's PYTHON is missing or has none of the image's
+        packages; else PYTHON."""
+        return self.container_python if self.container else self.python
+
     @classmethod
     def read(cls, kind: str, environ: Mapping[str, str]) -> JobSettings:
         """The settings of a ``kind`` job from the batch script's environment."""
@@ -108,6 +118,9 @@ class JobSettings:
             model_dir=model_dir, log_dir=Path(env.get("LOG_DIR") or repo / "logs" / run),
             python=_words("PYTHON", env.get("PYTHON") or "python3"),
             container=_words("CONTAINER", env.get("CONTAINER", ""), empty=True),
+            container_python=_words(
+                "CONTAINER_PYTHON", env.get("CONTAINER_PYTHON") or CONTAINER_PYTHON
+            ),
             budget=_int("MAX_RESTARTS", env.get("MAX_RESTARTS") or env.get("MAX_REQUEUES") or "3"),
             requeues=_int("SLURM_RESTART_COUNT", env.get("SLURM_RESTART_COUNT") or "0"),
             nodelist=env.get("SLURM_JOB_NODELIST", ""),

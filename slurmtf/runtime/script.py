@@ -63,6 +63,7 @@ from slurmtf.events import emit
 from slurmtf.resolver import export_tf_config
 from slurmtf.runtime import allocator, teardown
 from slurmtf.runtime.held_port import check_port
+from slurmtf.tf import install
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +241,7 @@ def task_target(target: Target, layout: ClusterLayout, environ: MutableMapping[s
 def launch_script(target: Target, environ: MutableMapping[str, str] = os.environ) -> int:
     """Everything above, in order: prepare the task, set the fixes, run ``target``."""
     allocator.tune()  # before TensorFlow's thread pools start (docs/SOAK.md)
+    install.check_release()  # the script imports TensorFlow itself: its metadata only
     layout = prepare_task(environ)
     target = task_target(target, layout, environ)
     emit(

@@ -88,7 +88,10 @@ def start_server(layout: ClusterLayout) -> Any:
     check_server_task(layout)
     apply_gpu_split(layout)  # a ps hides the GPUs before TensorFlow reads them
     check_port(layout)
+    from slurmtf.tf import install
     from slurmtf.tf.lean_import import import_tensorflow_lean
+
+    install.check_release()
 
     tf = import_tensorflow_lean()  # a server builds no Keras model
     # only now: tf_resolver imports TensorFlow itself, which would bring Keras in

@@ -86,6 +86,7 @@ class JobSpec:
     spare_nodes: int = 0  # allocate nodes + spare_nodes, train on nodes (SPARE_NODES)
     no_kill: bool = True  # sbatch --no-kill: a failed node does not end the allocation
     container_prefix: str = ""  # every rank's command behind it ("apptainer exec --nv tf.sif")
+    container_python: str = ""  # the ranks' interpreter behind it (default: python3, the image's)
 
     def __post_init__(self) -> None:
         self._check_target()
@@ -232,6 +233,12 @@ class JobSpec:
                 "--container_prefix", self.container_prefix, f"is not a command line ({exc})",
                 "e.g. --container_prefix='apptainer exec --nv tf.sif'",
             ) from exc  # fmt: skip
+        if self.container_python and not self.container_prefix:
+            raise InputError(
+                "--container_python", self.container_python, "names the interpreter inside a "
+                "container, and the job has no --container_prefix",
+                "add --container_prefix='apptainer exec --nv IMAGE', or drop --container_python",
+            )  # fmt: skip
         check_sbatch_value("--log_dir", self.log_dir)
         if "%" in self.log_dir:
             raise InputError(
@@ -365,6 +372,13 @@ SUPERVISOR_LINES = (
 )
 
 
+def rank_python(spec: JobSpec, host: str) -> str:
+    """The ranks' interpreter: the image's behind a container prefix (``--container_python``,
+    else ``python3``: the submitting interpreter's path is missing there, or is the host's
+    seen through a bind, without the image's TensorFlow); else ``host``."""
+    return (spec.container_python or "python3") if spec.container_prefix else host
+
+
 def supervisor_setup(spec: JobSpec, python: str) -> list[str]:
     """Setup lines that hand submitit's srun line to the supervisor with the options the
     job asks for; none when it asks for none (then submitit's srun runs as it is)."""
@@ -373,6 +387,8 @@ def supervisor_setup(spec: JobSpec, python: str) -> list[str]:
         flags.append("--check_first")
     if spec.container_prefix:
         flags.append(f"--container={spec.container_prefix}")
+    if spec.container_python:
+        flags.append(f"--container_python={spec.container_python}")
     if not (spec.max_requeues or flags):
         return []
     flags = [f"--log_dir={spec.folder}", f"--max_restarts={spec.max_requeues}", *flags]

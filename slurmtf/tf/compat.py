@@ -53,3 +53,49 @@ def export_saved_model(model: Any, path: str) -> None:
     if "verbose" in accepts:
         options["verbose"] = False
     model.export(path, **options)
+
+
+def set_precision_policy(keras: Any, name: str) -> None:
+    """Keras's global dtype policy (``mixed_bfloat16``...): ``set_dtype_policy`` in Keras 3,
+    ``set_global_policy`` in Keras 2 (TensorFlow 2.15's ``tf.keras``)."""
+    precision = keras.mixed_precision
+    setter = getattr(precision, "set_dtype_policy", None) or precision.set_global_policy
+    setter(name)
+
+
+# Loss scaling and the gradient sum: Keras 3 (TensorFlow 2.16+) and Keras 2 (2.15's tf.keras).
+def loss_scale_optimizer(keras: Any, optimizer: Any) -> Any:
+    """``optimizer`` under dynamic loss scaling (fp16): ``keras.optimizers`` in Keras 3,
+    ``keras.mixed_precision`` in Keras 2."""
+    wrapper = getattr(keras.optimizers, "LossScaleOptimizer", None)
+    return (wrapper or keras.mixed_precision.LossScaleOptimizer)(optimizer)
+
+
+def scale_loss(optimizer: Any, loss: Any) -> Any:
+    """The loss to differentiate: scaled by a loss-scale optimizer, else as it is."""
+    if hasattr(optimizer, "scale_loss"):  # Keras 3: every optimizer (identity unless scaling)
+        return optimizer.scale_loss(loss)
+    if hasattr(optimizer, "get_scaled_loss"):  # Keras 2's LossScaleOptimizer
+        return optimizer.get_scaled_loss(loss)
+    return loss
+
+
+def unscale_gradients(optimizer: Any, grads: Any) -> Any:
+    """Gradients of a scaled loss, unscaled where the optimizer leaves it to the caller
+    (Keras 2; Keras 3's ``apply_gradients`` unscales them itself)."""
+    if not hasattr(optimizer, "scale_loss") and hasattr(optimizer, "get_unscaled_gradients"):
+        return optimizer.get_unscaled_gradients(grads)
+    return grads
+
+
+def skips_aggregation(optimizer: Any) -> bool:
+    """Whether ``apply_gradients`` can be told the gradients are summed already
+    (``skip_gradients_aggregation``: Keras 2; Keras 3 has no such argument)."""
+    return "skip_gradients_aggregation" in inspect.signature(optimizer.apply_gradients).parameters
+
+
+def apply_gradients(optimizer: Any, grads_and_vars: Any, *, summed: bool) -> Any:
+    """``optimizer.apply_gradients``; ``summed``: the caller all-reduced the gradients."""
+    if summed and skips_aggregation(optimizer):
+        return optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
+    return optimizer.apply_gradients(grads_and_vars)

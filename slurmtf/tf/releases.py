@@ -2,7 +2,7 @@
 
 Pure values, no TensorFlow import: ``scripts/tf-venv.sh`` reads the pins of a release
 (``python3 -m slurmtf.tf.releases pins 2.16.2``) to build its test environment, and
-:func:`check_installed` compares the installed distribution's version with the tested
+``slurmtf.tf.install`` compares the installed distribution's version with the tested
 range before TensorFlow is imported (docs/TENSORFLOW_VERSIONS.md). What differs between
 these releases is detected by feature in ``slurmtf.tf.compat``, never by version.
 """
@@ -76,23 +76,16 @@ def series_of(version: str) -> tuple[int, int] | None:
     return (int(match[1]), int(match[2])) if match else None
 
 
-def range_verdict(version: str) -> tuple[str, str] | None:
-    """``("older"|"newer", line)`` for a version outside the tested range, else None."""
+def outside(version: str) -> str | None:
+    """``"older"`` or ``"newer"`` for a version outside the tested range, else None (also
+    for a string that names no release)."""
     found = series_of(version)
     if found is None:
         return None
     if found < OLDEST.numbers:
-        return "older", (
-            f"TensorFlow {version} is older than the releases slurmtf is tested on "
-            f"({TESTED_RANGE}). HINT: use TensorFlow {OLDEST.series} or newer (a newer "
-            f"module, or pip install 'tensorflow[and-cuda]>={OLDEST.tensorflow}')"
-        )
+        return "older"
     if found > NEWEST.numbers:
-        return "newer", (
-            f"TensorFlow {version} is newer than the releases slurmtf is tested on "
-            f"({TESTED_RANGE}); going on. If multi-worker training fails, say so with "
-            f"this version, or use TensorFlow {NEWEST.tensorflow}"
-        )
+        return "newer"
     return None
 
 

@@ -21,6 +21,7 @@ from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.runtime import allocator
 from slurmtf.runtime.held_port import check_port
+from slurmtf.tf import install
 from slurmtf.training import sidecar
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags
 from slurmtf.training.loop import ModelSpec, RunInfo, run
@@ -147,6 +148,7 @@ def main_for(
         print(f"{program}: {exc}. HINT: python -m {program} --help", file=sys.stderr)
         return EXIT_USAGE
     try:
+        install.check_release()
         config = staged(
             config_from_flags(
                 default_batch_size=default_batch_size,

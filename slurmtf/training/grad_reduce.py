@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.tf import compat
 
 DTYPES = ("fp32", "bf16", "fp16")
 # fp16 sums are scaled so their bound is at most this (fp16's largest value is 65504).
@@ -113,8 +114,8 @@ def take_over_reduction(optimizer: Any, spec: GradReduce) -> None:
     then expects summed gradients (:func:`all_reduce`). Fails if Keras has no such hook,
     rather than letting gradients be summed twice.
     """
-    if not spec.explicit:
-        return
+    if not spec.explicit or compat.skips_aggregation(optimizer):
+        return  # Keras 2: apply_gradients is told instead (slurmtf.tf.compat.apply_gradients)
     targets = _optimizers(optimizer)
     if not all(hasattr(o, _KERAS_HOOK) for o in targets):
         raise SlurmtfError(

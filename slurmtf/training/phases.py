@@ -12,6 +12,7 @@ from absl import logging
 
 from slurmtf import events
 from slurmtf.contracts import EXIT_PREEMPTED
+from slurmtf.tf import compat
 from slurmtf.training import reporting, sidecar, steptiming
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
@@ -84,7 +85,7 @@ class Training:
             )
             optimizer = spec.make_optimizer(schedule)
             if config.dtype == "fp16":
-                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+                optimizer = compat.loss_scale_optimizer(keras, optimizer)
             optimizer.build(model.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         ckpt = Checkpointer(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from absl import logging
 
+from slurmtf.tf import compat, install
 from slurmtf.training import reporting
 from slurmtf.training.flags import TrainConfig, check_batch_size, fit_default_batch
 from slurmtf.training.model_spec import RunInfo
@@ -18,14 +19,14 @@ def log_dir(config: TrainConfig) -> str | None:
 
 def set_up_process(config: TrainConfig, info: RunInfo) -> tuple[int, str | None]:
     """Threads, per-rank logging; returns the GPUs TensorFlow sees and the log file."""
-    import tensorflow as tf
-
+    tf = install.import_tensorflow()
     if config.num_threads:
         tf.config.threading.set_intra_op_parallelism_threads(config.num_threads)
         tf.config.threading.set_inter_op_parallelism_threads(config.num_threads)
     log_path = reporting.setup_logging(
         info.rank, info.is_chief, log_dir(config), config.log_all_ranks
     )
+    install.check_gpus(tf, info.layout.cuda_visible_devices)
     return len(tf.config.list_physical_devices("GPU")), log_path
 
 
@@ -48,6 +49,6 @@ def fit_batch(config: TrainConfig, replicas: int, workers: int) -> tuple[TrainCo
         config = fitted
     per_replica = check_batch_size(config.batch_size, replicas, replicas // workers)
     policy = {"fp32": "float32", "fp16": "mixed_float16", "bf16": "mixed_bfloat16"}[config.dtype]
-    keras.mixed_precision.set_dtype_policy(policy)
+    compat.set_precision_policy(keras, policy)
     keras.utils.set_random_seed(config.seed)
     return config, per_replica

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from slurmtf.tf import compat
 from slurmtf.training import grad_reduce
 from slurmtf.training.grad_reduce import GradReduce
 
@@ -43,7 +44,8 @@ class Steps:
                 computed = tf.timestamp()
             if reduce.explicit:  # compressed or packed: sum here, not inside Keras
                 grads = grad_reduce.all_reduce(grads, reduce)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            pairs = zip(grads, model.trainable_variables, strict=True)
+            compat.apply_gradients(optimizer, pairs, summed=reduce.explicit)
             # steptiming: this replica's row, [compute, its last step's time, link rates]
             row = tf.concat([tf.cast([computed - started], tf.float32), extra], 0)
             replica = tf.distribute.get_replica_context().replica_id_in_sync_group
@@ -159,8 +161,9 @@ def _forward_backward(model: Any, optimizer: Any, global_batch: int) -> Callable
             if model.losses:
                 reg = tf.add_n([tf.cast(x, tf.float32) for x in model.losses])
                 loss += tf.nn.scale_regularization_loss(reg)
-            scaled = optimizer.scale_loss(loss)
+            scaled = compat.scale_loss(optimizer, loss)
         grads = tape.gradient(scaled, model.trainable_variables)
+        grads = compat.unscale_gradients(optimizer, grads)
         return loss, _correct(labels, logits), grads
 
     return forward_backward

@@ -1,9 +1,12 @@
 """End-to-end: a job whose ranks run in a container, as most HPC sites run TensorFlow.
 
-``CONTAINER="apptainer exec --nv tf.sif"`` with ``jobs/mnist.sbatch`` on 2 nodes: a
-stand-in ``apptainer`` (tests/helpers/container.py; Apptainer is not packaged for Debian
-12) records every start and runs the rest. Every rank starts through it, the job trains
-and completes; slurmtf's own steps (staging) do not go through it.
+``CONTAINER="apptainer exec --nv tf.sif"`` with ``jobs/mnist.sbatch`` on 2 nodes, and
+``slurmtf submit --container_prefix=...`` with ``--model`` and ``--command``: a stand-in
+``apptainer`` (tests/helpers/container.py; Apptainer is not packaged for Debian 12)
+records every start and runs the rest as the image would. Every rank starts through it
+with the image's own ``python3`` (never the submitting interpreter's path, which an image
+does not hold), the job trains and completes; slurmtf's own steps (staging) do not go
+through it.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import SlurmSandbox
+from slurmtf.cluster.ports import free_port_base
+from tests.e2e.conftest import PYTHON, SlurmSandbox
 from tests.e2e.jobruns import check_training, submit_job
-from tests.helpers.container import records, write_standin
+from tests.helpers.container import IMAGE_PYTHON, records, write_standin
 from tests.helpers.datafiles import with_manifest, write_mnist
 from tests.prereqs import require
 
@@ -47,6 +51,8 @@ def test_every_rank_starts_through_the_container_prefix(
     assert len(lookups) == 1, starts  # the batch node's model lookup needs the image too
     assert sorted(str(r["rank"]) for r in ranks) == ["0", "1"], starts
     assert len({r["node"] for r in ranks}) == 2, starts
+    for start in [*ranks, *lookups]:
+        assert start["interpreter"] == IMAGE_PYTHON, start  # the image's, not PYTHON's path
     for start in ranks:
         argv = start["argv"]
         assert isinstance(argv, list)
@@ -54,3 +60,34 @@ def test_every_rank_starts_through_the_container_prefix(
         assert argv[4:6] == ["-m", "models.mnist"], argv
     # slurmtf's own steps (staging, unstaging) ran outside the container
     assert not any("slurmtf.cli" in r["argv"] for r in starts), starts  # type: ignore[operator]
+
+
+SHOW_PYTHON = "import json, sys; print(json.dumps({'event': 'python', 'path': sys.executable}))"
+
+
+@pytest.mark.parametrize(
+    "what",
+    [["--model=mnist", "--", *TINY], [f"--command=python3 -c {SHOW_PYTHON!r}"]],
+    ids=["model", "command"],
+)
+def test_submit_runs_every_rank_with_the_images_python(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path, what: list[str]
+) -> None:
+    """``submit --container_prefix``: submitit's srun line ran the submitting interpreter
+    by its absolute path; behind a prefix every rank now runs the image's ``python3``."""
+    standin = write_standin(tmp_path / "bin")
+    record = tmp_path / "container.jsonl"
+    flags, args = (what[:1], what[1:]) if "--" in what else (what, [])
+    done = slurm_sandbox.run(
+        [PYTHON, "-m", "slurmtf.submit", *flags, "--nodes=2", "--time=10", "--wait",
+         f"--log_dir={tmp_path / 'logs'}", f"--container_prefix={standin} exec --nv tf.sif",
+         *args],
+        env={"STANDIN_RECORD": str(record), "SLURMTF_PORT_BASE": str(free_port_base(4))},
+        timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    starts = records(record)
+    assert sorted(str(r["rank"]) for r in starts) == ["0", "1"], starts
+    for start in starts:
+        assert start["interpreter"] == IMAGE_PYTHON, start
+        assert PYTHON not in start["argv"], start  # type: ignore[operator]
