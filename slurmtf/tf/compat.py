@@ -99,3 +99,10 @@ def apply_gradients(optimizer: Any, grads_and_vars: Any, *, summed: bool) -> Any
     if summed and skips_aggregation(optimizer):
         return optimizer.apply_gradients(grads_and_vars, skip_gradients_aggregation=True)
     return optimizer.apply_gradients(grads_and_vars)
+
+
+def variable_value(variable: Any) -> Any:
+    """A variable's current value: a property of Keras 3's variables, a method of
+    TensorFlow's own (the variables of Keras 2 models)."""
+    value = variable.value
+    return value() if callable(value) else value

@@ -87,7 +87,8 @@ class Steps:
         sizes = [int(np.prod(v.shape)) for v in state]
 
         def replica_values() -> Any:
-            return tf.concat([tf.reshape(tf.cast(v.value, tf.float32), [-1]) for v in state], 0)
+            values = [compat.variable_value(v) for v in state]
+            return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in values], 0)
 
         def sync() -> None:
             flat = strategy.reduce(
