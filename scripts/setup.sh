@@ -44,7 +44,7 @@ fi
 if ! "$PYTHON" -c 'import tensorboard' 2>/dev/null; then
     echo "setup: installing tensorboard (the Keras TensorBoard callback tests)"
     "$PYTHON" -m pip install -q --disable-pip-version-check --root-user-action=ignore \
-        "tensorboard>=2.16"
+        "tensorboard>=2.15"
 fi
 # tf_keras (the keras2 extra) for the tf.keras tests: --no-deps, or pip would pull the full
 # `tensorflow` wheel next to tensorflow-cpu.

@@ -11,6 +11,17 @@ echo "== ruff"
 "$PYTHON" -m ruff format --check .
 echo "== mypy"
 "$PYTHON" -m mypy
+# The oldest TensorFlow's environment for the version matrix below, built (or reused) before
+# the suite, whose tests/test_tf_venv.py checks its reuse.
+if [ -z "${SLURMTF_TF_MATRIX+set}" ]; then
+    SLURMTF_TF_MATRIX="$("$PYTHON" -m slurmtf.tf.releases list | head -n 1)"
+    export SLURMTF_TF_MATRIX
+fi
+IFS=',' read -r -a tf_releases <<<"${SLURMTF_TF_MATRIX:-}"
+for release in "${tf_releases[@]}"; do
+    [ "$release" = installed ] || bash scripts/tf-venv.sh "$release" >/dev/null
+done
+
 echo "== pytest"
 # Every prerequisite is installed above, so a missing one is a failure, not a skip.
 export SLURMTF_STRICT_PREREQS=1
@@ -40,10 +51,6 @@ if [ -z "${SLURMTF_SLURM_MATRIX+set}" ]; then
         echo "== Slurm axis of the matrix skipped: no Slurm tarball at $default_tarball" \
              "(set SLURMTF_SLURM_TARBALL or SLURMTF_SLURM_MATRIX)" >&2
     fi
-fi
-if [ -z "${SLURMTF_TF_MATRIX+set}" ]; then
-    SLURMTF_TF_MATRIX="$("$PYTHON" -m slurmtf.tf.releases list | head -n 1)"
-    export SLURMTF_TF_MATRIX
 fi
 if [ -n "${SLURMTF_SLURM_MATRIX:-}${SLURMTF_TF_MATRIX:-}" ]; then
     bash scripts/matrix.sh --durations=10

@@ -116,3 +116,23 @@ def test_gpu_and_keras2_extras_resolve_on_the_index() -> None:
     ]  # fmt: skip
     assert wants, found["tf-keras"]["metadata"]["requires_dist"]
     assert all(tensorflow["version"] in want.specifier for want in wants), wants
+
+
+def test_the_tensorflow_floor_is_the_oldest_tested_release() -> None:
+    """pyproject's lower bounds are the oldest release of the matrix (slurmtf/tf/releases.py)."""
+    from slurmtf.tf.releases import OLDEST
+
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    floors = {}
+    for extra in ("cpu", "gpu", "keras2"):
+        (text,) = extras[extra]
+        requirement = Requirement(text)
+        (spec,) = requirement.specifier
+        floors[canonicalize_name(requirement.name)] = (spec.operator, spec.version)
+    assert floors == {
+        "tensorflow-cpu": (">=", OLDEST.series),
+        "tensorflow": (">=", OLDEST.series),
+        "tf-keras": (">=", OLDEST.series),
+    }

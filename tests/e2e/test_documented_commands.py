@@ -61,6 +61,14 @@ COMMANDS: dict[str, Doc] = {
         not_run="scripts/test.sh runs scripts/matrix.sh on 26.05.3 after this suite; 25.11.7 "
         "by the same command (docs/SLURM_VERSIONS.md has its result)"
     ),
+    "bash scripts/tf-venv.sh 2.17": Doc(
+        not_run="scripts/test.sh runs it for the oldest release (2.15) before the suite; "
+        "tests/test_tf_venv.py checks its refusals and the reuse"
+    ),
+    "SLURMTF_TF_MATRIX=2.15,2.16,2.17,2.18,2.19,2.20,2.21 bash scripts/matrix.sh": Doc(
+        not_run="scripts/test.sh runs scripts/matrix.sh with 2.15 after this suite; every "
+        "release by the same command (docs/TENSORFLOW_VERSIONS.md has the results)"
+    ),
     'pip install "slurmtf[gpu] @ git+<this repository>"': Doc(
         not_run="a placeholder address and the CUDA wheel; the CPU install is what CI does"
     ),
