@@ -27,6 +27,9 @@ DEFAULT_LOG_DIR = "slurmtf_logs"  # submit's per-job logs, relative to the submi
 # submitit (`slurmtf submit`) and by the job scripts (their supervisor, `rank%t.out`).
 SUBMITIT_LOG_NAME = "{job}_{rank}_log.{kind}"
 SCRIPT_LOG_NAME = "rank{rank}.{kind}"
+# The file of each node's supervised events (slurmtf.events: ``%N`` is the node) beside
+# the rank logs: what a job's supervisor reads while a step runs.
+NODE_EVENTS_NAME = "events-{job}-%N.jsonl"
 
 # Slurm's final job states and the status `submit --wait` / `slurmtf status` exit with.
 FINAL_STATES: dict[str, int] = {

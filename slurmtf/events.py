@@ -15,23 +15,71 @@ Nothing reads the human progress text. Events (fields beyond ``event``):
   (status) from the per-task launcher; ``port_in_use`` (rank, port, node, holder,
   ``moves``: whether a restart takes other ports) from a rank whose port another process
   holds (:mod:`slurmtf.runtime.held_port`).
+
+The node's file: the events a job's supervisor acts on while a step runs
+(:data:`SUPERVISED`: ``peer_lost``) also go, as the same line, to one file per node
+named by ``SLURMTF_NODE_EVENTS`` (a path whose ``%N`` stands for the node,
+``SLURMD_NODENAME``; the supervisor sets it for its steps). Every rank of a node appends
+to that file, each line with one ``write`` on a descriptor opened with ``O_APPEND``, so
+lines of the ranks of one node never mix; the supervisor's look opens one file per node
+(:mod:`slurmtf.runtime.follow`), never one per rank. This module is the one reader of
+that variable.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 Event = dict[str, Any]
 
+NODE_EVENTS_VAR = "SLURMTF_NODE_EVENTS"
+NODE_MARK = "%N"  # as in srun's --output patterns: the node's name
+# The events a supervisor acts on during a step: also appended to the node's file.
+SUPERVISED = frozenset({"peer_lost"})
+_node_file: dict[str, int] = {}  # the node file's path -> its descriptor (-1: unusable)
+
 
 def emit(event: str, **fields: Any) -> None:
-    """Print one ``{"event": event, **fields}`` line on stdout and flush it."""
-    sys.stdout.write(json.dumps({"event": event, **fields}, default=_jsonable) + "\n")
+    """Print one ``{"event": event, **fields}`` line on stdout and flush it; a
+    :data:`SUPERVISED` event goes to the node's file too."""
+    line = json.dumps({"event": event, **fields}, default=_jsonable) + "\n"
+    sys.stdout.write(line)
     sys.stdout.flush()
+    if event in SUPERVISED:
+        to_node_file(line.encode(), os.environ)
+
+
+def node_events_path(pattern: str, node: str) -> Path:
+    """The node file of ``node`` named by a ``SLURMTF_NODE_EVENTS`` pattern."""
+    return Path(pattern.replace(NODE_MARK, node))
+
+
+def to_node_file(data: bytes, environ: Mapping[str, str]) -> bool:
+    """Append ``data`` (one line) to this node's file with one ``write``; False when the
+    process has none (outside a supervised step) or cannot write it (said once)."""
+    pattern, node = environ.get(NODE_EVENTS_VAR, ""), environ.get("SLURMD_NODENAME", "")
+    if not pattern or not node:
+        return False
+    path = str(node_events_path(pattern, node))
+    fd = _node_file.get(path)
+    if fd is None:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            print(f"slurmtf: {NODE_EVENTS_VAR}: cannot append to {path}: {exc}", file=sys.stderr)
+            fd = -1
+        _node_file[path] = fd
+    if fd < 0:
+        return False
+    try:
+        return os.write(fd, data) == len(data)
+    except OSError:
+        return False
 
 
 def _jsonable(value: Any) -> Any:

@@ -36,6 +36,10 @@ if [ -e "$STEP_DONE" ]; then
     exit 0
 fi
 touch "$STEP_DONE"
+if [ -n "${NODE_EVENT:-}" ]; then  # a rank on node1 writes its node's file, the step runs on
+    echo "$NODE_EVENT" >> "${SLURMTF_NODE_EVENTS//%N/node1}"
+    exec sleep 30
+fi
 cat "$ATTEMPT/srun.err" >&2
 for f in "$ATTEMPT"/rank*; do [ -e "$f" ] || continue; cat "$f" >> "$LOG_DIR/${f##*/}"; done
 exit "$(cat "$ATTEMPT/rc")"
@@ -500,3 +504,40 @@ def test_a_range_job_goes_on_in_place_on_the_minimum_slurm_reports(
     assert "node2 left out, training on the 2 node(s) left (minimum 2)" in out, out
     assert "--exclude=node2" in out, out
     assert scontrol(runner) == []
+
+
+def test_the_look_reads_the_nodes_files_not_the_ranks(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the step runs, a rank of node1 appends ``peer_lost`` (node2) to node1's file:
+    the supervisor probes node2, finds it silent and ends the step at once, reading only
+    the nodes' files and srun's stderr at each look, never a rank's log."""
+    from slurmtf.runtime import follow
+
+    read: list[str] = []
+    real = follow.read_from
+
+    def recorded(path: Path, offset: int, limit: int = follow.MAX_READ) -> bytes:
+        read.append(Path(path).name)
+        return real(path, offset, limit)
+
+    monkeypatch.setattr(follow, "read_from", recorded)
+    ranks = dict.fromkeys(range(8), "")
+    status, out, runner = supervise(tmp_path, capfd, "", ranks, 0, dead=["node2"],
+                                    NODE_EVENT=HEARTBEAT)  # fmt: skip
+    assert "node(s) node2 stopped answering: ending the step" in out
+    assert "squeue -h -s -j 77 -o %i" in runner.calls  # the job's steps, to end them
+    assert record(tmp_path)[0]["exclude"] == ["node2"]
+    assert set(read) <= {"events-77-node1.jsonl", "events-77-node2.jsonl", "srun.err"}, read
+    assert "events-77-node1.jsonl" in read
+    assert status == 0  # the restart in place (the fake's next step) completed
+
+
+def test_a_wide_job_looks_at_one_file_per_node() -> None:
+    """64 nodes x 16 ranks: 64 files to follow, named for the nodes, not 1,024."""
+    environ = {"SLURM_JOB_ID": "5", "SLURM_JOB_NODELIST": "node[1-64]", "LOG_DIR": "/l",
+               "SLURM_JOB_NUM_NODES": "64", "SLURM_NTASKS": "1024"}  # fmt: skip
+    job = JobSettings.read("train", environ)
+    files = Supervisor(job, ["x.py"], environ, FakeRunner())._node_files()
+    assert [f.name for f in files] == [f"events-5-node{n}.jsonl" for n in range(1, 65)]
+    assert {f.parent for f in files} == {Path("/l")}

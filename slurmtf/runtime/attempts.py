@@ -27,7 +27,7 @@ from typing import Any
 
 from slurmtf.contracts import rank_error_line
 from slurmtf.errors import InputError, SlurmCommandError
-from slurmtf.events import parse_events
+from slurmtf.events import Event, named, parse_events
 from slurmtf.runtime.recovery import (
     Attempt,
     Budget,
@@ -192,13 +192,27 @@ def drained_nodes(nodes: Sequence[str], runner: Runner) -> tuple[str, ...]:
 def watch_step(
     files: LogFiles, nodes: Nodes, probed: Sequence[str], runner: Runner, timeout: float
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """While a step runs: the nodes its ranks say they lost (``peer_lost`` events) that do
-    not answer a probe, and every node probed so far that answered (``probed`` and the new
-    ones), so that a node is probed once per step. The job script ends the step when the
-    first is not empty: its srun would wait for a hung node until Slurm's SlurmdTimeout."""
-    attempt = read_attempt(0, files)
+    """:func:`probe_lost` of the nodes every rank's log says its peers lost so far
+    (``slurmtf recovery watch``; the supervisor reads them from the nodes' files)."""
+    return probe_lost(read_attempt(0, files).lost_nodes(), nodes, probed, runner, timeout)
+
+
+def lost_in(events: Sequence[Event]) -> tuple[str, ...]:
+    """The nodes that ``peer_lost`` events among ``events`` name, in order of mention."""
+    lost = named(events, "peer_lost")
+    return Attempt(0, events={i: [e] for i, e in enumerate(lost)}).lost_nodes()
+
+
+def probe_lost(
+    lost: Sequence[str], nodes: Nodes, probed: Sequence[str], runner: Runner, timeout: float
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """While a step runs: those of the ``lost`` nodes (named by the ranks' ``peer_lost``
+    events) that do not answer a probe, and every node probed so far that answered
+    (``probed`` and the new ones), so that a node is probed once per step. The supervisor
+    ends the step when the first is not empty: its srun would wait for a hung node until
+    Slurm's SlurmdTimeout."""
     left_out = {*nodes.excluded, *probed}
-    suspects = [n for n in attempt.lost_nodes() if n not in left_out]
+    suspects = [n for n in lost if n not in left_out]
     dead = probe_dead(suspects, runner, timeout)
     alive = tuple(dict.fromkeys([*probed, *(n for n in suspects if n not in dead)]))
     return dead, alive

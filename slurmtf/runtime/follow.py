@@ -1,7 +1,8 @@
-"""Following files as a step writes them: the ranks' event lines (through
-:func:`slurmtf.events.parse_events`, the one reader) and srun's stderr, each from where
-the attempt started. Bounded: one open per file per look, no thread, at most
-``MAX_READ`` bytes per look and ``MAX_PARTIAL`` bytes of a line not yet ended.
+"""Following files as a step writes them: the event lines the ranks of each node append
+to that node's file (through :func:`slurmtf.events.parse_events`, the one reader) and
+srun's stderr, each from where the attempt started. Bounded: one open per file per look
+(so per node, never per rank: 64 nodes x 16 ranks is 64 opens, not 1,024), no thread, at
+most ``MAX_READ`` bytes per look and ``MAX_PARTIAL`` bytes of a line not yet ended.
 """
 
 from __future__ import annotations
@@ -36,8 +37,8 @@ def read_from(path: Path, offset: int, limit: int = MAX_READ) -> bytes:
 
 
 class EventFollower:
-    """The event lines the ranks append to their stdout files (``files()`` lists them,
-    new ranks' files included), from the offsets noted before the step."""
+    """The event lines appended to the files ``files()`` lists at each look (the nodes'
+    files of :mod:`slurmtf.events`), from the offsets noted before the step."""
 
     def __init__(self, files: Callable[[], Iterable[Path]], offsets: dict[str, int]) -> None:
         self.files = files

@@ -18,6 +18,7 @@ from pathlib import Path
 from slurmtf.cluster.env import SlurmEnv, read_slurm_env
 from slurmtf.cluster.ports import parse_resv_mode
 from slurmtf.cluster.step_flags import SHARE_CPUS, cpu_flags, gpu_bind_flags
+from slurmtf.contracts import NODE_EVENTS_NAME
 from slurmtf.errors import InputError, SlurmtfError
 
 # The kinds of job the supervisor runs: the bundled models, a user's script (train),
@@ -159,6 +160,11 @@ class JobSettings:
     @property
     def srun_err(self) -> Path:
         return self.log_dir / self.logs.srun_err
+
+    @property
+    def node_events(self) -> str:
+        """The ranks' ``SLURMTF_NODE_EVENTS``: one file per node (``%N``) in the log folder."""
+        return str(self.log_dir / NODE_EVENTS_NAME.format(job=self.job_id))
 
     def header(self, attempt: int) -> str:
         per_node = step_tasks(self, self.num_nodes)[1] or self.ntasks_per_node or "?"

@@ -39,6 +39,15 @@ def allocated_nodes(job: JobSettings) -> tuple[str, ...]:
     return tuple(expand_hostlist(job.nodelist, name="SLURM_JOB_NODELIST")) if job.nodelist else ()
 
 
+def every_node(job: JobSettings) -> tuple[str, ...]:
+    """Every node of the job: a heterogeneous job's components' too."""
+    lists = [text for text in job.slurm.het_nodelists if text] if job.het_size > 1 else []
+    if not lists:
+        return allocated_nodes(job)
+    names = (n for text in lists for n in expand_hostlist(text, name="SLURM_JOB_NODELIST_HET"))
+    return tuple(dict.fromkeys(names))
+
+
 def first_placement(job: JobSettings, minimum: str = "") -> tuple[Nodes, Placement]:
     """The allocation's nodes (with SPARE_NODES and ``minimum``, MIN_NODES or the range's
     minimum Slurm reports, checked) and the first step's placement."""

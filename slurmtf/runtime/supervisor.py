@@ -13,12 +13,13 @@ restart policy (:func:`slurmtf.runtime.recovery.decide`, through
                                            its place taken by a spare or the nodes left
     bad flags (exit 2), a model error   -> no retry; the last line says why
 
-While a step runs, the ranks' ``peer_lost`` events (read with :mod:`slurmtf.events`)
-name nodes to probe; one that does not answer ends the step at once (its srun would wait
-for it until Slurm's SlurmdTimeout). Every srun is a child in its own process group,
-ended with bounded waits (:mod:`slurmtf.runtime.children`); USR1/USR2 reaching the
-supervisor go on to the running step (srun forwards them to the ranks); SIGTERM (the
-job cancelled) ends the step and the job.
+While a step runs, the ranks' ``peer_lost`` events name nodes to probe (the ranks of a
+node append them to that node's file, :mod:`slurmtf.events`: a look at the step opens one
+file per node, however many ranks each runs); one that does not answer ends the step at
+once (its srun would wait for it until Slurm's SlurmdTimeout). Every srun is a child in
+its own process group, ended with bounded waits (:mod:`slurmtf.runtime.children`);
+USR1/USR2 reaching the supervisor go on to the running step (srun forwards them to the
+ranks); SIGTERM (the job cancelled) ends the step and the job.
 """
 
 from __future__ import annotations
@@ -33,15 +34,17 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtf.cluster.step_flags import het_task_counts
+from slurmtf.events import NODE_EVENTS_VAR, node_events_path
 from slurmtf.runtime import jobslurm
 from slurmtf.runtime.attempts import (
     LogFiles,
     Step,
     decide_and_record,
+    lost_in,
+    probe_lost,
     read_record,
     restart_in_place,
     restarts_so_far,
-    watch_step,
 )
 from slurmtf.runtime.children import Child
 from slurmtf.runtime.commands import RankCommand, find_model, rank_command
@@ -51,6 +54,7 @@ from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, cpus_note, gpu
 from slurmtf.runtime.placement import (
     Placement,
     allocated_nodes,
+    every_node,
     first_placement,
     next_placement,
 )
@@ -226,11 +230,13 @@ class Supervisor:
             env.update(het_task_counts(env))
         if self.attempt:
             env["SLURM_RESTART_COUNT"] = str(self.attempt)
+        env[NODE_EVENTS_VAR] = self.job.node_events
         if command.done_file is not None:
             with contextlib.suppress(OSError):
                 command.done_file.unlink()
+        ends = sizes([*self._log_paths(), *self._node_files()])
         self.files = LogFiles(self.job.log_dir, self.job.logs.prefix, self.job.logs.suffix,
-                              self.job.srun_err, sizes(self._log_paths()))  # fmt: skip
+                              self.job.srun_err, ends)  # fmt: skip
         copy = (
             None
             if self.job.kind == "submitit"
@@ -255,7 +261,7 @@ class Supervisor:
         """Until the step ends: copy srun's messages, read the ranks' new events; when
         one names a lost peer, probe its node; a silent one ends the step at once."""
         assert self.child is not None
-        follower = EventFollower(self._rank_outs, dict(self.files.offsets))
+        follower = EventFollower(self._node_files, dict(self.files.offsets))
         watching = self.job.node_watch and self.job.in_slurm
         alive: tuple[str, ...] = ()
         while self.child.poll() is None:
@@ -266,10 +272,11 @@ class Supervisor:
             if self.terminated:
                 return StepEnd(self.child.stop())
             news = follower.new_events() if watching else []
-            if not any(e.get("event") == "peer_lost" for e in news):
+            said = lost_in(news)
+            if not said:
                 continue
             nodes = dataclasses.replace(self.nodes, excluded=self.place.excluded)
-            lost, alive = watch_step(self.files, nodes, alive, self.runner, self.job.probe_s)
+            lost, alive = probe_lost(said, nodes, alive, self.runner, self.job.probe_s)
             if lost:
                 log(f"node(s) {','.join(lost)} stopped answering: ending the step without "
                     "waiting for Slurm (SlurmdTimeout)", error=True)  # fmt: skip
@@ -277,8 +284,10 @@ class Supervisor:
                 return StepEnd(self.child.stop(grace=0), lost, alive)
         return StepEnd(self.child.status(), (), alive)
 
-    def _rank_outs(self) -> list[Path]:
-        return [self.files.rank_file(rank, "out") for rank in self.files.ranks()]
+    def _node_files(self) -> list[Path]:
+        """The files of the nodes' supervised events (slurmtf.events): one per node."""
+        out = (n for n in every_node(self.job) if n not in self.place.excluded)
+        return [node_events_path(self.job.node_events, node) for node in out]
 
     def _log_paths(self) -> list[Path]:
         return [*self.job.log_dir.glob(f"{_glob(self.job.logs.prefix)}*"), self.job.srun_err]
