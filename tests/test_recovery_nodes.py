@@ -67,6 +67,22 @@ def test_a_node_whose_ranks_were_killed_twice_is_never_used_again() -> None:
     assert (decision.action, decision.exclude) == ("requeue", ("node2",))
 
 
+def test_only_the_first_kill_strikes_its_node_once() -> None:
+    """srun's lines after one SIGKILLed rank of a 3-node x 4-task step: the rank, then the
+    tasks srun itself ended. Only the killed rank's node is struck, and once."""
+    workers = [f"node{r // 4 + 1}:{12000 + r}" for r in range(12)]
+    events = {r: [{"event": "cluster", "rank": r, "workers": workers}] for r in range(12)}
+    lines = ["task 5: Killed", "tasks 8-11: Terminated", "tasks 4,6-7: Terminated",
+             "tasks 0-3: Killed"]  # fmt: skip
+    endings = tuple(e for e in map(TaskEnding.parse, lines) if e is not None)
+    assert Attempt(137, endings, events).killed_nodes() == ("node2",)
+    both = (TaskEnding.parse("tasks 4-5: Killed"),)
+    assert Attempt(137, tuple(e for e in both if e), events).killed_nodes() == ("node2",)
+    exited = tuple(e for e in map(TaskEnding.parse, ["task 0: Exited with exit code 1",
+                                                   "tasks 1-11: Killed"]) if e)  # fmt: skip
+    assert Attempt(1, exited, events).killed_nodes() == ()
+
+
 def test_a_silent_node_with_a_spare_restarts_in_place_on_the_spare() -> None:
     nodes = Nodes(ALLOC, minimum=2, width=2, dead=("node2",))
     decision = decide(LOST_PEER, Budget(0, 3), nodes)

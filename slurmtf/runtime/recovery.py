@@ -160,17 +160,19 @@ class Attempt:
         return tuple(dict.fromkeys([*nodes, *self.failed_nodes]))
 
     def killed_nodes(self) -> tuple[str, ...]:
-        """The nodes of the ranks srun saw killed by a signal (from the ranks' ``cluster``
-        events), once per rank: a node that does this :data:`STRIKES` times is left out."""
+        """The nodes of the ranks srun saw end first, when a signal killed them (their
+        nodes from the ranks' ``cluster`` events), each node once: a node that does this
+        :data:`STRIKES` times is left out. The tasks srun ended after the first (its own end
+        of the step: ``Terminated``, or ``Killed`` after KillWait) are not the node's doing:
+        with 16 ranks a node they would strike every node at the first kill."""
         found = (e.get("workers") for r in self.events for e in self.of(r, "cluster"))
         workers: list[Any] = next((w for w in found if isinstance(w, list)), [])
-        killed = []
-        for ending in self.endings:
-            sig = ending.signal
-            if sig is None or sig.startswith("a signal"):
-                continue
-            killed += [str(workers[r]).rsplit(":", 1)[0] for r in ending.ranks if r < len(workers)]
-        return tuple(killed)
+        first = self.endings[0] if self.endings else None
+        sig = first.signal if first is not None else None
+        if first is None or sig is None or sig.startswith("a signal"):
+            return ()
+        nodes = (str(workers[r]).rsplit(":", 1)[0] for r in first.ranks if r < len(workers))
+        return tuple(dict.fromkeys(nodes))
 
     def _lost_by(self, rank: int) -> list[str]:
         return [
