@@ -29,8 +29,6 @@ import sys
 import time
 from typing import Any
 
-from absl import logging
-
 BARRIER_ID = "slurmtf/leave_together"
 LEFT_KEY = "slurmtf/left/"  # + the task's name: set by each worker just before it leaves
 DEFAULT_TIMEOUT_S = 300.0  # the chief's export and the ranks' skew fall in this window
@@ -68,6 +66,8 @@ def leave_together(
     if me is None:
         return False
     _state["left"] = True
+    from absl import logging  # here: TensorFlow has imported it; a launcher without TF need not
+
     task, leader, tasks = me
     ctx = _context()
     start = time.monotonic()
