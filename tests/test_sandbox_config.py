@@ -134,7 +134,7 @@ def test_daemon_job_and_local_step_port_ranges_are_apart() -> None:
         ({"dir": Path("/tmp/a b")}, "--dir"),
         ({"dir": Path("/tmp/a#b")}, "--dir"),
         ({"dir": Path("/tmp/x"), "nodes": 0}, "--nodes"),
-        ({"dir": Path("/tmp/x"), "nodes": 65}, "--nodes"),
+        ({"dir": Path("/tmp/x"), "nodes": c.MAX_NODES + 1}, "--nodes"),
         ({"dir": Path("/tmp/x"), "gpus_per_node": -1}, "--gpus_per_node"),
         ({"dir": Path("/tmp/x"), "gpus_per_node": 4, "cpus_per_node": 2}, "--cpus_per_node"),
         ({"dir": Path("/tmp/x"), "cpus_per_node": 257}, "--cpus_per_node"),

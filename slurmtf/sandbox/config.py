@@ -19,7 +19,7 @@ from slurmtf.firewall import rules as firewall_rules
 from slurmtf.sandbox import links
 from slurmtf.slurm.release import CGROUP_PLUGIN_DISABLED, DEBIAN_12, SlurmRelease
 
-MAX_NODES = 64
+MAX_NODES = 128  # 64 nodes x 16 tasks and spares: 1,024 ranks (docs/BENCHMARKS.md, "Width")
 MAX_GPUS_PER_NODE = 16
 DEFAULT_CPUS_PER_NODE = 8
 MAX_CPUS_PER_NODE = 256
