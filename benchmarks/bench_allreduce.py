@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import socket
 import struct
-import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -352,16 +351,7 @@ def _worker(args: argparse.Namespace) -> int:
     return allreduce_worker(sizes, args.iters, args.warmup)
 
 
-BENCHMARK = Benchmark(
-    "allreduce",
-    "All-reduce bus bandwidth vs loopback TCP",
-    run,
-    markdown,
-    plot,
-    description=__doc__,
-    arguments=_arguments,
-    worker=_worker,
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "allreduce", "All-reduce bus bandwidth vs loopback TCP", run, markdown, plot,
+    description=__doc__, arguments=_arguments, worker=_worker,
+))  # fmt: skip

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -389,16 +388,7 @@ def _worker(args: argparse.Namespace) -> int:
     return worker(plan.model, plan.batch, plan.steps, plan.rounds, chosen)
 
 
-BENCHMARK = Benchmark(
-    "breakdown",
-    "Where the step time goes: compute vs all-reduce",
-    run,
-    markdown,
-    plot,
-    description=__doc__,
-    arguments=_arguments,
-    worker=_worker,
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "breakdown", "Where the step time goes: compute vs all-reduce", run, markdown, plot,
+    description=__doc__, arguments=_arguments, worker=_worker,
+))  # fmt: skip

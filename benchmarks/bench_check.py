@@ -113,10 +113,7 @@ def markdown(result: JSONDict) -> str:
     return harness.markdown_table(headers, rows)
 
 
-BENCHMARK = Benchmark(
+BENCHMARK = protocol.declare(__name__, Benchmark(
     "check", "slurmtf check: wall time on sandbox nodes", run, markdown,
     description=__doc__, arguments=_arguments,
-)  # fmt: skip
-
-if __name__ == "__main__":
-    raise SystemExit(protocol.main(BENCHMARK))
+))  # fmt: skip

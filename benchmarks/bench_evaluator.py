@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -126,14 +125,7 @@ def arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=2, help="in-loop/sidecar pairs")
 
 
-BENCHMARK = Benchmark(
-    "evaluator",
-    "Sidecar evaluator: the workers' steps/s",
-    run,
-    markdown,
-    description=__doc__,
-    arguments=arguments,
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "evaluator", "Sidecar evaluator: the workers' steps/s", run, markdown,
+    description=__doc__, arguments=arguments,
+))  # fmt: skip

@@ -119,10 +119,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
 
 
-BENCHMARK = Benchmark(
-    "firewall", "Per-job firewall", run, markdown, description=__doc__,
-    arguments=_arguments, worker=_worker,
-)  # fmt: skip
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "firewall", "Per-job firewall", run, markdown,
+    description=__doc__, arguments=_arguments, worker=_worker,
+))  # fmt: skip

@@ -372,15 +372,7 @@ def _worker(args: argparse.Namespace) -> int:
     return worker(args.quick, args.smoke, args.allow_cpu, args.profile_dir)
 
 
-BENCHMARK = Benchmark(
-    "gpu",
-    "GPU throughput",
-    run,
-    markdown,
-    description=__doc__,
-    arguments=_arguments,
-    worker=_worker,
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "gpu", "GPU throughput", run, markdown,
+    description=__doc__, arguments=_arguments, worker=_worker,
+))  # fmt: skip

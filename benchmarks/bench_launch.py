@@ -26,11 +26,8 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +35,7 @@ from benchmarks import harness, protocol
 from benchmarks.bench_scaling import progress_events
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
+from slurmtf.sandbox import Sandbox
 
 POLL_S = 0.02
 MNIST_FLAGS = (
@@ -50,26 +48,9 @@ MNIST_FLAGS = (
 )
 
 
-def _sbatch(env: dict[str, str], args: Sequence[str], cwd: Path) -> str:
-    done = subprocess.run(
-        ["sbatch", "--parsable", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"sbatch {' '.join(args)} failed: {done.stderr.strip()}")
-    return done.stdout.strip().split(";")[0]
-
-
-def _scancel(env: dict[str, str], job: str) -> None:
-    subprocess.run(["scancel", job], env=env, capture_output=True, timeout=30, check=False)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and _queued(env, job):
-        time.sleep(0.2)
+def _scancel(sandbox: Sandbox, job: str) -> None:
+    sandbox.run(["scancel", job], timeout=30, check=False)
+    harness.wait_until(f"job {job} gone", lambda: not harness.queued(sandbox, job), 60, POLL_S)
 
 
 def _read(path: Path) -> str:
@@ -77,18 +58,6 @@ def _read(path: Path) -> str:
         return path.read_text(errors="replace")
     except OSError:
         return ""
-
-
-def _queued(env: dict[str, str], job: str) -> bool:
-    done = subprocess.run(
-        ["squeue", "-h", "-j", job, "-o", "%T"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    return done.returncode == 0 and bool(done.stdout.strip())
 
 
 def wait_for(
@@ -117,7 +86,7 @@ def wait_for(
     return seen
 
 
-def bare_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
+def bare_job(sandbox: Sandbox, env: dict[str, str], work: Path, tag: str) -> JSONDict:
     out = work / f"bare-{tag}"
     out.mkdir()
     code = "import tensorflow; print('imported', flush=True)"
@@ -126,39 +95,33 @@ def bare_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
         f"{shlex.quote(harness.python())} -c {shlex.quote(code)}"
     )
     start = time.monotonic()
-    job = _sbatch(
-        env,
+    job = harness.submit_job(
+        sandbox,
         ["-N2", "--ntasks-per-node=1", "--gres=gpu:1", f"--output={out}/job.out", "--wrap", wrap],
-        work,
+        base=env,
     )
     try:
         seen = wait_for(
             {f"rank{r}": (lambda p=out / f"rank{r}.out": "imported" in _read(p)) for r in range(2)},
             start,
             timeout=600,
-            alive=lambda: _queued(env, job),
+            alive=lambda: harness.queued(sandbox, job),
             why=lambda: _read(out / "job.out")[-2000:],
         )
     finally:
-        _scancel(env, job)
+        _scancel(sandbox, job)
     return {"job": job, "import_s": max(seen.values()), **seen}
 
 
-def mnist_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
+def mnist_job(sandbox: Sandbox, env: dict[str, str], work: Path, tag: str) -> JSONDict:
     out = work / f"mnist-{tag}"
     logs = out / "logs"
     out.mkdir()
-    job_env = {**env, "LOG_DIR": str(logs), "MODEL_DIR": str(out / "model")}
+    job_env = {"LOG_DIR": str(logs), "MODEL_DIR": str(out / "model")}
     start = time.monotonic()
-    job = _sbatch(
-        job_env,
-        [
-            "-N2",
-            f"--output={out}/job.out",
-            str(harness.REPO / "jobs" / "mnist.sbatch"),
-            *MNIST_FLAGS,
-        ],
-        work,
+    script = str(harness.REPO / "jobs" / "mnist.sbatch")
+    job = harness.submit_job(
+        sandbox, ["-N2", f"--output={out}/job.out", script, *MNIST_FLAGS], job_env, base=env
     )
     try:
         seen = wait_for(
@@ -168,36 +131,35 @@ def mnist_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
             },
             start,
             timeout=600,
-            alive=lambda: _queued(env, job),
+            alive=lambda: harness.queued(sandbox, job),
             why=lambda: (_read(out / "job.out") + _read(logs / "rank0.err"))[-2000:],
         )
     finally:
-        _scancel(env, job)
+        _scancel(sandbox, job)
     return {"job": job, **seen}
 
 
-def end_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
+def end_job(sandbox: Sandbox, env: dict[str, str], work: Path, tag: str) -> JSONDict:
     """A finishing MNIST job: last step, rank 0's last line and export vs. the job's end."""
     out = work / f"end-{tag}"
     logs = out / "logs"
     out.mkdir()
-    job_env = {**env, "LOG_DIR": str(logs), "MODEL_DIR": str(out / "model")}
-    job = _sbatch(
-        job_env, ["-N2", f"--output={out}/job.out", str(harness.REPO / "jobs" / "mnist.sbatch"),
-                  *MNIST_FLAGS],
-        work,
-    )  # fmt: skip
+    job_env = {"LOG_DIR": str(logs), "MODEL_DIR": str(out / "model")}
+    script = str(harness.REPO / "jobs" / "mnist.sbatch")
+    job = harness.submit_job(
+        sandbox, ["-N2", f"--output={out}/job.out", script, *MNIST_FLAGS], job_env, base=env
+    )
     last_step = None
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         steps = progress_events(_read(logs / "rank0.out"))
         if last_step is None and steps and steps[-1]["step"] == steps[-1]["total"]:
             last_step = time.time()
-        if not _queued(env, job):
+        if not harness.queued(sandbox, job):
             break
         time.sleep(POLL_S)
     else:
-        _scancel(env, job)
+        _scancel(sandbox, job)
         raise TimeoutError(f"job {job} still queued after 600 s")
     ended = time.time()
     if last_step is None:
@@ -217,8 +179,6 @@ def end_job(env: dict[str, str], work: Path, tag: str) -> JSONDict:
 
 
 def run(options: Options) -> JSONDict:
-    from slurmtf.sandbox.core import Sandbox
-
     quick, log_dir = options.quick, options.log_dir
     repeats = 1 if quick else 3
     keep = log_dir is not None
@@ -232,8 +192,7 @@ def run(options: Options) -> JSONDict:
     up_s = time.monotonic() - t0
     try:
         env = harness.clean_env({"PYTHON": harness.python(), "SLURMTF_REPO": str(harness.REPO)})
-        env = sandbox.env(env)
-        warm = bare_job(env, work, "warmup")
+        warm = bare_job(sandbox, env, work, "warmup")
         bare: list[JSONDict] = []
         mnist: list[JSONDict] = []
         end: list[JSONDict] = []
@@ -241,10 +200,10 @@ def run(options: Options) -> JSONDict:
             order = ("bare", "mnist") if i % 2 == 0 else ("mnist", "bare")
             for kind in order:
                 if kind == "bare":
-                    bare.append(bare_job(env, work, str(i)))
+                    bare.append(bare_job(sandbox, env, work, str(i)))
                 else:
-                    mnist.append(mnist_job(env, work, str(i)))
-            end.append(end_job(env, work, str(i)))
+                    mnist.append(mnist_job(sandbox, env, work, str(i)))
+            end.append(end_job(sandbox, env, work, str(i)))
     finally:
         t1 = time.monotonic()
         sandbox.down()
@@ -323,9 +282,7 @@ def plot(result: JSONDict, out_dir: Path) -> list[Path]:
     return [path]
 
 
-BENCHMARK = Benchmark(
-    "launch", "Launch overhead (sandbox, 2 nodes)", run, markdown, plot, description=__doc__
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "launch", "Launch overhead (sandbox, 2 nodes)", run, markdown, plot,
+    description=__doc__,
+))  # fmt: skip

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -171,16 +170,7 @@ def _worker(args: argparse.Namespace) -> int:
     return worker([int(s) for s in args.sizes.split(",")], args.iters, args.dtypes.split(","))
 
 
-BENCHMARK = Benchmark(
-    "links",
-    "All-reduce over shaped links",
-    run,
-    markdown,
-    plot,
-    description=__doc__,
-    arguments=_arguments,
-    worker=_worker,
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "links", "All-reduce over shaped links", run, markdown, plot,
+    description=__doc__, arguments=_arguments, worker=_worker,
+))  # fmt: skip

@@ -106,14 +106,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--threads", type=int, default=0, help="--num_threads for TF (0 = all)")
 
 
-BENCHMARK = Benchmark(
-    "models",
-    "Training throughput of the bundled models (one worker)",
-    run,
-    markdown,
-    description=__doc__,
-    arguments=_arguments,
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "models", "Training throughput of the bundled models (one worker)", run, markdown,
+    description=__doc__, arguments=_arguments,
+))  # fmt: skip

@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,7 +36,8 @@ from pathlib import Path
 from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options
-from slurmtf.sandbox import Sandbox, daemons, nodefaults
+from slurmtf.events import read_events
+from slurmtf.sandbox import Sandbox, nodefaults
 from slurmtf.sandbox.competitor import submit_competitor
 
 KINDS = ("rank", "hang", "spare", "range")
@@ -58,25 +58,16 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def rank_process(job_id: str, rank: int) -> tuple[int, str] | None:
-    """(PID, node) of ``models.mnist`` for ``rank`` of ``job_id``, from /proc."""
-    want = {b"SLURM_JOB_ID": job_id.encode(), b"SLURM_PROCID": str(rank).encode()}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or "models.mnist" not in daemons.cmdline(int(entry.name)):
-            continue
-        try:
-            items = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        env = dict(item.split(b"=", 1) for item in items if b"=" in item)
-        if all(env.get(k) == v for k, v in want.items()):
-            return int(entry.name), env.get(b"SLURMD_NODENAME", b"").decode()
-    return None
+    """(PID, node) of ``rank``'s process of ``job_id``, from /proc."""
+    pid = harness.rank_pids(job_id).get(rank)
+    if pid is None:
+        return None
+    node = harness.environ_of(pid).get(b"SLURMD_NODENAME", b"").decode()
+    return pid, node
 
 
 def rank0_lines(run: Path) -> list[JSONDict]:
-    path = run / "logs" / "rank0.out"
-    text = path.read_text(errors="replace") if path.exists() else ""
-    return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return read_events(run / "logs" / "rank0.out")
 
 
 def last_step(run: Path) -> int:
@@ -96,18 +87,15 @@ def resumed_step(run: Path) -> int | None:
 
 def submit(sandbox: Sandbox, kind: str, path: str, run: Path) -> str:
     shape = ["--nodes=2-3"] if kind == "range" else ["-N3" if kind == "spare" else "-N2"]
-    env = {**sandbox.env(), "MODEL_DIR": str(run / "model"), "LOG_DIR": str(run / "logs"),
-           "MAX_RESTARTS": "2", "PYTHON": harness.python()}  # fmt: skip
+    env = {"MODEL_DIR": str(run / "model"), "LOG_DIR": str(run / "logs"), "MAX_RESTARTS": "2",
+           "PYTHON": harness.python()}  # fmt: skip
     env.update({"spare": {"SPARE_NODES": "1"}, "range": {"MIN_NODES": "2"}}.get(kind, {}))
     if path == "requeue":  # every failure goes back to the queue
         env["SLURMTF_RESTART_IN_PLACE"] = "0"
     run.mkdir(parents=True, exist_ok=True)  # sbatch --output must have its folder
-    script = str(harness.REPO / "jobs" / "mnist.sbatch")
-    sbatch = ["sbatch", "--parsable", *shape, "--time=30", f"--job-name=rec-{kind}-{path}",
-              f"--output={run}/job.out", script, *ARGS]  # fmt: skip
-    done = subprocess.run(sbatch, env=env, cwd=harness.REPO, capture_output=True, text=True,
-                          timeout=30, check=True)  # fmt: skip
-    return done.stdout.strip().split(";")[0]
+    sbatch = [*shape, "--time=30", f"--job-name=rec-{kind}-{path}", f"--output={run}/job.out"]
+    return harness.submit_job(sandbox, [*sbatch, str(harness.REPO / "jobs" / "mnist.sbatch"),
+                                        *ARGS], env)  # fmt: skip
 
 
 def last_line(run: Path) -> str:
@@ -120,20 +108,6 @@ def last_line(run: Path) -> str:
 
 def free_nodes(sandbox: Sandbox) -> int:
     return sum(state == "idle" for state in sandbox.node_states().values())
-
-
-def job_state(sandbox: Sandbox, job_id: str) -> str:
-    done = sandbox.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], check=False)
-    return done.stdout.strip()
-
-
-def wait_for(what: str, test: object, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if test():  # type: ignore[operator]
-            return
-        time.sleep(0.5)
-    raise TimeoutError(f"no {what} within {timeout:.0f} s")
 
 
 def break_it(sandbox: Sandbox, kind: str, job_id: str) -> list[int]:
@@ -161,14 +135,16 @@ def measure(sandbox: Sandbox, kind: str, path: str, work: Path) -> JSONDict:
     """One run: submit, break at step BREAK_AT with a competitor waiting, time the resume."""
     run = work / f"{kind}-{path}"
     job_id = submit(sandbox, kind, path, run)
-    wait_for("step 1", lambda: last_step(run) >= 1 or job_state(sandbox, job_id) in ENDED, 300)
+    harness.wait_until(
+        "step 1", lambda: last_step(run) >= 1 or harness.job_state(sandbox, job_id) in ENDED, 300
+    )
     if last_step(run) < 1:
         raise RuntimeError(f"job {job_id} ended before training: {run}/job.out")
     # Another job that needs at least one of our nodes: it can only start when we leave.
     rival = submit_competitor(sandbox, nodes=free_nodes(sandbox) + 1)
     stopped: list[int] = []
     try:
-        wait_for(f"step {BREAK_AT}", lambda: last_step(run) >= BREAK_AT, 300)
+        harness.wait_until(f"step {BREAK_AT}", lambda: last_step(run) >= BREAK_AT, 300)
         before = last_step(run)
         stopped = break_it(sandbox, kind, job_id)
         broken = time.monotonic()
@@ -176,10 +152,10 @@ def measure(sandbox: Sandbox, kind: str, path: str, work: Path) -> JSONDict:
 
         def resumed_or_ended() -> bool:
             nonlocal state
-            state = job_state(sandbox, job_id)
+            state = harness.job_state(sandbox, job_id)
             return resumed_step(run) is not None or state in ENDED
 
-        wait_for("training again", resumed_or_ended, 600)
+        harness.wait_until("training again", resumed_or_ended, 600)
         seconds = time.monotonic() - broken
         pending = rival.state() == "PENDING"
         show = sandbox.run(["scontrol", "-o", "show", "job", job_id]).stdout
@@ -233,10 +209,7 @@ def markdown(result: JSONDict) -> str:
     return harness.markdown_table(headers, rows)
 
 
-BENCHMARK = Benchmark(
+BENCHMARK = protocol.declare(__name__, Benchmark(
     "recovery", "recovery: failure to training again, in place vs requeue", run, markdown,
     description=__doc__, arguments=_arguments,
-)  # fmt: skip
-
-if __name__ == "__main__":
-    raise SystemExit(protocol.main(BENCHMARK))
+))  # fmt: skip

@@ -141,9 +141,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cli_repeat", type=int, help="runs per subprocess timing (default 5)")
 
 
-BENCHMARK = Benchmark(
-    "resolver", "Resolver", run, markdown, description=__doc__, arguments=_arguments
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "resolver", "Resolver", run, markdown,
+    description=__doc__, arguments=_arguments,
+))  # fmt: skip

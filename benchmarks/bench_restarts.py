@@ -26,20 +26,16 @@ import argparse
 import itertools
 import os
 import signal
-import subprocess
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options
-from benchmarks.soak import processes, read_usage
-from slurmtf.events import parse_events
 from slurmtf.sandbox import Sandbox
 
-MODULE = "models.mnist"
 ARGS = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=3", "--log_every=1",
         "--checkpoint_every=5", "--heartbeat_timeout=10", "--train_steps=600"]  # fmt: skip
 # (figure, most it may grow from the first attempt's sample to the last's)
@@ -63,58 +59,20 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def proc_figures(pid: int, proc: Path = Path("/proc")) -> dict[str, int] | None:
-    """Threads, open fds and RSS (kB) of ``pid`` (:func:`benchmarks.soak.read_usage`);
-    ``None`` once it is gone."""
-    usage = read_usage(pid, proc)
+    """Threads, open fds and RSS (kB) of ``pid``; ``None`` once it is gone."""
+    usage = harness.read_usage(pid, proc)
     return None if usage is None else {"threads": usage.threads, "fds": usage.fds,
                                        "rss_kb": usage.rss_kb}  # fmt: skip
 
 
-def job_processes(job_id: str, proc: Path = Path("/proc")) -> dict[str, list[int]]:
-    """This job's processes: ``batch`` (the job's supervisor, which the batch script
-    became), ``stepd`` (every
-    slurmstepd titled ``[JOB.STEP]``), ``rank<R>`` (a rank's training process), and
-    ``other`` (anything else with the job's SLURM_JOB_ID: srun, tee, probes...)."""
-    found: dict[str, list[int]] = {}
-    for pid, argv, environ in processes(proc):
-        kind = process_kind(job_id, argv, environ)
-        if kind:
-            found.setdefault(kind, []).append(pid)
-    return found
-
-
-def process_kind(job_id: str, argv: Sequence[bytes], environ: Iterable[bytes]) -> str:
-    """What a process is to job ``job_id`` ("" when it is not the job's)."""
-    if argv and argv[0].startswith(f"slurmstepd: [{job_id}.".encode()):
-        return "stepd"
-    env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
-    if env.get(b"SLURM_JOB_ID") != job_id.encode():
-        return ""
-    python = bool(argv) and Path(argv[0].decode(errors="replace")).name.startswith("python")
-    if python and MODULE.encode() in argv and b"SLURM_PROCID" in env:
-        return f"rank{env[b'SLURM_PROCID'].decode()}"
-    if python and argv[1:5] == [b"-m", b"slurmtf", b"job", b"mnist"]:
-        return "batch"
-    return "other"
-
-
-def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float | None:
-    """User + system CPU seconds ``pid`` used so far (``/proc/PID/stat``)."""
-    try:
-        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def sample(job_id: str, tasks: int) -> JSONDict:
     """One row: the batch bash, the slurmstepds (summed), each rank, the process counts."""
-    procs = job_processes(job_id)
+    procs = harness.job_processes(job_id)
     row: JSONDict = {"time": round(time.time(), 1)}
     (batch,) = procs.get("batch", [0])[:1] or [0]
     for key, value in (proc_figures(batch) or {}).items():
         row[f"batch_{key}"] = value
-    row["batch_cpu_s"] = cpu_seconds(batch)
+    row["batch_cpu_s"] = harness.cpu_seconds(batch)
     stepds = [f for f in (proc_figures(p) for p in procs.get("stepd", [])) if f]
     row["stepds"] = len(stepds)
     for key in ("threads", "fds", "rss_kb"):
@@ -157,21 +115,6 @@ def passed(result: Mapping[str, object]) -> bool:
     )
 
 
-def attempt_started(out: Path, attempt: int) -> bool:
-    """Rank 0 of ``attempt`` (0-based) logged a training step: its (attempt+1)-th
-    ``cluster`` event is followed by a ``progress`` event."""
-    try:
-        events = parse_events(out.read_text(errors="replace"))
-    except OSError:
-        return False
-    clusters = 0
-    for event in events:
-        clusters += event.get("event") == "cluster"
-        if clusters == attempt + 1 and event.get("event") == "progress":
-            return True
-    return False
-
-
 def state(sandbox: Sandbox, job_id: str) -> str:
     done = sandbox.run(["scontrol", "-o", "show", "job", job_id], check=False)
     found = [w for w in done.stdout.split() if w.startswith(("JobState=", "Restarts="))]
@@ -184,7 +127,7 @@ def drive(sandbox: Sandbox, job_id: str, logs: Path, kills: int) -> list[JSONDic
     rows: list[JSONDict] = []
     for attempt in range(kills + 1):
         deadline = time.monotonic() + 300
-        while not attempt_started(logs / "rank0.out", attempt):
+        while not harness.attempt_started(logs / "rank0.out", attempt):
             if time.monotonic() > deadline or not live(state(sandbox, job_id)):
                 return rows
             time.sleep(0.3)
@@ -197,14 +140,14 @@ def drive(sandbox: Sandbox, job_id: str, logs: Path, kills: int) -> list[JSONDic
 def kill_rank(job_id: str, rank: str, timeout: float = 120) -> float | None:
     """SIGKILL ``rank``'s process; seconds until the next step's ranks are running (a
     process of every rank kind seen before, none of the killed attempt's)."""
-    before = job_processes(job_id)
+    before = harness.job_processes(job_id)
     old = {pid for kind, pids in before.items() if kind.startswith("rank") for pid in pids}
     kinds = {kind for kind in before if kind.startswith("rank")}
     killed = time.monotonic()
     for pid in before.get(rank, []):
         os.kill(pid, signal.SIGKILL)
     while time.monotonic() - killed < timeout:
-        now = job_processes(job_id)
+        now = harness.job_processes(job_id)
         fresh = {k for k in kinds if any(p not in old for p in now.get(k, []))}
         if fresh == kinds:
             return round(time.monotonic() - killed, 2)
@@ -218,18 +161,15 @@ def measure(work: Path, kills: int) -> JSONDict:
     job_id = ""
     try:
         logs, model = work / "logs", work / "model"
-        env = sandbox.env({**os.environ, "LOG_DIR": str(logs), "MODEL_DIR": str(model),
-                           "MAX_RESTARTS": str(kills)})  # fmt: skip
-        sbatch = ["sbatch", "--parsable", "-N2", "--ntasks-per-node=2", "--gres=none", "--time=30",
-                  f"--output={work}/job-%j.out", str(harness.REPO / "jobs" / "mnist.sbatch"),
-                  *ARGS]  # fmt: skip
-        submitted = subprocess.run(sbatch, env=env, cwd=harness.REPO, capture_output=True,
-                                   text=True, check=True)  # fmt: skip
-        job_id = submitted.stdout.strip().split(";")[0]
+        env = {"LOG_DIR": str(logs), "MODEL_DIR": str(model), "MAX_RESTARTS": str(kills)}
+        sbatch = ["-N2", "--ntasks-per-node=2", "--gres=none", "--time=30",
+                  f"--output={work}/job-%j.out"]  # fmt: skip
+        script = str(harness.REPO / "jobs" / "mnist.sbatch")
+        job_id = harness.submit_job(sandbox, [*sbatch, script, *ARGS], env)
         rows = drive(sandbox, job_id, logs, kills)
         final = wait_final(sandbox, job_id, 900)
         time.sleep(2)  # let Slurm reap the last step daemons
-        left = job_processes(job_id)
+        left = harness.job_processes(job_id)
         text = next(work.glob("job-*.out")).read_text(errors="replace")
     finally:
         if job_id:
@@ -317,10 +257,7 @@ def markdown(result: JSONDict) -> str:
     )
 
 
-BENCHMARK = Benchmark(
+BENCHMARK = protocol.declare(__name__, Benchmark(
     "restarts", "Ten rank kills in one job: resources flat, nothing left", run, markdown,
     description=__doc__, arguments=_arguments,
-)  # fmt: skip
-
-if __name__ == "__main__":
-    raise SystemExit(protocol.main(BENCHMARK))
+))  # fmt: skip

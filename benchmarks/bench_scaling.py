@@ -14,7 +14,6 @@ All counts are measured in one run, alternating, ``repeats`` times; medians are 
 from __future__ import annotations
 
 import itertools
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -237,9 +236,7 @@ def plot(result: JSONDict, out_dir: Path) -> list[Path]:
     return [path]
 
 
-BENCHMARK = Benchmark(
-    "scaling", "Scaling efficiency (CPU, loopback)", run, markdown, plot, description=__doc__
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "scaling", "Scaling efficiency (CPU, loopback)", run, markdown, plot,
+    description=__doc__,
+))  # fmt: skip

@@ -26,7 +26,6 @@ every check passed (1 otherwise, 2 on a usage error). Outputs stay in ``--out``.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
@@ -38,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtf.contracts import is_final
+from slurmtf.events import read_events
 from slurmtf.slurm.scontrol import parse_records
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,20 +166,6 @@ def report(jobs: Sequence[JobOutcome]) -> tuple[str, bool]:
         lines.append(f"2-node scaling: {rates[2] / (2 * rates[1]):.0%} of 2x the 1-node images/s")
     lines.append("RESULT: PASS" if ok and jobs else "RESULT: FAIL")
     return "\n".join(lines), ok and bool(jobs)
-
-
-def read_events(path: Path) -> list[dict[str, Any]]:
-    """The JSON event lines of one rank's stdout (missing file: none)."""
-    if not path.exists():
-        return []
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        if line.startswith('{"event"'):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
 
 
 def collect(job: JobOutcome, log_dir: Path) -> None:

@@ -1,5 +1,6 @@
-"""Shared pieces of the benchmarks: the pure math, table rendering, machine facts, and a
-launcher for local worker processes that look like Slurm tasks to the resolver.
+"""Shared pieces of the benchmarks: the pure math, table rendering, machine facts, a
+launcher for local worker processes that look like Slurm tasks to the resolver, and a
+sandbox job's processes and state.
 
 The pure functions (``efficiency``, ``bus_bandwidth``, ``markdown_table``, ``fake_slurm_env``,
 ``parse_events``) are unit-tested; everything that starts processes is not timed by tests.
@@ -16,12 +17,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from slurmtf.events import read_events
 from slurmtf.local.step import LocalStep, scrubbed_env, start_rank
 
 REPO = Path(__file__).resolve().parent.parent
@@ -307,3 +309,152 @@ def check_runs(runs: Sequence[WorkerRun], what: str) -> None:
 
 def python() -> str:
     return sys.executable
+
+
+# ---------------------------------------------------------------------------- sandbox jobs
+# How a rank's own Python is told from srun's (whose command line names the same words).
+RANK_MARKERS = (b"models.", b"slurmtf.run")
+
+
+@dataclass(frozen=True)
+class Usage:
+    """One process's resources at one moment."""
+
+    threads: int
+    rss_kb: int
+    fds: int
+    # VmRSS = RssAnon (the process's own memory: heap, stacks, tensors) + RssFile (pages of
+    # mapped files: TensorFlow's shared libraries, which the kernel may drop when they are
+    # cold and read back on use) + RssShmem.
+    anon_kb: int = 0
+    file_kb: int = 0
+
+
+def read_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
+    """Threads, VmRSS and its parts (kB) and open fds of ``pid``; ``None`` once it is
+    gone."""
+    base = proc / str(pid)
+    try:
+        threads = sum(1 for _ in (base / "task").iterdir())
+        fds = sum(1 for _ in (base / "fd").iterdir())
+        status = (base / "status").read_text()
+    except OSError:
+        return None
+    kb = {
+        line.split(":")[0]: int(line.split()[1])
+        for line in status.splitlines()
+        if line.startswith(("VmRSS:", "RssAnon:", "RssFile:"))
+    }
+    return Usage(threads=threads, rss_kb=kb.get("VmRSS", 0), fds=fds,
+                 anon_kb=kb.get("RssAnon", 0), file_kb=kb.get("RssFile", 0))  # fmt: skip
+
+
+def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float | None:
+    """User + system CPU seconds ``pid`` used so far (``/proc/PID/stat``)."""
+    try:
+        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def processes(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[bytes], list[bytes]]]:
+    """Every readable process on this machine: its PID, command line and environment
+    (``\0``-separated items); one that ends while being read is skipped."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        yield int(entry.name), cmdline, environ
+
+
+def environ_of(pid: int, proc: Path = Path("/proc")) -> dict[bytes, bytes]:
+    """The environment ``pid`` started with ({} once it is gone)."""
+    try:
+        items = (proc / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return {}
+    return dict(item.split(b"=", 1) for item in items if b"=" in item)
+
+
+def process_kind(job_id: str, argv: Sequence[bytes], environ: Iterable[bytes]) -> str:
+    """What a process is to job ``job_id`` ("" when it is not the job's): ``stepd`` (a
+    slurmstepd titled ``[JOB.STEP]``), ``batch`` (the job's supervisor, which the batch
+    script became), ``rank<R>`` (a rank's own Python) or ``other`` (srun, probes...)."""
+    if argv and argv[0].startswith(f"slurmstepd: [{job_id}.".encode()):
+        return "stepd"
+    env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
+    if env.get(b"SLURM_JOB_ID") != job_id.encode():
+        return ""
+    python = bool(argv) and Path(argv[0].decode(errors="replace")).name.startswith("python")
+    if python and any(a.startswith(RANK_MARKERS) for a in argv) and b"SLURM_PROCID" in env:
+        return f"rank{env[b'SLURM_PROCID'].decode()}"
+    if python and argv[1:4] == [b"-m", b"slurmtf", b"job"]:
+        return "batch"
+    return "other"
+
+
+def job_processes(job_id: str, proc: Path = Path("/proc")) -> dict[str, list[int]]:
+    """This job's processes on this machine by :func:`process_kind`."""
+    found: dict[str, list[int]] = {}
+    for pid, argv, environ in processes(proc):
+        kind = process_kind(job_id, argv, environ)
+        if kind:
+            found.setdefault(kind, []).append(pid)
+    return found
+
+
+def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
+    """``{rank: pid}`` of the Python rank processes of job ``job_id`` on this machine."""
+    found = job_processes(job_id, proc)
+    ranks = (k for k in found if k.startswith("rank"))
+    return {int(k.removeprefix("rank")): found[k][0] for k in ranks}
+
+
+def submit_job(sandbox: Any, args: Sequence[str], env: Mapping[str, str] | None = None, *,
+               base: Mapping[str, str] | None = None) -> str:  # fmt: skip
+    """``sbatch --parsable ARGS`` (its options, then a job script and its arguments, or
+    ``--wrap``) on ``sandbox`` from the checkout, with ``env`` added to ``base`` (this
+    process's environment); the job's id."""
+    full = sandbox.env({**(os.environ if base is None else base), **(env or {})})
+    done = subprocess.run(["sbatch", "--parsable", *args], env=full, cwd=REPO,
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"sbatch {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout.strip().split(";")[0]
+
+
+def job_state(sandbox: Any, job_id: str) -> str:
+    """What squeue says of the job now (``RUNNING``, ``COMPLETED``...; "" when it forgot)."""
+    done = sandbox.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], check=False)
+    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+
+
+def queued(sandbox: Any, job_id: str) -> bool:
+    """The job has not ended yet (pending, starting, running or ending)."""
+    return job_state(sandbox, job_id) in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+
+
+def attempt_started(out: Path, attempt: int) -> bool:
+    """Rank 0 of ``attempt`` (0-based) said it trains: its (attempt+1)-th ``cluster``
+    event in ``out`` is followed by a ``progress`` event."""
+    clusters = 0
+    for event in read_events(out):
+        clusters += event.get("event") == "cluster"
+        if clusters == attempt + 1 and event.get("event") == "progress":
+            return True
+    return False
+
+
+def wait_until(what: str, test: Callable[[], object], timeout: float, every: float = 0.5) -> None:
+    """Poll ``test`` until it is true; TimeoutError naming ``what`` after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if test():
+            return
+        time.sleep(every)
+    raise TimeoutError(f"no {what} within {timeout:.0f} s")

@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -334,15 +333,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--measured_img_s", type=float, help="one GPU's ResNet-50 images/s")
 
 
-BENCHMARK = Benchmark(
-    "projection",
-    "Projection to 8-512 GPUs (model, not a measurement)",
-    run,
-    markdown,
-    plot,
-    description=__doc__,
-    arguments=_arguments,
-)
-
-if __name__ == "__main__":
-    sys.exit(protocol.main(BENCHMARK))
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "projection", "Projection to 8-512 GPUs (model, not a measurement)", run, markdown, plot,
+    description=__doc__, arguments=_arguments,
+))  # fmt: skip

@@ -1,10 +1,11 @@
 """The one shape of a benchmark module, its one command line, and its one plotting prologue.
 
-A module defines ``BENCHMARK = Benchmark(...)``: a name, a title, ``run(options) -> dict``
-(the measured result, JSON-ready), ``markdown(result) -> str`` (its table), and optionally
-``plot(result, out_dir) -> [paths]``, extra command-line flags and a hidden ``--worker``
-entry for the processes it starts. ``python -m benchmarks.<module>`` and
-``python -m benchmarks.run_all`` both drive a module through this protocol only.
+A module ends with ``BENCHMARK = protocol.declare(__name__, Benchmark(...))``: a name, a
+title, ``run(options) -> dict`` (the measured result, JSON-ready), ``markdown(result) ->
+str`` (its table), and optionally ``plot(result, out_dir) -> [paths]``, extra command-line
+flags and a hidden ``--worker`` entry for the processes it starts.
+``python -m benchmarks.<module>`` and ``python -m benchmarks.run_all`` both drive a module
+through this protocol only.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +50,14 @@ class Benchmark:
     arguments: Callable[[argparse.ArgumentParser], None] | None = None  # its own flags
     # With the hidden --worker flag, the module's processes run this instead of ``run``.
     worker: Callable[[argparse.Namespace], int] | None = None
+
+
+def declare(module: str, bench: Benchmark) -> Benchmark:
+    """A module's ``BENCHMARK = declare(__name__, Benchmark(...))``: run as ``python -m
+    benchmarks.<module>`` (``module`` is ``__main__``), it runs the benchmark and exits."""
+    if module == "__main__":
+        sys.exit(main(bench))
+    return bench
 
 
 def parser(bench: Benchmark) -> argparse.ArgumentParser:

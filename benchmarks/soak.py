@@ -22,15 +22,23 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import REPO, JSONDict, machine_info, markdown_table
+from benchmarks.harness import (
+    REPO,
+    JSONDict,
+    job_state,
+    machine_info,
+    markdown_table,
+    rank_pids,
+    read_usage,
+    submit_job,
+)
 from benchmarks.protocol import figure
 from slurmtf.events import parse_events
 
@@ -46,8 +54,6 @@ MODELS = {  # name -> (job script, its arguments, the arguments that make it end
         ("--epochs=1000000", "--steps_per_epoch=200"),
     ),
 }
-# How a rank's own Python is told from srun's (whose command line names the same words).
-RANK_MARKERS = (b"models.", b"slurmtf.run")
 # Allowed growth after warm-up (last fifth against first fifth of the samples).
 MAX_THREAD_GROWTH = 8
 MAX_FD_GROWTH = 8
@@ -61,67 +67,6 @@ MAX_RSS_SLOPE_MB_H = 25.0
 # last-half slope reached +375 MB/h (p95 +242), while the per-collective leak it guards
 # against grew +1,757 to +2,360 MB/h in the same windows (docs/SOAK.md).
 CI_MAX_RSS_SLOPE_MB_H = 800.0
-
-
-@dataclasses.dataclass(frozen=True)
-class Usage:
-    """One rank's resources at one moment."""
-
-    threads: int
-    rss_kb: int
-    fds: int
-    # VmRSS = RssAnon (the process's own memory: heap, stacks, tensors) + RssFile (pages of
-    # mapped files: TensorFlow's shared libraries, which the kernel may drop when they are
-    # cold and read back on use) + RssShmem.
-    anon_kb: int = 0
-    file_kb: int = 0
-
-
-def read_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
-    """Threads, VmRSS and its parts (kB) and open fds of ``pid``; ``None`` once it is
-    gone."""
-    base = proc / str(pid)
-    try:
-        threads = sum(1 for _ in (base / "task").iterdir())
-        fds = sum(1 for _ in (base / "fd").iterdir())
-        status = (base / "status").read_text()
-    except OSError:
-        return None
-    kb = {
-        line.split(":")[0]: int(line.split()[1])
-        for line in status.splitlines()
-        if line.startswith(("VmRSS:", "RssAnon:", "RssFile:"))
-    }
-    return Usage(threads=threads, rss_kb=kb.get("VmRSS", 0), fds=fds,
-                 anon_kb=kb.get("RssAnon", 0), file_kb=kb.get("RssFile", 0))  # fmt: skip
-
-
-def processes(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[bytes], list[bytes]]]:
-    """Every readable process on this machine: its PID, command line and environment
-    (``\0``-separated items); one that ends while being read is skipped."""
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        yield int(entry.name), cmdline, environ
-
-
-def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
-    """``{rank: pid}`` of the Python training processes of job ``job_id`` on this machine."""
-    found: dict[int, int] = {}
-    for pid, cmdline, environ in processes(proc):
-        # The Python of the rank itself, not srun (whose command line also names the model).
-        is_python = b"python" in cmdline[0].rsplit(b"/", 1)[-1]
-        if not is_python or not any(arg.startswith(RANK_MARKERS) for arg in cmdline):
-            continue
-        env = dict(item.split(b"=", 1) for item in environ if b"=" in item)
-        if env.get(b"SLURM_JOB_ID") == job_id.encode() and b"SLURM_PROCID" in env:
-            found[int(env[b"SLURM_PROCID"])] = pid
-    return found
 
 
 def trend(times: Sequence[float], values: Sequence[float], warmup: float) -> JSONDict:
@@ -202,15 +147,15 @@ class SoakPlan:
     until_done: bool = False
     max_rss_slope_mb_h: float = MAX_RSS_SLOPE_MB_H  # last-half RSS slope allowed per rank
 
-    def sbatch_args(self, work: Path) -> list[str]:
+    def submit(self, sandbox: Any, work: Path) -> str:
+        """Submit the job script with the model's flags (endless unless ``until_done``)."""
         script, flags, endless = MODELS[self.model]
-        return [
-            "sbatch", "--parsable", f"--nodes={self.nodes}",
-            f"--ntasks-per-node={self.tasks_per_node}", *self.sbatch_options,
-            f"--time={int(self.minutes) + 15}", f"--output={work}/job-%j.out",
-            str(REPO / "jobs" / script), *flags, *([] if self.until_done else endless),
-            *self.model_flags,
-        ]  # fmt: skip
+        sbatch = [f"--nodes={self.nodes}", f"--ntasks-per-node={self.tasks_per_node}",
+                  *self.sbatch_options, f"--time={int(self.minutes) + 15}",
+                  f"--output={work}/job-%j.out"]  # fmt: skip
+        args = [*flags, *([] if self.until_done else endless), *self.model_flags]
+        env = {"MODEL_DIR": str(work / "model"), "LOG_DIR": str(work / "logs")}
+        return submit_job(sandbox, [*sbatch, str(REPO / "jobs" / script), *args], env)
 
 
 def run(plan: SoakPlan, *, sandbox: Any = None, work_dir: Path | None = None) -> JSONDict:
@@ -234,16 +179,12 @@ def run(plan: SoakPlan, *, sandbox: Any = None, work_dir: Path | None = None) ->
 
 
 def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
-    env = {**sandbox.env(), "MODEL_DIR": str(work / "model"), "LOG_DIR": str(work / "logs")}
-    done = subprocess.run(
-        plan.sbatch_args(work), env=env, cwd=REPO, capture_output=True, text=True, check=True
-    )
-    job = done.stdout.strip().split(";")[0]
+    job = plan.submit(sandbox, work)
     started = time.monotonic()
     try:
         pids = _wait_for_ranks(job, plan.nodes * plan.tasks_per_node, sandbox)
         samples, died, first_eval = _sample(pids, plan, work / "logs" / "rank0.out")
-        state = _job_state(sandbox, job)
+        state = job_state(sandbox, job)
         if plan.until_done:
             state, died = _final_state(sandbox, job, died)
     finally:
@@ -280,7 +221,7 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
 def _final_state(sandbox: Any, job: str, died: str, timeout: float = 120) -> tuple[str, str]:
     """Wait for the job to leave the queue's active states; (state, why it ended early)."""
     deadline = time.monotonic() + timeout
-    while (state := _job_state(sandbox, job)) in ("RUNNING", "COMPLETING", "CONFIGURING"):
+    while (state := job_state(sandbox, job)) in ("RUNNING", "COMPLETING", "CONFIGURING"):
         if time.monotonic() > deadline:
             return state, f"job {job} still {state} {timeout:.0f} s after its ranks ended"
         time.sleep(1)
@@ -318,16 +259,11 @@ def _wait_for_ranks(job: str, count: int, sandbox: Any, timeout: float = 300) ->
         pids = rank_pids(job)
         if len(pids) == count:
             return pids
-        state = _job_state(sandbox, job)
+        state = job_state(sandbox, job)
         if state not in ("", "PENDING", "CONFIGURING", "RUNNING"):
             raise RuntimeError(f"job {job} ended ({state}) before all {count} ranks started")
         time.sleep(1)
     raise RuntimeError(f"job {job}: {len(rank_pids(job))} of {count} ranks after {timeout} s")
-
-
-def _job_state(sandbox: Any, job: str) -> str:
-    done = sandbox.run(["squeue", "-h", "-t", "all", "-j", job, "-o", "%T"], check=False)
-    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
 
 
 def _summarise(

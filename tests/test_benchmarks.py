@@ -224,6 +224,16 @@ def test_parse_only() -> None:
         run_all.parse_only("scaling,nope")
 
 
+def test_every_benchmark_module_is_run_by_run_all_under_its_own_name() -> None:
+    """Each ``bench_*.py`` is in run_all's list and declares its ``BENCHMARK`` through the
+    protocol, named as the list names it."""
+    modules = sorted(p.stem for p in Path(harness.REPO, "benchmarks").glob("bench_*.py"))
+    assert sorted(m.removeprefix("benchmarks.") for m in run_all.MODULES.values()
+                  if ".bench_" in m) == modules  # fmt: skip
+    for name in run_all.NAMES:
+        assert run_all.benchmark(name).name == name
+
+
 def test_run_all_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run_all.main(["--only", "nope"]) == 2
     assert "unknown" in capsys.readouterr().err
@@ -358,12 +368,13 @@ def test_bench_restarts_finds_the_jobs_processes_by_kind(tmp_path: Path) -> None
     _fake_proc(tmp_path, 13, ["/usr/bin/srun", "python3", "-m", "models.mnist"], job, 3)
     _fake_proc(tmp_path, 14, ["python3", "-m", "models.mnist"], {**job, "SLURM_PROCID": "1"}, 9)
     _fake_proc(tmp_path, 15, ["python3", "-m", "models.mnist"], {"SLURM_JOB_ID": "8"}, 9)
-    found = br.job_processes("7", tmp_path)
+    found = harness.job_processes("7", tmp_path)
     assert found == {"batch": [10], "stepd": [11], "other": [13], "rank1": [14]}
+    assert harness.rank_pids("7", tmp_path) == {1: 14}
     assert br.proc_figures(14, tmp_path) == {"threads": 9, "fds": 1, "rss_kb": 1234}
     assert br.proc_figures(99, tmp_path) is None
     (tmp_path / "10" / "stat").write_text("10 (python3) S 1 " + "0 " * 9 + "250 50 0 0\n")
-    assert br.cpu_seconds(10, tmp_path) == 300 / os.sysconf("SC_CLK_TCK")
+    assert harness.cpu_seconds(10, tmp_path) == 300 / os.sysconf("SC_CLK_TCK")
     assert (
         br.cpu_per_minute([{"time": 0, "batch_cpu_s": 1.0}, {"time": 120, "batch_cpu_s": 2.0}])
         == 0.5
@@ -412,3 +423,4 @@ def test_bench_recovery_reads_the_resumed_step_and_the_table(tmp_path: Path) -> 
            "slurm_restarts": 0, "competitor_pending": True, "load": [2.0, 2.1, 2.2]}  # fmt: skip
     table = brec.markdown({"results": [row]})
     assert "| spare | in_place | 25.2 | 2 | 0 | pending |" in table
+

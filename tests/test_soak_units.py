@@ -1,4 +1,5 @@
-"""Pure parts of the soak tool: /proc reading, trends and the verdict (no Slurm, no TF)."""
+"""Pure parts of the soak tool: /proc reading (benchmarks.harness), trends and the verdict
+(no Slurm, no TF)."""
 
 from __future__ import annotations
 
@@ -8,16 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.soak import (
-    CI_MAX_RSS_SLOPE_MB_H,
-    MAX_RSS_SLOPE_MB_H,
-    Usage,
-    rank_pids,
-    read_usage,
-    rejudge,
-    trend,
-    verdict,
-)
+from benchmarks.harness import Usage, rank_pids, read_usage
+from benchmarks.soak import CI_MAX_RSS_SLOPE_MB_H, MAX_RSS_SLOPE_MB_H, rejudge, trend, verdict
 
 
 def test_trend_of_a_flat_series_is_flat_and_warmup_is_left_out() -> None:
