@@ -47,7 +47,10 @@ class Mesh:
 
     def __init__(self, rank: int, workers: Sequence[str], timeout: float = 120.0) -> None:
         self.rank, self.workers, self.timeout = rank, list(workers), timeout
-        self._server = socket.create_server(("", _split(workers[rank])[1]))
+        # Every other rank connects to rank 0 at once for each all-gather: a backlog of
+        # the default 128 dropped ~690 connects (TcpExtListenOverflows) in 3 all-gathers of
+        # 1,024 ranks, each a 1 s retransmit (docs/BENCHMARKS.md, "slurmtf check").
+        self._server = socket.create_server(("", _split(workers[rank])[1]), backlog=len(workers))
         self._server.settimeout(0.5)
         self._cond = threading.Condition()
         self._gathered: dict[int, dict[int, tuple[socket.socket, Any]]] = {}
