@@ -416,12 +416,12 @@ def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:
 
 
 def submit_job(sandbox: Any, args: Sequence[str], env: Mapping[str, str] | None = None, *,
-               base: Mapping[str, str] | None = None) -> str:  # fmt: skip
+               base: Mapping[str, str] | None = None, cwd: Path = REPO) -> str:  # fmt: skip
     """``sbatch --parsable ARGS`` (its options, then a job script and its arguments, or
-    ``--wrap``) on ``sandbox`` from the checkout, with ``env`` added to ``base`` (this
-    process's environment); the job's id."""
+    ``--wrap``) on ``sandbox`` from ``cwd`` (the submit directory: this checkout), with
+    ``env`` added to ``base`` (this process's environment); the job's id."""
     full = sandbox.env({**(os.environ if base is None else base), **(env or {})})
-    done = subprocess.run(["sbatch", "--parsable", *args], env=full, cwd=REPO,
+    done = subprocess.run(["sbatch", "--parsable", *args], env=full, cwd=cwd,
                           capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
     if done.returncode != 0:
         raise RuntimeError(f"sbatch {' '.join(args)} failed: {done.stderr.strip()}")

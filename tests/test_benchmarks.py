@@ -424,3 +424,40 @@ def test_bench_recovery_reads_the_resumed_step_and_the_table(tmp_path: Path) -> 
     table = brec.markdown({"results": [row]})
     assert "| spare | in_place | 25.2 | 2 | 0 | pending |" in table
 
+
+# ---------------------------------------------------------------------------- width
+def test_bench_width_shapes_and_verdict() -> None:
+    from benchmarks import bench_width as bw
+
+    assert bw.parse_shape("64x16") == (64, 16)
+    for bad in ("1x16", "16", "x8", "4x0"):
+        with pytest.raises(ValueError, match="HINT"):
+            bw.parse_shape(bad)
+    quick = {"s": 0.3, "exit": 0}
+    result = {
+        "nodes": 16, "per_node": 16, "ranks": 256, "state": "COMPLETED",
+        "status": quick, "logs": quick, "logs_last_rank": quick,
+        "killed": {"action": "restart", "to_decision_s": 0.4, "to_ranks_s": 9.0},
+        "frozen": {"action": "restart", "nodes": [f"node{n}" for n in [*range(1, 16), 17]],
+                   "to_decision_s": 19.0, "to_ranks_s": 30.0},
+        "memory": {"total_mb": 3300.0, "per_rank_mb": 12.4},
+        "launch_s": 20.0, "supervisor_cpu_s_per_min": 0.3, "look": {"per_look": 18.0, "files": 18},
+    }  # fmt: skip
+    assert bw.passed(result)
+    assert not bw.passed({**result, "state": "FAILED"})
+    assert not bw.passed({**result, "status": {"s": 2.5, "exit": 0}})
+    assert not bw.passed({**result, "frozen": {**result["frozen"], "nodes": ["node1"]}})
+    table = bw.markdown({"results": [{**result, "pass": True}]})
+    assert "| 256 | 16+1 x 16 | 3,300 | 12.4 |" in table
+    assert table.rstrip().endswith("| COMPLETED | PASS |")
+
+
+def test_bench_sweep_table() -> None:
+    from benchmarks import bench_sweep
+
+    timing = {"s": 0.5, "max_s": 0.7, "exit": 0, "lines": 1002, "bytes": 147031}
+    kinds = ("sweep_table", "sweep_csv", "sweep_json", "status", "sweep_silent")
+    result = {"points": 1000, "rows_completed": 1000, **dict.fromkeys(kinds, timing)}
+    text = bench_sweep.markdown(result)
+    assert "| slurmtf sweep JOB | 1000 | 0.5 | 0.7 | 0 | 1002 | 147031 |" in text
+    assert "Rows COMPLETED in the JSON: 1000 of 1000." in text
