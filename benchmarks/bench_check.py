@@ -13,7 +13,13 @@ slurmtf's gradient all-reduce (fp32, the check's size, one task per node) as the
 reference for the check's all-reduce figure; ``agreement`` is check / reference (the
 check's target: within 20 %).
 
-    python -m benchmarks.bench_check [--quick] [--sizes 4,16]
+At width (``--mesh_sizes``, 16 to 1,024 ranks; no sandbox, no TensorFlow): the check's
+TCP all-gather, which every link round starts with and which gathers the verdict's
+figures, with every rank a thread of this process on loopback; kept are the seconds of
+each of 3 all-gathers, the threads rank 0 holds at once and the connects its listening
+socket dropped (``TcpExt ListenOverflows``).
+
+    python -m benchmarks.bench_check [--quick] [--sizes 4,16] [--mesh_sizes 16,64,256,1024]
 """
 
 from __future__ import annotations
@@ -25,18 +31,71 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options
+from slurmtf.check.mesh import Mesh
+from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import parse_events
 from slurmtf.sandbox import Sandbox
+
+MESH_SIZES = (16, 64, 256, 1024)
+MESH_GATHERS = 3
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default="4,16", help="node counts (default 4,16)")
+    parser.add_argument(
+        "--mesh_sizes",
+        default=",".join(map(str, MESH_SIZES)),
+        help="ranks of the check's all-gather at width (default 16,...,1024)",
+    )
+
+
+def listen_overflows() -> int:
+    """Connects this machine's listening sockets dropped so far (TcpExt ListenOverflows)."""
+    lines = [x.split() for x in Path("/proc/net/netstat").read_text().splitlines()]
+    for names, values in zip(lines[::2], lines[1::2], strict=False):
+        if names[0] == "TcpExt:" and "ListenOverflows" in names:
+            return int(values[names.index("ListenOverflows")])
+    return 0
+
+
+def mesh_width(n: int) -> JSONDict:
+    """The check's all-gather (its barrier before every link round, and the gather of the
+    verdict's figures) over ``n`` ranks on loopback, every rank a thread of this process:
+    what rank 0 holds at once (a thread per peer), the connects its listening socket
+    dropped, and the seconds of each all-gather (all ranks share this interpreter's lock:
+    an upper bound)."""
+    base = free_port_base(n)
+    workers = [f"127.0.0.1:{base + r}" for r in range(n)]
+    meshes = [Mesh(r, workers, timeout=300) for r in range(n)]
+    seconds: list[float] = []
+    peak = [0]
+
+    def rank(r: int) -> None:
+        for _ in range(MESH_GATHERS):
+            started = time.perf_counter()
+            if len(meshes[r].allgather([r, f"node{r:05d}"])) != n:
+                raise RuntimeError(f"rank {r}: an all-gather lost a rank")
+            if r == 0:
+                seconds.append(time.perf_counter() - started)
+            peak[0] = max(peak[0], threading.active_count())
+
+    dropped = listen_overflows()
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for mesh in meshes:
+        mesh.close()
+    return {"ranks": n, "allgather_s": [round(x, 2) for x in seconds],
+            "peak_threads": peak[0], "listen_overflows": listen_overflows() - dropped}  # fmt: skip
 
 
 def measure(nodes: int, work: Path) -> JSONDict:
@@ -94,9 +153,12 @@ def reference_allreduce_gbps(sandbox: Sandbox, nodes: int, mbytes: float) -> flo
 
 
 def run(options: Options) -> JSONDict:
-    sizes = [4] if options.quick else [int(s) for s in options.flag("sizes", "4,16").split(",")]
+    text = "4" if options.quick else options.flag("sizes", "4,16")
+    sizes = [int(n) for n in text.split(",") if n]  # --sizes= : the all-gather at width only
+    wide = "16,64" if options.quick else options.flag("mesh_sizes", "16,64,256,1024")
+    mesh = [mesh_width(int(n)) for n in wide.split(",") if n]
     with tempfile.TemporaryDirectory(prefix="bench-check-") as tmp:
-        return {"results": [measure(n, Path(tmp)) for n in sizes]}
+        return {"results": [measure(n, Path(tmp)) for n in sizes], "mesh": mesh}
 
 
 def markdown(result: JSONDict) -> str:
@@ -110,7 +172,14 @@ def markdown(result: JSONDict) -> str:
     headers = ["nodes", "exit", "wall s", "step s", "links done s", "TF imported s",
                "strategy built s", "all-reduce done s", "compute done s", "link out Gb/s (median)",
                "all-reduce Gb/s", "bench_links all-reduce Gb/s", "check / bench_links"]  # fmt: skip
-    return harness.markdown_table(headers, rows)
+    text = harness.markdown_table(headers, rows)
+    mesh = [[m["ranks"], min(m["allgather_s"]), max(m["allgather_s"]), m["peak_threads"],
+             m["listen_overflows"]] for m in result.get("mesh", [])]  # fmt: skip
+    if mesh:
+        text += "\n" + harness.markdown_table(
+            ["all-gather ranks (threads of one process)", "fastest s", "slowest s",
+             "threads at once", "connects dropped"], mesh)  # fmt: skip
+    return text
 
 
 BENCHMARK = protocol.declare(__name__, Benchmark(

@@ -23,9 +23,8 @@ from benchmarks import harness, protocol
 from benchmarks.protocol import Benchmark, Options
 from slurmtf.firewall import EPILOG, PROLOG, rules
 
-SIZES = (2, 16, 128)
+SIZES = ((2, 8), (16, 8), (64, 16), (128, 8))  # (nodes, CPUs a node): up to 1,024 ranks
 JOB_ID = 4242
-CPUS_PER_NODE = 8
 
 
 def _worker(args: argparse.Namespace) -> int:
@@ -36,7 +35,7 @@ def _worker(args: argparse.Namespace) -> int:
     env = {
         "SLURM_JOB_ID": str(JOB_ID),
         "SLURM_NODELIST": f"node[1-{args.nodes}]",
-        "SLURM_JOB_CPUS_PER_NODE": f"{CPUS_PER_NODE}(x{args.nodes})",
+        "SLURM_JOB_CPUS_PER_NODE": f"{args.cpus}(x{args.nodes})",
         "SLURM_JOB_UID": "1000",
         "SLURMD_NODENAME": "node1",
         "SLURM_CONF": str(work / "slurm.conf"),
@@ -58,9 +57,9 @@ def _worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def measure(repeat: int, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
+def measure(repeat: int, sizes: tuple[tuple[int, int], ...]) -> list[dict[str, Any]]:
     rows = []
-    for nodes in sizes:
+    for nodes, cpus in sizes:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
             (work / "slurm.conf").write_text("")
@@ -74,7 +73,8 @@ def measure(repeat: int, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
             (work / "hosts").write_text(hosts)
             done = subprocess.run(
                 ["unshare", "--net", "--mount", sys.executable, "-m", "benchmarks.bench_firewall",
-                 "--worker", "--work", str(work), "--nodes", str(nodes), "--repeat", str(repeat)],
+                 "--worker", "--work", str(work), "--nodes", str(nodes), "--cpus", str(cpus),
+                 "--repeat", str(repeat)],
                 capture_output=True, text=True, check=True, cwd=harness.REPO,
             )  # fmt: skip
             walls = json.loads(done.stdout.strip().splitlines()[-1])
@@ -86,12 +86,23 @@ def measure(repeat: int, sizes: tuple[int, ...]) -> list[dict[str, Any]]:
             rows.append(
                 {
                     "nodes": nodes,
+                    "cpus_per_node": cpus,
                     "prolog_ms": walls["prolog"],
                     "epilog_ms": walls["epilog"],
                     "prolog_python_ms": statistics.median(inner),
+                    **table_size(nodes, cpus),
                 }
             )
     return rows
+
+
+def table_size(nodes: int, cpus: int) -> dict[str, int]:
+    """The job's table as the prolog writes it: its port ranges and its ``nft`` text."""
+    spans = rules.job_ports(JOB_ID, nodes * cpus)
+    peers = tuple(f"10.77.{i // 250}.{i % 250 + 1}" for i in range(1, nodes + 1))
+    text = rules.render_apply(rules.JobRules(JOB_ID, spans, peers, uid=1000))
+    return {"port_ranges": len(spans), "ports": sum(b - a + 1 for a, b in spans),
+            "table_bytes": len(text)}  # fmt: skip
 
 
 def run(options: Options) -> dict[str, Any]:
@@ -104,19 +115,20 @@ def run(options: Options) -> dict[str, Any]:
 
 def markdown(result: dict[str, Any]) -> str:
     rows = [
-        [r["nodes"], r["prolog_ms"], r["prolog_python_ms"], r["epilog_ms"]]
+        [r["nodes"], r.get("cpus_per_node", 8), r["prolog_ms"], r["prolog_python_ms"],
+         r["epilog_ms"], r.get("port_ranges"), r.get("ports"), r.get("table_bytes")]
         for r in result.get("sizes", [])
-    ]
-    return harness.markdown_table(
-        ["job nodes (8 CPUs each)", "prolog.sh: median ms", "of it in Python", "epilog.sh: ms"],
-        rows,
-    )
+    ]  # fmt: skip
+    headers = ["job nodes", "CPUs each", "prolog.sh: median ms", "of it in Python",
+               "epilog.sh: ms", "port ranges", "ports", "table bytes"]  # fmt: skip
+    return harness.markdown_table(headers, rows)
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeat", type=int, help="runs per size (default 20)")
     parser.add_argument("--work", help=argparse.SUPPRESS)
     parser.add_argument("--nodes", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--cpus", type=int, default=8, help=argparse.SUPPRESS)
 
 
 BENCHMARK = protocol.declare(__name__, Benchmark(

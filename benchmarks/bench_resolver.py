@@ -1,8 +1,14 @@
-"""Resolver speed: in-process resolve, CLI wall time and ``import slurmtf`` time.
+"""Resolver speed: in-process resolve, CLI wall time and ``import slurmtf`` time; and what a
+wide step costs: TF_CONFIG's size and the ports' slots.
 
-Run ``python -m benchmarks.bench_resolver``. Targets (issue 2): a 4,096-node,
-32,768-task step resolves in-process in < 50 ms and through the CLI in < 1 s. Prints the
-result as JSON, then its table.
+Run ``python -m benchmarks.bench_resolver``. Targets: a 4,096-node, 32,768-task step
+resolves in-process in < 50 ms and through the CLI in < 1 s. For steps of 16 to 32,768
+tasks (8 a node) it also keeps TF_CONFIG's size in bytes (the last rank's, as exported;
+whether a child process can still be started with it: Linux refuses one environment
+string above ``MAX_ARG_STRLEN``, 128 KiB), how many jobs' port slots the window holds
+for a step of that size, how many job ids on either side share a port with it, and how
+many attempts (restarts) go by before a rank's port repeats. Prints the result as JSON,
+then its tables.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from typing import Any
 
 from benchmarks import harness, protocol
 from benchmarks.protocol import Benchmark, Options
+from slurmtf.cluster import ports
 from slurmtf.local.step import LocalStep
 from slurmtf.resolver import resolve
 
@@ -27,6 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TASKS_PER_NODE = 8
 SWEEP = (1, 8, 64, 512, 4096, 32768)
 BIG = 32768
+WIDTHS = (16, 256, 1024, 4096, 8192, 32768)
+MAX_ARG_STRLEN = 32 * 4096  # Linux: the longest single argument or environment string
+KEY = 667088  # a job id
 _IMPORT = "import time; t = time.perf_counter(); import slurmtf; print(time.perf_counter() - t)"
 
 
@@ -90,12 +100,42 @@ def measure(repeat: int, cli_repeat: int) -> dict[str, Any]:
     }
 
 
+def width(ntasks: int) -> dict[str, Any]:
+    """TF_CONFIG's bytes and the port plan of a step of ``ntasks`` (8 a node)."""
+    tf_config = resolve(step_env(ntasks)).tf_config_json()
+    base = ports.derive_port_base(KEY, ntasks)
+    span = ports.WINDOW_HIGH - ports.WINDOW_LOW
+    slots = len({ports.derive_port_base(k, ntasks) for k in range(span // ports.SLOT_SIZE)})
+    near = -(-ntasks // ports.SLOT_SIZE) - 1  # job ids on either side whose ports overlap
+    firsts: list[int] = []
+    while len(firsts) < 100_000:
+        first = ports.attempt_base(base, ntasks, len(firsts))
+        if first in firsts:
+            break
+        firsts.append(first)
+    started = _starts_with(tf_config)
+    return {"tasks": ntasks, "tf_config_bytes": len(tf_config),
+            "bytes_per_worker": round(len(tf_config) / ntasks, 1), "child_starts": started,
+            "port_slots": slots, "overlapping_neighbours": near,
+            "attempts_before_a_port_repeats": len(firsts)}  # fmt: skip
+
+
+def _starts_with(tf_config: str) -> bool:
+    """Whether a child process starts with ``tf_config`` in its environment."""
+    try:
+        subprocess.run(["true"], env={"TF_CONFIG": tf_config}, check=True)
+    except OSError:  # E2BIG: Argument list too long
+        return False
+    return True
+
+
 def run(options: Options) -> dict[str, Any]:
     """:func:`measure` at full or quick size, or with ``--repeat`` / ``--cli_repeat``."""
     quick = options.quick
     repeat = options.flag("repeat", None) or (5 if quick else 20)
     cli_repeat = options.flag("cli_repeat", None) or (2 if quick else 5)
-    return {"name": "resolver", **measure(repeat=repeat, cli_repeat=cli_repeat)}
+    result = {"name": "resolver", **measure(repeat=repeat, cli_repeat=cli_repeat)}
+    return {**result, "width": [width(n) for n in WIDTHS], "max_arg_strlen": MAX_ARG_STRLEN}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -120,6 +160,15 @@ def markdown(result: dict[str, Any]) -> str:
     text += "\n" + harness.markdown_table(["measurement", "ms"], rows)
     if "targets_met" in result:
         text += f"\nTargets met: {'yes' if result['targets_met'] else 'NO'}.\n"
+    wide = [[r["tasks"], r["tf_config_bytes"], r["bytes_per_worker"], r["child_starts"],
+             r["port_slots"], r["overlapping_neighbours"], r["attempts_before_a_port_repeats"]]
+            for r in result.get("width", [])]  # fmt: skip
+    if wide:
+        text += "\n" + harness.markdown_table(
+            ["tasks", "TF_CONFIG bytes", "per worker", "a child starts with it",
+             "port slots", "job ids each side sharing ports", "attempts before a port repeats"],
+            wide,
+        )  # fmt: skip
     return text
 
 
