@@ -15,7 +15,9 @@ from slurmtf.runtime.attempts import (
     Step,
     decide_step,
     drained_nodes,
+    lost_in,
     probe_args,
+    probe_lost,
     restart_in_place,
     watch_step,
 )
@@ -278,3 +280,19 @@ def test_restart_in_place_as_typed(text: str, expected: bool) -> None:
 def test_a_bad_restart_in_place_names_the_variable(text: str) -> None:
     with pytest.raises(InputError, match=r"SLURMTF_RESTART_IN_PLACE=.*must be 1 or 0\. HINT:"):
         restart_in_place(text)
+
+
+def test_the_nodes_events_name_the_lost_nodes_in_order_of_mention() -> None:
+    """What the supervisor's look read from the nodes' files: each peer_lost's nodes, once,
+    first mention first; other events and peers without a node say nothing."""
+    events = [
+        {"event": "progress", "step": 3},
+        {"event": "peer_lost", "rank": 0, "lost": [{"rank": 9, "node": "node3"}, {"rank": 4}]},
+        {"event": "peer_lost", "rank": 5, "lost": [{"rank": 0, "node": "node1"}]},
+        {"event": "peer_lost", "rank": 0, "lost": [{"rank": 10, "node": "node3"}]},
+    ]
+    assert lost_in(events) == ("node3", "node1")
+    assert lost_in(events[:1]) == ()
+    runner = silent("node3")
+    assert probe_lost(lost_in(events), Nodes(ALLOC), (), runner, 1) == (("node3",), ("node1",))
+    assert sorted(runner.probed) == ["node1", "node3"]  # side by side, each once
