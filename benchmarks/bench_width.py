@@ -2,13 +2,14 @@
 script and supervisor.
 
 For each shape, N nodes x T tasks (2 x 8, 16 x 16, 64 x 16), a sandbox of N + 1 nodes
-with T CPUs each runs ``sbatch -N(N+1) --ntasks-per-node=T jobs/train.sbatch
-benchmarks/standin.py`` with ``SPARE_NODES=1``: every rank is ``python -m slurmtf.run``
-running the stand-in (:mod:`benchmarks.standin`: events and heartbeats, no TensorFlow).
-Measured, in this order:
+with T CPUs each (every node its own network namespace, ``link="unshaped"``) runs
+``sbatch -N(N+1) --ntasks-per-node=T jobs/train.sbatch benchmarks/standin.py`` with
+``SPARE_NODES=1``: every rank is ``python -m slurmtf.run`` running the stand-in
+(:mod:`benchmarks.standin`: events and heartbeats, no TensorFlow). Measured, in order:
 
-* memory: the drop of ``MemAvailable`` from before the sandbox to the lowest while every
-  rank runs, and the job's own processes' proportional set size (PSS) summed;
+* memory while every rank runs: the proportional set size (PSS) of the job's ranks, of
+  its slurmstepds and srun, of its supervisor and of the sandbox's daemons, and
+  ``MemAvailable`` before the sandbox and then;
 * launch: seconds from ``sbatch`` to every rank's process running, and to the chief's
   first ``progress`` (every rank registered with it);
 * the supervisor while every rank runs: its CPU seconds per minute (``/proc/PID/stat``
@@ -47,6 +48,7 @@ from pathlib import Path
 from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options
+from slurmtf.events import read_events
 from slurmtf.runtime.attempts import read_record
 from slurmtf.sandbox import Sandbox, nodefaults
 
@@ -231,8 +233,20 @@ class JobRun:
         self.job_id = harness.submit_job(sandbox, [*sbatch, script, *args], env, cwd=repo)
 
     def training(self) -> bool:
-        """This attempt's chief said ``progress``: every rank registered with it."""
-        return harness.attempt_started(self.log_dir / "rank0.out", self.attempt)
+        """The chief of this attempt or a later one (a restart the benchmark did not cause:
+        its record says why) said ``progress``: every rank registered with it."""
+        events = read_events(self.log_dir / "rank0.out")
+        starts = [i for i, e in enumerate(events) if e.get("event") == "cluster"]
+        if len(starts) <= self.attempt:
+            return False
+        self.attempt = len(starts) - 1
+        return any(e.get("event") == "progress" for e in events[starts[-1] :])
+
+    def tail(self) -> str:
+        """The end of the job's log, to say why a wait timed out."""
+        path = self.log_dir.parent / "job.out"
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        return "\n".join(lines[-25:])
 
 
 def measure(shape: tuple[int, int], work: Path, window: float, repo: Path,
@@ -240,7 +254,10 @@ def measure(shape: tuple[int, int], work: Path, window: float, repo: Path,
     """The whole run for one shape (see the module's docstring)."""
     nodes, per_node = shape
     free_before = mem_available_kb()
-    sandbox = Sandbox(work / "sbx", nodes=nodes + 1, gpus_per_node=0, cpus_per_node=per_node)
+    # Every node its own network stack (link "unshaped", no cap): ports as on separate
+    # machines, and no sandbox of another user on this host can hold a rank's port.
+    sandbox = Sandbox(work / "sbx", nodes=nodes + 1, gpus_per_node=0, cpus_per_node=per_node,
+                      link="unshaped")  # fmt: skip
     started = time.monotonic()
     sandbox.up(timeout=120)
     result: JSONDict = {"nodes": nodes, "per_node": per_node, "ranks": nodes * per_node,
@@ -256,6 +273,9 @@ def measure(shape: tuple[int, int], work: Path, window: float, repo: Path,
         if not look_only:
             result.update(break_it(job, stopped))
             result["pass"] = passed(result)
+        result["decisions"] = [r.get("line") for r in decisions(job.log_dir, job.job_id)]
+    except TimeoutError as exc:
+        raise TimeoutError(f"{exc}\n{job.tail() if job else ''}") from exc
     finally:
         if job is not None:
             sandbox.run(["scancel", job.job_id], check=False)

@@ -293,6 +293,9 @@ def test_the_nodes_events_name_the_lost_nodes_in_order_of_mention() -> None:
     ]
     assert lost_in(events) == ("node3", "node1")
     assert lost_in(events[:1]) == ()
+    failure = "srun: error: Node failure on node2\n"  # srun's stderr: probed beside them
+    assert lost_in(events, failure) == ("node3", "node1", "node2")
+    assert lost_in(events[:1], failure) == ()  # only when a rank lost a peer
     runner = silent("node3")
     assert probe_lost(lost_in(events), Nodes(ALLOC), (), runner, 1) == (("node3",), ("node1",))
     assert sorted(runner.probed) == ["node1", "node3"]  # side by side, each once

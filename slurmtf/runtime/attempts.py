@@ -197,10 +197,15 @@ def watch_step(
     return probe_lost(read_attempt(0, files).lost_nodes(), nodes, probed, runner, timeout)
 
 
-def lost_in(events: Sequence[Event]) -> tuple[str, ...]:
-    """The nodes that ``peer_lost`` events among ``events`` name, in order of mention."""
+def lost_in(events: Sequence[Event], srun_text: str = "") -> tuple[str, ...]:
+    """The nodes that ``peer_lost`` events among ``events`` name, in order of mention, then
+    srun's failed nodes in ``srun_text`` (``Node failure on NODE``); none without such an
+    event."""
     lost = named(events, "peer_lost")
-    return Attempt(0, events={i: [e] for i, e in enumerate(lost)}).lost_nodes()
+    if not lost:
+        return ()
+    failed = tuple(dict.fromkeys(_NODE_FAILURE.findall(srun_text)))
+    return Attempt(0, events={i: [e] for i, e in enumerate(lost)}, failed_nodes=failed).lost_nodes()
 
 
 def probe_lost(

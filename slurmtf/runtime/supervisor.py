@@ -272,7 +272,7 @@ class Supervisor:
             if self.terminated:
                 return StepEnd(self.child.stop())
             news = follower.new_events() if watching else []
-            said = lost_in(news)
+            said = lost_in(news, self.files.new_text(self.job.srun_err) if news else "")
             if not said:
                 continue
             nodes = dataclasses.replace(self.nodes, excluded=self.place.excluded)

@@ -34,7 +34,7 @@ def wide(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sandbox]:
     require_sandbox_prereqs()
     require(shutil.which("strace") is not None, "strace (apt-get install strace)")
     sandbox = Sandbox(tmp_path_factory.mktemp("wide"), nodes=NODES + 1, gpus_per_node=0,
-                      cpus_per_node=TASKS)  # fmt: skip
+                      cpus_per_node=TASKS, link="unshaped")  # fmt: skip
     sandbox.up(timeout=120)
     try:
         yield sandbox
