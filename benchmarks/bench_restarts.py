@@ -253,7 +253,7 @@ def markdown(result: JSONDict) -> str:
         f"{table}\n\n{again}{verdict}: job {result['state']}, {restarts} restarts "
         f"in place of {result['kills']} kills, Slurm Restarts={result['slurm_restarts']}, left "
         f"after the job: {result['left_after_job'] or 'nothing'}, supervisor CPU "
-        f"{result.get('supervisor_cpu_s_per_min')} s per minute, load {result['load']}"
+        f"{result.get('supervisor_cpu_s_per_min')} s per minute, load {result['load']}\n"
     )
 
 

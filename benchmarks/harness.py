@@ -428,15 +428,23 @@ def submit_job(sandbox: Any, args: Sequence[str], env: Mapping[str, str] | None 
     return done.stdout.strip().split(";")[0]
 
 
-def job_state(sandbox: Any, job_id: str) -> str:
-    """What squeue says of the job now (``RUNNING``, ``COMPLETED``...; "" when it forgot)."""
+def job_states(sandbox: Any, job_id: str) -> list[str]:
+    """What squeue says of the job now (``RUNNING``, ``COMPLETED``...), one state per task
+    of a job array; [] when it forgot the job."""
     done = sandbox.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"], check=False)
-    return done.stdout.strip().splitlines()[0] if done.stdout.strip() else ""
+    return [str(state) for state in done.stdout.split()]
+
+
+def job_state(sandbox: Any, job_id: str) -> str:
+    """The job's state now ("" when squeue forgot it)."""
+    return next(iter(job_states(sandbox, job_id)), "")
 
 
 def queued(sandbox: Any, job_id: str) -> bool:
-    """The job has not ended yet (pending, starting, running or ending)."""
-    return job_state(sandbox, job_id) in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+    """The job (every task of an array) has not ended yet: pending, starting, running or
+    ending."""
+    active = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING")
+    return any(state in active for state in job_states(sandbox, job_id))
 
 
 def attempt_started(out: Path, attempt: int) -> bool:
