@@ -9,12 +9,19 @@ import argparse
 import json
 import math
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from benchmarks import bench_resolver, harness, projection, run_all
 from benchmarks.protocol import Options
+from slurmtf.cluster.ports import free_port_base
+from slurmtf.events import named, read_events
 
 
 # ---------------------------------------------------------------------------- efficiency
@@ -434,7 +441,7 @@ def test_bench_width_shapes_and_verdict() -> None:
         with pytest.raises(ValueError, match="HINT"):
             bw.parse_shape(bad)
     quick = {"s": 0.3, "exit": 0}
-    result = {
+    result: dict[str, Any] = {
         "nodes": 16, "per_node": 16, "ranks": 256, "state": "COMPLETED",
         "status": quick, "logs": quick, "logs_last_rank": quick,
         "killed": {"action": "restart", "to_decision_s": 0.4, "to_ranks_s": 9.0},
@@ -461,3 +468,54 @@ def test_bench_sweep_table() -> None:
     text = bench_sweep.markdown(result)
     assert "| slurmtf sweep JOB | 1000 | 0.5 | 0.7 | 0 | 1002 | 147031 |" in text
     assert "Rows COMPLETED in the JSON: 1000 of 1000." in text
+
+
+# ---------------------------------------------------------------------------- stand-in
+def _standins(tmp_path: Path, count: int, *args: str) -> list[subprocess.Popen[bytes]]:
+    """``count`` stand-in ranks of one step on this machine, each with its TF_CONFIG."""
+    base = free_port_base(count)
+    workers = [f"127.0.0.1:{base + r}" for r in range(count)]
+    ranks = []
+    for rank in range(count):
+        config = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": rank}}
+        env = {**os.environ, "TF_CONFIG": json.dumps(config), "PYTHONPATH": str(harness.REPO)}
+        with (tmp_path / f"rank{rank}.out").open("wb") as out:
+            ranks.append(subprocess.Popen(
+                [sys.executable, str(harness.REPO / "benchmarks" / "standin.py"), *args],
+                env=env, stdout=out,
+            ))  # fmt: skip
+    return ranks
+
+
+FAST = ["--seconds=1", "--progress_s=0.4", "--heartbeat_s=0.2", "--heartbeat_timeout=2"]
+
+
+def test_standin_ranks_register_train_and_end_together(tmp_path: Path) -> None:
+    ranks = _standins(tmp_path, 4, *FAST)
+    assert [p.wait(timeout=60) for p in ranks] == [0, 0, 0, 0]
+    chief = read_events(tmp_path / "rank0.out")
+    assert chief[0]["event"] == "cluster"
+    assert named(chief, "progress")
+    for rank in range(4):
+        events = read_events(tmp_path / f"rank{rank}.out")
+        assert named(events, "cluster")[0]["num_workers"] == 4
+        assert named(events, "done"), rank
+
+
+def test_a_stopped_standin_is_named_lost_by_its_chief(tmp_path: Path) -> None:
+    ranks = _standins(tmp_path, 3, "--seconds=60", *FAST[1:])
+    try:
+        deadline = time.monotonic() + 30
+        while not named(read_events(tmp_path / "rank0.out"), "progress"):
+            assert time.monotonic() < deadline, "the chief never trained"
+            time.sleep(0.1)
+        ranks[2].send_signal(signal.SIGSTOP)
+        assert ranks[0].wait(timeout=30) == 1
+        (lost,) = named(read_events(tmp_path / "rank0.out"), "peer_lost")
+        assert lost["lost"] == [{"rank": 2, "node": "127.0.0.1"}]
+        assert lost["heartbeat"] is True
+    finally:
+        for proc in ranks:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+            proc.wait()
