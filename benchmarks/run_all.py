@@ -6,8 +6,8 @@ Each benchmark writes ``DIR/NAME.json`` (default ``docs/benchmarks/``); the repo
 ``DIR/results.md`` is then rebuilt from every JSON file present, so ``--only`` refreshes
 one section without losing the others. Per-process logs go to ``runs/benchmarks/``.
 Benchmarks, in this order: resolver, launch, scaling, allreduce, links, breakdown, models,
-gpu, firewall, check, stage, evaluator, restarts, recovery, width, sweep, projection (each
-module declares a ``BENCHMARK``, see protocol.py).
+gpu, firewall, check, stage, evaluator, restarts, recovery, width, sweep, tf_releases,
+projection (each module declares a ``BENCHMARK``, see protocol.py).
 ``--quick`` uses small sizes; the numbers in docs/BENCHMARKS.md come from a full run.
 """
 
@@ -43,6 +43,7 @@ MODULES = {
     "recovery": "benchmarks.bench_recovery",
     "width": "benchmarks.bench_width",
     "sweep": "benchmarks.bench_sweep",
+    "tf_releases": "benchmarks.bench_tf_releases",
     "projection": "benchmarks.projection",  # last: it reads links, breakdown and gpu
 }
 NAMES = tuple(MODULES)
