@@ -28,6 +28,7 @@ from typing import Any
 
 from slurmtf import events
 from slurmtf.contracts import EXIT_PREEMPTED
+from slurmtf.tf import compat
 from slurmtf.training.preemption import PreemptionWatcher
 
 __all__ = ["EXIT_PREEMPTED"]  # and PreemptionCheckpoint, built on first use (__getattr__)
@@ -97,9 +98,7 @@ class _ExitOnPreemption(_Callback):  # type: ignore[misc]
         self._watcher.install()
         super().on_train_begin(logs)
         strategy = self.model.distribute_strategy
-        # Keras 3 resumes at model._initial_epoch; tf_keras keeps it elsewhere (null).
-        known = hasattr(self.model, "_initial_epoch")
-        initial = int(self.model._initial_epoch or 0) if known else None
+        initial = compat.fit_initial_epoch(self.model)  # Keras 3's, Keras 2's or tf_keras's
         events.emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:

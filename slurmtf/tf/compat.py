@@ -106,3 +106,35 @@ def variable_value(variable: Any) -> Any:
     TensorFlow's own (the variables of Keras 2 models)."""
     value = variable.value
     return value() if callable(value) else value
+
+
+def local_weights(model: Any) -> list[Any]:
+    """The model's weights on this worker as numpy arrays, read without a collective:
+    each variable's first local copy. Keras 2 keeps batch norm's moving statistics in
+    on-read variables, whose read outside a replica all-reduces them: a collective only
+    the reading rank joins (the chief's export), which hangs every rank at the next one.
+    The replicas' statistics are averaged at evaluations and checkpoints
+    (``slurmtf.training.steps.Steps.state_sync``)."""
+    import numpy as np
+
+    strategy = model.distribute_strategy
+    values = []
+    for variable in model.weights:
+        # Keras 3: the TensorFlow variable behind the Keras one; Keras 2: the variable.
+        held = (
+            variable.value
+            if isinstance(getattr(type(variable), "value", None), property)
+            else variable
+        )
+        values.append(np.asarray(strategy.experimental_local_results(held)[0]))
+    return values
+
+
+def fit_initial_epoch(model: Any) -> int | None:
+    """The epoch ``model.fit`` starts at after ``BackupAndRestore`` restored: Keras 3 keeps
+    it on the model (``_initial_epoch``), Keras 2 and tf_keras in its training state (the
+    last epoch backed up, -1 for none, plus one). None when neither is there."""
+    if hasattr(model, "_initial_epoch"):
+        return int(model._initial_epoch or 0)
+    saved = getattr(getattr(model, "_training_state", None), "_ckpt_saved_epoch", None)
+    return None if saved is None else int(saved.numpy()) + 1

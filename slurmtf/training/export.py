@@ -59,10 +59,11 @@ def export_saved_model(
     import tensorflow as tf
 
     started = time.monotonic()
+    weights = compat.local_weights(trained)  # no collective: the other ranks are not here
     with tf.distribute.get_strategy().scope():
         fresh = build_model()
         fresh(tf.zeros((1, *input_shape)), training=False)
-        fresh.set_weights([w.numpy() for w in trained.weights])
+        fresh.set_weights(weights)
     absl_logger = logging.get_absl_logger()
     level = absl_logger.level
     try:

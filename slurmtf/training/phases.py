@@ -271,4 +271,5 @@ def weights_checksum(model: Any) -> float:
     """Sum of all weights in float64: equal models give equal sums."""
     import numpy as np
 
-    return float(sum(np.asarray(w, dtype=np.float64).sum() for w in model.get_weights()))
+    weights = compat.local_weights(model)
+    return float(sum(np.asarray(w, dtype=np.float64).sum() for w in weights))
