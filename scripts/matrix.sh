@@ -13,7 +13,8 @@
 # scripts/tf-venv.sh), whose interpreter runs pytest, the supervisors and every rank; or
 # `installed` (the default), this interpreter's own TensorFlow.
 # Each pair runs the core of the end-to-end tier (`-m matrix`); a TensorFlow release also
-# runs its TensorFlow tier (`-m "tf or matrix"`). Prints one line per pair and exits
+# runs its TensorFlow tier (`-m "(tf or matrix) and not readme"`: the README's commands run
+# once, in the suite, on the default install; the tiers cover their paths on each release). Prints one line per pair and exits
 # non-zero when any failed; a selection that runs no test fails too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +70,7 @@ for slurm in "${slurms[@]}"; do
         if [ "$tf" != installed ]; then
             venv="$(bash scripts/tf-venv.sh "$tf" | tail -n 1)"
             python="$venv/bin/python"
-            selection="tf or matrix"
+            selection="(tf or matrix) and not readme"
             path="$venv/bin:$PATH"  # python3 on the ranks, as a loaded module puts it first
         fi
         tf_release="tensorflow $("$python" -c \

@@ -26,7 +26,7 @@ from slurmtf.sandbox import Sandbox
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
 from tests.e2e.jobruns import SandboxJob, check_clean_end, check_training
 
-pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
+pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow, pytest.mark.readme]
 
 DOCS = ("README.md", "jobs/README.md", "jobs/mnist.sbatch", "jobs/resnet.sbatch")
 TINY = {
