@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import tempfile
 import time
@@ -69,13 +70,16 @@ MAX_RSS_SLOPE_MB_H = 25.0
 CI_MAX_RSS_SLOPE_MB_H = 800.0
 
 
-def trend(times: Sequence[float], values: Sequence[float], warmup: float) -> JSONDict:
-    """Start, end, growth and least-squares slope per hour of ``values`` after ``warmup``.
+def trend(
+    times: Sequence[float], values: Sequence[float], warmup: float, until: float = math.inf
+) -> JSONDict:
+    """Start, end, growth and least-squares slope per hour of ``values`` after ``warmup``
+    (and before ``until``).
 
     Growth compares the mean of the last fifth of the samples with the mean of the first
     fifth (after warm-up), so one noisy sample neither hides nor fakes a trend.
     """
-    points = [(t, v) for t, v in zip(times, values, strict=True) if t >= warmup]
+    points = [(t, v) for t, v in zip(times, values, strict=True) if warmup <= t < until]
     if len(points) < 5:
         raise ValueError(f"need at least 5 samples after the warm-up, got {len(points)}")
     fifth = max(1, len(points) // 5)
@@ -196,9 +200,7 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
     # A rank ending is the job finishing in until_done mode; else always a failure.
     ended = "" if plan.until_done and state == expected else died
     ended = ended or ("" if state == expected else f"job {job} {state or 'gone'}")
-    # A rank's steady state starts once every phase ran once: the evaluation pipeline's
-    # tf.data threads start at the first evaluation and stay (docs/SOAK.md).
-    warmup = max(plan.warmup, first_eval + plan.sample_every if first_eval else 0.0)
+    warmup, until = judged_window(samples, plan.warmup, first_eval, plan.sample_every)
     return {
         "name": "soak",
         "model": plan.model,
@@ -207,6 +209,7 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
         "tasks_per_node": plan.tasks_per_node,
         "minutes": plan.minutes,
         "warmup_s": warmup,
+        "until_s": None if until == math.inf else until,  # None: to the end
         "job_id": job,
         "wall_s": time.monotonic() - started,
         "steps": progress[-1]["step"] if progress else 0,
@@ -214,8 +217,28 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
         "machine": machine_info(),
         "samples": samples,
         "max_rss_slope_mb_h": plan.max_rss_slope_mb_h,
-        **_summarise(samples, warmup, ended, plan.max_rss_slope_mb_h),
+        **_summarise(samples, warmup, ended, plan.max_rss_slope_mb_h, until),
     }
+
+
+def judged_window(
+    samples: Sequence[JSONDict], warmup: float, first_eval: float | None, sample_every: float
+) -> tuple[float, float]:
+    """The seconds whose samples are judged, ``(start, end)``.
+
+    A rank's steady state starts once every phase ran once: the evaluation pipeline's
+    tf.data threads start at the first evaluation and stay (docs/SOAK.md). So the window
+    starts after the first evaluation; when that came so late that fewer samples follow it
+    than precede it (a slow machine), the window is the training before it instead: a
+    steady state too, of one phase.
+    """
+    if first_eval is None:
+        return warmup, math.inf
+    after = max(warmup, first_eval + sample_every)
+    times = [s["t"] for s in samples]
+    later = sum(t >= after for t in times)
+    earlier = sum(warmup <= t < first_eval for t in times)
+    return (after, math.inf) if later >= earlier else (warmup, first_eval)
 
 
 def _final_state(sandbox: Any, job: str, died: str, timeout: float = 120) -> tuple[str, str]:
@@ -267,7 +290,11 @@ def _wait_for_ranks(job: str, count: int, sandbox: Any, timeout: float = 300) ->
 
 
 def _summarise(
-    samples: list[JSONDict], warmup: float, died: str, max_rss_slope_mb_h: float
+    samples: list[JSONDict],
+    warmup: float,
+    died: str,
+    max_rss_slope_mb_h: float,
+    until: float = math.inf,
 ) -> JSONDict:
     ranks: JSONDict = {}
     for rank in sorted({s["rank"] for s in samples}):
@@ -275,7 +302,9 @@ def _summarise(
         times = [s["t"] for s in mine]
         keys = ("threads", "rss_kb", "fds", *(k for k in PARTS if k in mine[0]))
         try:
-            ranks[str(rank)] = {key: trend(times, [s[key] for s in mine], warmup) for key in keys}
+            ranks[str(rank)] = {
+                key: trend(times, [s[key] for s in mine], warmup, until) for key in keys
+            }
         except ValueError as exc:
             died = died or f"rank {rank}: {exc}"
     problems = ([died] if died else []) + verdict(ranks, max_rss_slope_mb_h)
@@ -295,7 +324,8 @@ def rejudge(result: JSONDict, first_minutes: float | None = None) -> JSONDict:
         raise ValueError(f"no samples in the first {first_minutes} minutes")
     cut = max(s["t"] for s in samples)
     limit = result.get("max_rss_slope_mb_h", MAX_RSS_SLOPE_MB_H)  # older files lack it
-    judged = _summarise(samples, result["warmup_s"], "", limit)
+    until = result.get("until_s") or math.inf  # None or older files: to the end
+    judged = _summarise(samples, result["warmup_s"], "", limit, until)
     last_hour = {
         str(rank): slope_per_hour(
             [
@@ -349,8 +379,14 @@ def markdown(result: JSONDict) -> str:
         f"{result['model']} ({' '.join(result['model_flags']) or 'default flags'}), "
         f"{result['nodes']} nodes x "
         f"{result['tasks_per_node']} tasks, {result['minutes']:g} min, {result['steps']} steps; "
-        f"after a {result['warmup_s']:g} s warm-up:\n\n{table}\n\n{verdict_line}\n"
+        f"after a {result['warmup_s']:g} s warm-up{_until(result)}:\n\n{table}\n\n"
+        f"{verdict_line}\n"
     )
+
+
+def _until(result: JSONDict) -> str:
+    until = result.get("until_s")
+    return f", until the first evaluation at {until:g} s" if until else ""
 
 
 def plot(result: JSONDict, out_dir: Path) -> list[Path]:

@@ -20,7 +20,8 @@ JOB_SH = REPO / "slurmtf" / "job.sh"
 
 pytestmark = pytest.mark.slow
 
-# The training step: in the first, rank 0 reports node2 lost (a `peer_lost` event); with
+# The training step: in the first, rank 0 on node1 reports node2 lost (a `peer_lost` event on
+# its stdout and in its node's file, SLURMTF_NODE_EVENTS with %N for the node, as ranks do); with
 # node2 in $DEAD srun then hangs, as it waits for a frozen node. Later steps end at once.
 # A probe (--overlap --nodes=1) of a node in $DEAD hangs; any other node answers.
 FAKE_SRUN = """#!/bin/bash
@@ -32,8 +33,9 @@ case " $* " in
 esac
 steps=$(grep -c -- "%t" "$CALLS")
 if [ "$steps" -eq 1 ]; then
-  echo '{"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]}' \\
-      >> "$LOG_DIR/rank0.out"
+  lost='{"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]}'
+  echo "$lost" >> "$LOG_DIR/rank0.out"
+  echo "$lost" >> "${SLURMTF_NODE_EVENTS//%N/node1}"
   echo "srun: error: node1: task 0: Exited with exit code 1" >&2
   if [ -n "$DEAD" ]; then
     for fd in /proc/$$/fd/*; do [ "${fd##*/}" -gt 2 ] && eval "exec ${fd##*/}>&-"; done

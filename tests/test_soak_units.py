@@ -10,7 +10,14 @@ from pathlib import Path
 import pytest
 
 from benchmarks.harness import Usage, rank_pids, read_usage
-from benchmarks.soak import CI_MAX_RSS_SLOPE_MB_H, MAX_RSS_SLOPE_MB_H, rejudge, trend, verdict
+from benchmarks.soak import (
+    CI_MAX_RSS_SLOPE_MB_H,
+    MAX_RSS_SLOPE_MB_H,
+    judged_window,
+    rejudge,
+    trend,
+    verdict,
+)
 
 
 def test_trend_of_a_flat_series_is_flat_and_warmup_is_left_out() -> None:
@@ -30,6 +37,19 @@ def test_trend_measures_growth_and_slope_per_hour() -> None:
     assert grown["growth"] > 400
     with pytest.raises(ValueError, match="at least 5 samples"):
         trend(times, values, warmup=10_000)
+
+
+def test_the_judged_window_follows_the_first_evaluation_unless_it_came_late() -> None:
+    samples = [{"t": float(t)} for t in range(0, 180, 3)]
+    # An early evaluation: from just after it to the end.
+    assert judged_window(samples, 45.0, 60.0, 3.0) == (63.0, float("inf"))
+    # No evaluation in the run: from the warm-up to the end.
+    assert judged_window(samples, 45.0, None, 3.0) == (45.0, float("inf"))
+    # One at 171 s of 180 (a slow machine): the training before it, 42 samples, not 2.
+    assert judged_window(samples, 45.0, 171.0, 3.0) == (45.0, 171.0)
+    values = [100.0 if s["t"] < 171 else 140.0 for s in samples]  # eval threads start
+    judged = trend([s["t"] for s in samples], values, 45.0, until=171.0)
+    assert judged["growth"] == 0
 
 
 def _ranks(
