@@ -52,6 +52,10 @@ if [ -z "${SLURMTF_SLURM_MATRIX+set}" ]; then
              "(set SLURMTF_SLURM_TARBALL or SLURMTF_SLURM_MATRIX)" >&2
     fi
 fi
+# On the TensorFlow axis, the core of both tiers (`matrix or tf_core`, about 20 minutes on
+# 2 cores): every path and feature each release must run; the whole TensorFlow tier of every
+# release is `SLURMTF_TF_MATRIX=2.15,... bash scripts/matrix.sh` (docs/TENSORFLOW_VERSIONS.md).
 if [ -n "${SLURMTF_SLURM_MATRIX:-}${SLURMTF_TF_MATRIX:-}" ]; then
-    bash scripts/matrix.sh --durations=10
+    SLURMTF_TF_SELECTION="${SLURMTF_TF_SELECTION:-matrix or tf_core}" \
+        bash scripts/matrix.sh --durations=10
 fi

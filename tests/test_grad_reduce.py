@@ -104,6 +104,7 @@ def test_fp16_keeps_tiny_and_huge_gradients() -> None:
     assert "SUMS OK" in done.stdout, output
 
 
+@pytest.mark.tf_core
 @pytest.mark.tf
 @pytest.mark.slow
 def test_compressed_runs_follow_the_fp32_loss_curve(tmp_path: Path) -> None:

@@ -195,6 +195,7 @@ def check_same_weights(pair: Pair) -> list[dict[str, Any]]:
     return dones
 
 
+@pytest.mark.tf_core
 @pytest.mark.parametrize("name", ["keras3", "tf_keras", "custom", "tutorial", "tutorial_tf_keras"])
 def test_example_on_two_nodes_matches_one_worker(pairs: dict[str, Pair], name: str) -> None:
     dones = check_same_weights(pairs[name])
@@ -211,6 +212,7 @@ def test_example_on_two_nodes_matches_one_worker(pairs: dict[str, Pair], name: s
         check_clean_end(job.sandbox, job.job_id, logs)
 
 
+@pytest.mark.tf_core
 @pytest.mark.parametrize("name", ["tutorial", "tutorial_tf_keras"])
 def test_tutorial_script_through_submit_command_matches_one_worker(
     slurm_sandbox: SlurmSandbox,
@@ -241,6 +243,7 @@ def test_tutorial_script_through_submit_command_matches_one_worker(
         assert (pairs[name].job.run_dir.parent / "custom" / "model" / "checkpoints").is_dir()
 
 
+@pytest.mark.tf_core
 def test_fit_features_on_two_nodes(pairs: dict[str, Pair]) -> None:
     """fit (metrics, validation), evaluate and predict agree with one worker; only the
     chief writes ModelCheckpoint, BackupAndRestore and TensorBoard files."""

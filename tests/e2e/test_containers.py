@@ -65,6 +65,7 @@ def test_every_rank_starts_through_the_container_prefix(
 SHOW_PYTHON = "import json, sys; print(json.dumps({'event': 'python', 'path': sys.executable}))"
 
 
+@pytest.mark.tf_core
 @pytest.mark.parametrize(
     "what",
     [["--model=mnist", "--", *TINY], [f"--command=python3 -c {SHOW_PYTHON!r}"]],

@@ -34,6 +34,7 @@ ARGS = [
 ]
 
 
+@pytest.mark.tf_core
 def test_sidecar_evaluator_evaluates_every_checkpoint(
     slurm_sandbox: SlurmSandbox, tmp_path: Path
 ) -> None:

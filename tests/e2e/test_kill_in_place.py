@@ -145,6 +145,7 @@ def test_a_killed_rank_of_an_sbatch_job_trains_again_in_place(
         job.cancel()
 
 
+@pytest.mark.tf_core
 def test_a_killed_rank_of_a_submitted_model_trains_again_in_place(
     recovery_sandbox: SlurmSandbox, rival: list[Competitor], tmp_path: Path
 ) -> None:
@@ -166,6 +167,7 @@ def test_a_killed_rank_of_a_submitted_model_trains_again_in_place(
         recovery_sandbox.run(["scancel", jid], check=False)
 
 
+@pytest.mark.tf_core
 def test_a_killed_rank_of_a_fit_script_through_submit_command_trains_again_in_place(
     recovery_sandbox: SlurmSandbox, rival: list[Competitor], tmp_path: Path
 ) -> None:

@@ -104,6 +104,7 @@ sys.exit(mnist.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.tf_core
 def test_stalled_peer_fails_the_others_within_the_stall_timeout_naming_it(
     cluster_factory: Callable[[int], Cluster],
 ) -> None:
@@ -158,6 +159,7 @@ def test_a_taken_port_fails_that_rank_at_once_naming_it(
     assert "Traceback" not in rank.text(), cluster.logs()
 
 
+@pytest.mark.tf_core
 @pytest.mark.parametrize("present", [0, 1], ids=["leader-alone", "leader-missing"])
 def test_a_peer_that_never_starts_fails_within_the_registration_timeout(
     cluster_factory: Callable[[int], Cluster], present: int
@@ -221,6 +223,7 @@ def _rank_pid(job_id: str, rank: int, module: str) -> int | None:
     return None
 
 
+@pytest.mark.tf_core
 def test_a_killed_local_rank_restarts_in_place_and_completes(tmp_path: Path) -> None:
     """--cluster=local: SIGKILL of rank 1 mid-training restarts both ranks in place from
     the last checkpoint (one unit of --max_restarts, recorded as the job scripts record

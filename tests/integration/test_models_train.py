@@ -53,6 +53,7 @@ def _reached(job: Job, step: int) -> bool:
 # ---------------------------------------------------------------------- tests
 
 
+@pytest.mark.tf_core
 def test_two_workers_end_with_the_weights_of_one_worker(tmp_path: Path, jobs: list[Job]) -> None:
     """Same global batch and seed: 2 ranks x 8 examples == 1 rank x 16 examples, step by step.
 
@@ -182,6 +183,7 @@ def test_single_node_strategy_with_two_workers_is_refused(tmp_path: Path, jobs: 
     assert "HINT:" in job.stderr(0)
 
 
+@pytest.mark.tf_core
 @pytest.mark.parametrize("extra", [["--dtype=bf16", "--enable_xla"], ["--dtype=fp16"]])
 def test_mixed_precision_builds_and_steps(
     tmp_path: Path, jobs: list[Job], extra: list[str]
@@ -288,6 +290,7 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
     assert worst < WEIGHT_TOLERANCE, f"|straight - resumed| / |straight| = {worst} ({name})"
 
 
+@pytest.mark.tf_core
 def test_mirrored_replicas_end_with_the_weights_of_one_device(
     tmp_path: Path, jobs: list[Job]
 ) -> None:

@@ -40,6 +40,7 @@ print("SEEN", json.dumps(seen), flush=True)
 """
 
 
+@pytest.mark.tf_core
 @pytest.mark.parametrize(
     ("order", "legacy", "keras_fix"),
     [("keras-first", False, True), ("tensorflow-only", True, False)],
