@@ -20,16 +20,9 @@ from slurmtf.runtime.attempts import (
     read_record,
     restarts_so_far,
 )
-from slurmtf.runtime.recovery import (
-    Attempt,
-    Budget,
-    Nodes,
-    TaskEnding,
-    after_check,
-    decide,
-    srun_words,
-    task_ranks,
-)
+from slurmtf.runtime.endings import Attempt, TaskEnding, srun_words, task_ranks
+from slurmtf.runtime.node_choice import Nodes
+from slurmtf.runtime.recovery import Budget, after_check, decide
 
 PEER = {"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]}
 FROZEN = {**PEER, "heartbeat": True}

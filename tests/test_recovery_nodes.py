@@ -21,7 +21,9 @@ from slurmtf.runtime.attempts import (
     restart_in_place,
     watch_step,
 )
-from slurmtf.runtime.recovery import Attempt, Budget, Nodes, TaskEnding, decide, job_nodes
+from slurmtf.runtime.endings import Attempt, TaskEnding
+from slurmtf.runtime.node_choice import Nodes, job_nodes
+from slurmtf.runtime.recovery import Budget, decide
 
 ALLOC = ("node1", "node2", "node3")
 LOST_PEER = Attempt(

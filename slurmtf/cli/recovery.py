@@ -36,7 +36,7 @@ from slurmtf.runtime.attempts import (
     watch_step,
 )
 from slurmtf.runtime.jobslurm import range_minimum
-from slurmtf.runtime.recovery import job_nodes
+from slurmtf.runtime.node_choice import job_nodes
 from slurmtf.slurm.runner import default_runner
 
 PROGRAM = "slurmtf recovery"

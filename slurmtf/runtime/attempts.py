@@ -28,16 +28,9 @@ from typing import Any
 from slurmtf.contracts import rank_error_line
 from slurmtf.errors import InputError, SlurmCommandError
 from slurmtf.events import Event, named, parse_events
-from slurmtf.runtime.recovery import (
-    Attempt,
-    Budget,
-    Decision,
-    Nodes,
-    TaskEnding,
-    after_check,
-    as_requeue,
-    decide,
-)
+from slurmtf.runtime.endings import Attempt, TaskEnding
+from slurmtf.runtime.node_choice import Nodes
+from slurmtf.runtime.recovery import Budget, Decision, after_check, as_requeue, decide
 from slurmtf.slurm.runner import Runner, default_runner
 
 RECORD_NAME = "recovery-{job}.jsonl"

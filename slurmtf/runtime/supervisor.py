@@ -51,6 +51,7 @@ from slurmtf.runtime.commands import RankCommand, find_model, rank_command
 from slurmtf.runtime.follow import Copier, EventFollower, sizes
 from slurmtf.runtime.joblog import log, plain
 from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, cpus_note, gpu_bind
+from slurmtf.runtime.node_choice import Nodes
 from slurmtf.runtime.placement import (
     Placement,
     allocated_nodes,
@@ -58,7 +59,7 @@ from slurmtf.runtime.placement import (
     first_placement,
     next_placement,
 )
-from slurmtf.runtime.recovery import Decision, Nodes
+from slurmtf.runtime.recovery import Decision
 from slurmtf.runtime.staging import Staging
 from slurmtf.slurm.resv_ports import cluster_span, resv_ports_args
 from slurmtf.slurm.runner import Runner
