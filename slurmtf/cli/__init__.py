@@ -41,7 +41,6 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 # Not listed (for inspection and scripts of one's own): name -> module.
 HIDDEN: dict[str, str] = {
-    "recovery": "slurmtf.cli.recovery",
 }
 
 # Subcommands whose module takes the subcommand name as its first argument.

@@ -1,10 +1,9 @@
 """The edge of :mod:`slurmtf.runtime.recovery`: an attempt's evidence from its logs, the
-job's restart record, and the decision (for the supervisor; as shell assignments for
-``slurmtf recovery``).
+job's restart record, and the decision (for the supervisor and ``--cluster=local``).
 
 What one attempt left: srun's exit status and its ``task N: ...`` lines (in the file its
 stderr is appended to), and each rank's JSON event lines and error output, all read from
-where the attempt started in each file (the offsets the job script noted before the
+where the attempt started in each file (the offsets the supervisor noted before the
 step). Nothing here reads human progress text: the ranks' ``peer_lost``, ``stalled``,
 ``serving``, ``preempted`` and ``exit`` events say what happened.
 
@@ -18,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -185,8 +183,8 @@ def drained_nodes(nodes: Sequence[str], runner: Runner) -> tuple[str, ...]:
 def watch_step(
     files: LogFiles, nodes: Nodes, probed: Sequence[str], runner: Runner, timeout: float
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """:func:`probe_lost` of the nodes every rank's log says its peers lost so far
-    (``slurmtf recovery watch``; the supervisor reads them from the nodes' files)."""
+    """:func:`probe_lost` of the nodes every rank's log says its peers lost so far (the
+    supervisor reads them from the nodes' files instead: :func:`lost_in`)."""
     return probe_lost(read_attempt(0, files).lost_nodes(), nodes, probed, runner, timeout)
 
 
@@ -222,29 +220,9 @@ def write_record(path: Path, record: Mapping[str, Any]) -> None:
         handle.write(json.dumps(dict(record)) + "\n")
 
 
-def shell_lines(decision: Decision, line: str) -> str:
-    """The decision as shell assignments (``slurmtf recovery decide``)."""
-    values = {
-        "slurmtf_action": decision.action,
-        "slurmtf_why": decision.why,
-        "slurmtf_status": str(decision.status),
-        "slurmtf_line": line,
-        "slurmtf_note": decision.note,
-        "slurmtf_exclude": ",".join(decision.exclude),
-        "slurmtf_next_restart": str(decision.restart),
-        "slurmtf_nodes": ",".join(decision.nodes),
-    }
-    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
-
-
-def shell_assignments(**values: str) -> str:
-    """``slurmtf_KEY='value'`` lines (``slurmtf recovery``)."""
-    return "".join(f"slurmtf_{k}={shlex.quote(v)}\n" for k, v in values.items())
-
-
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """What the job script knows about the step that ended and the job around it."""
+    """What the supervisor knows about the step that ended and the job around it."""
 
     job_id: str
     status: int
@@ -258,12 +236,6 @@ class Step:
     dead: tuple[str, ...] = ()  # nodes the watch found silent during the step (no probe again)
     alive: tuple[str, ...] = ()  # nodes the watch found answering during the step
     in_place: bool = True  # False (SLURMTF_RESTART_IN_PLACE=0): a restart is a requeue
-
-
-def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) -> str:
-    """Read the attempt, decide, record a restart/requeue/stop; the shell assignments."""
-    decision, line = decide_and_record(step, files, runner)
-    return shell_lines(decision, line)
 
 
 def decide_and_record(
