@@ -132,23 +132,27 @@ def restarts_so_far(records: Sequence[Mapping[str, Any]], slurm_requeues: int) -
     return restarts + max(requeues, slurm_requeues)
 
 
-def probe_args(node: str) -> list[str]:
-    """A one-task step on ``node`` that does nothing. ``--overlap``: after a node hangs,
-    Slurm keeps the old step on the books (it holds the CPUs of every node of the step)
-    until that node answers again, and a step without it would wait for them."""
+def probe_args(node: str, group: int | None = None) -> list[str]:
+    """A one-task step on ``node`` (of the heterogeneous job's component ``group``) that
+    does nothing. ``--overlap``: after a node hangs, Slurm keeps the old step on the books
+    (it holds the CPUs of every node of the step) until that node answers again, and a
+    step without it would wait for them."""
+    het = [f"--het-group={group}"] if group is not None else []
     return [
-        "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--time=1",
+        "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", *het, "--time=1",
         "--output=/dev/null", "--error=/dev/null", "true",
     ]  # fmt: skip
 
 
-def probe_dead(nodes: Sequence[str], runner: Runner, timeout: float) -> tuple[str, ...]:
+def probe_dead(
+    nodes: Sequence[str], runner: Runner, timeout: float, group: int | None = None
+) -> tuple[str, ...]:
     """The nodes whose slurmd no longer starts a task of this job (dead or frozen), probed
     side by side, each within ``timeout`` seconds."""
 
     def silent(node: str) -> bool:
         try:
-            runner(probe_args(node), timeout=timeout)
+            runner(probe_args(node, group), timeout=timeout)
         except SlurmCommandError:
             return True
         return False
@@ -303,7 +307,7 @@ def _recorded(
     if decision.action != "done":
         record = {"time": round(time.time(), 3), "job_id": step.job_id, "attempt": attempt}
         record.update(action=decision.action, why=decision.why, status=decision.status)
-        record.update(exclude=list(decision.exclude), line=line, ends=_err_sizes(files))
+        record.update(exclude=list(decision.exclude), line=line, ends=err_sizes(files))
         if decision.action == "restart":
             record.update(restart=decision.restart, seconds=seconds, nodes=list(decision.nodes))
         if killed:
@@ -312,7 +316,28 @@ def _recorded(
     return decision, line
 
 
-def _err_sizes(files: LogFiles) -> dict[str, int]:
+KINDS = ("supervisor", "batch_host")  # decisions about the job's batch side
+
+
+def record_batch_side(
+    log_dir: Path, job_id: str, attempt: int, decision: Decision, line: str, *, kind: str,
+    **extra: Any,
+) -> None:  # fmt: skip
+    """A decision about the job's batch side (``kind``: ``supervisor``, its own end;
+    ``batch_host``, the node it ran on) appended to the job's record, with ``extra``
+    (``host``, ``lost_at``, ...): ``slurmtf status`` and ``logs`` show its line."""
+    record = {"time": round(time.time(), 3), "job_id": job_id, "attempt": attempt}
+    record.update(action=decision.action, why=decision.why, status=decision.status)
+    record.update(exclude=list(decision.exclude), line=line, kind=kind, **extra)
+    write_record(record_path(log_dir, job_id), record)
+
+
+def batch_side_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The lines of the record's decisions about the job's batch side, in order."""
+    return [str(r["line"]) for r in records if r.get("kind") in KINDS and r.get("line")]
+
+
+def err_sizes(files: LogFiles) -> dict[str, int]:
     """Where the attempt ended in each rank's error log: what comes before it is an
     earlier attempt's (``slurmtf status`` says so of its last error)."""
     sizes = {}

@@ -83,6 +83,8 @@ class JobSettings:
     node_watch: bool  # SLURMTF_NODE_WATCH
     watch_s: float  # SLURMTF_NODE_WATCH_S: how often the supervisor looks at the ranks
     probe_s: float  # SLURMTF_NODE_PROBE_S
+    beat_s: float  # SLURMTF_HEARTBEAT_S: the supervisor's heartbeat for its keeper and watcher
+    watcher: bool  # SLURMTF_WATCHER: a watcher step on another node (for the batch host)
     in_place: str  # SLURMTF_RESTART_IN_PLACE
     legacy_keras: bool
     cluster_flags: bool
@@ -142,6 +144,8 @@ class JobSettings:
             node_watch=env.get("SLURMTF_NODE_WATCH", "1") == "1",
             watch_s=_seconds("SLURMTF_NODE_WATCH_S", env.get("SLURMTF_NODE_WATCH_S") or "1"),
             probe_s=_seconds("SLURMTF_NODE_PROBE_S", env.get("SLURMTF_NODE_PROBE_S") or "10"),
+            beat_s=_seconds("SLURMTF_HEARTBEAT_S", env.get("SLURMTF_HEARTBEAT_S") or "5"),
+            watcher=env.get("SLURMTF_WATCHER", "1") != "0",
             in_place=env.get("SLURMTF_RESTART_IN_PLACE", "1"),
             legacy_keras=env.get("LEGACY_KERAS", "0") == "1",
             cluster_flags=env.get("CLUSTER_FLAGS", "0") == "1",

@@ -17,6 +17,11 @@ budget (:class:`Budget`) and the allocation's nodes (:class:`Nodes`, chosen in
   it, and too few nodes may be left (the job is requeued without the nodes left out);
 * ``stop``: a rank's own deterministic error (exit 2, an exception), or the budget is spent.
 
+Two decisions concern the job's batch side rather than a step: :func:`after_supervisor`
+(the supervisor itself died on a healthy host: its keeper starts it again in place) and
+:func:`after_batch_host` (the watcher found the batch host lost: requeue without it).
+With the budget spent, both stop.
+
 Restarts in place and requeues share one budget (``MAX_RESTARTS``). The edge that reads the
 logs and records the decision for the supervisor is :mod:`slurmtf.runtime.attempts`.
 """
@@ -153,6 +158,21 @@ def _again(action: str, why: str, status: int, budget: Budget, nodes: Nodes) -> 
     if action != "restart" or not exclude or not nodes.allocated:
         return decision
     return dataclasses.replace(decision, nodes=nodes.step_nodes(), placement=nodes.placement())
+
+
+def after_supervisor(why: str, budget: Budget) -> Decision:
+    """The supervisor itself ended without the job's status (``why``: killed, an uncaught
+    exception, stopped beating) while its batch host is healthy: its keeper starts it
+    again in place, which costs a restart of the budget; with the budget spent, stop."""
+    return _again("restart", why, EXIT_FAILURE, budget, NO_NODES)
+
+
+def after_batch_host(why: str, host: str, budget: Budget) -> Decision:
+    """The batch host was lost or its supervisor stays silent (``why``, seen by the watcher
+    from another node): requeue the job without ``host``, within the budget; with the
+    budget spent, stop (the watcher then cancels the job rather than hold its nodes)."""
+    nodes = Nodes((host,), dead=(host,)) if host else NO_NODES
+    return _again("requeue", why, EXIT_FAILURE, budget, nodes)
 
 
 def as_requeue(decision: Decision) -> Decision:
