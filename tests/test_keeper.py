@@ -143,7 +143,13 @@ def test_a_dead_supervisors_steps_are_ended_with_it(tmp_path: Path) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return 0
 
-    assert keep(tmp_path, supervise)[0] == 0
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)  # not its own
+    try:
+        assert keep(tmp_path, supervise)[0] == 0
+        assert bystander.poll() is None  # a child the process had before: left alone
+    finally:
+        bystander.kill()
+        bystander.wait()
     for pid in map(int, pids.read_text().split()):
         assert not alive(pid), pid
 

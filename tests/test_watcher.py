@@ -7,6 +7,7 @@ fake Slurm runner and clock; no Slurm, no TensorFlow."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 import sys
@@ -31,6 +32,7 @@ from slurmtf.runtime.heartbeat import Beat, beat_path, read_beat, write_beat
 from slurmtf.runtime.jobsettings import JobSettings
 from slurmtf.runtime.keeper import Ending
 from slurmtf.runtime.recovery import Budget, after_batch_host, after_supervisor
+from slurmtf.runtime.supervisor import Supervisor
 from slurmtf.runtime.watcher import Watcher, WatchSettings
 
 BEAT_S = 5.0
@@ -113,7 +115,7 @@ def test_a_lost_batch_host_requeues_the_job_at_once_without_it(tmp_path: Path) -
     slurm = FakeSlurm(dead=["node1"], busy=2)
     status, watched = watch(tmp_path, slurm, beats=3)
     assert status == 0
-    assert watched == 3 * BEAT_S + 4 * BEAT_S  # news for 3 beats, then 4 silent ones
+    assert watched == 3 * BEAT_S + 3 * BEAT_S  # news for 3 beats, then 3 silent ones
     probes = slurm.ran("srun")
     assert len(probes) == 1
     assert "--nodelist=node1" in probes[0]
@@ -176,11 +178,11 @@ def test_a_silent_supervisor_on_a_host_that_answers_is_left_to_its_keeper_then_r
     beat(tmp_path)
     slurm = FakeSlurm()
     assert watch(tmp_path, slurm)[1] == 12 * BEAT_S  # GIVE_UP_BEATS of silence
-    assert len(slurm.ran("srun")) == 9  # a probe a beat from the 4th silent one
+    assert len(slurm.ran("srun")) == 10  # a probe a beat from the 3rd silent one
     assert slurm.ran("scontrol requeue") == ["scontrol requeue 7"]
     said = (tmp_path / "job.out").read_text()
     assert (
-        "the supervisor on node1 has not beaten for 20 s, but node1 answers: its keeper "
+        "the supervisor on node1 has not beaten for 15 s, but node1 answers: its keeper "
         "ends a supervisor silent for 30 s and starts it again" in said
     )
     assert said.count("has not beaten") == 1
@@ -285,7 +287,7 @@ def test_a_restarted_supervisor_records_what_the_one_before_cost(tmp_path: Path)
     (tmp_path / "rank0.err").write_text(cancelled)
     slurm = FakeSlurm()
     ending = Ending(4242, "node1", 1795819574.0, 137)
-    assert take_over(job(tmp_path, SLURM_RESTART_COUNT="1"), ending, slurm) is None
+    assert take_over(job(tmp_path, SLURM_RESTART_COUNT="1"), ending, None, slurm) is None
     assert slurm.ran("squeue")[0] == "squeue -h -s -j 7 -o '%i %j'"
     (record,) = read_record(tmp_path, "7")
     assert (record["kind"], record["action"], record["host"]) == ("supervisor", "restart", "node1")
@@ -301,15 +303,16 @@ def test_a_restarted_supervisor_records_what_the_one_before_cost(tmp_path: Path)
     decision, line = after_keeper(spent, ending, 2)
     assert decision.action == "stop"
     assert "not restarted: already restarted 2 time(s) (MAX_RESTARTS=2)" in line
-    assert take_over(spent, ending, FakeSlurm()) == 1
+    assert take_over(spent, ending, None, FakeSlurm()) == 1
 
 
 def test_a_requeue_slurm_made_while_the_supervisor_ran_is_said_once(tmp_path: Path) -> None:
     """A one-node job whose node failed: Slurm requeued it (the heartbeat still says
     running); the next start says so, with the last beat's time, and records it."""
-    write_beat(beat_path(tmp_path, "7"), Beat("7", "node3", 42, 41, 9, 1795819574.0))
-    assert after_slurm_requeue(job(tmp_path)) == ""  # the first start: nothing to say
-    line = after_slurm_requeue(job(tmp_path, SLURM_RESTART_COUNT="1"))
+    old = Beat("7", "node3", 42, 41, 9, 1795819574.0)
+    assert after_slurm_requeue(job(tmp_path), old) == ""  # the first start: nothing to say
+    assert after_slurm_requeue(job(tmp_path, SLURM_RESTART_COUNT="1"), None) == ""
+    line = after_slurm_requeue(job(tmp_path, SLURM_RESTART_COUNT="1"), old)
     assert line.startswith("Slurm requeued job 7 while its supervisor (pid 42 on node3) still "
                            "ran (its last heartbeat at 20")  # fmt: skip
     assert "): the batch host node3 was lost; started again at " in line
@@ -317,9 +320,9 @@ def test_a_requeue_slurm_made_while_the_supervisor_ran_is_said_once(tmp_path: Pa
     records = read_record(tmp_path, "7")
     assert [r["kind"] for r in records] == ["batch_host"]
     assert restarts_so_far(records, 1) == 1
-    assert after_slurm_requeue(job(tmp_path, SLURM_RESTART_COUNT="1")) == ""  # said once
-    write_beat(beat_path(tmp_path, "7"), Beat("7", "node3", 42, 41, 9, 0.0, "requeueing"))
-    assert after_slurm_requeue(job(tmp_path, SLURM_RESTART_COUNT="2")) == ""  # ours
+    assert after_slurm_requeue(job(tmp_path, SLURM_RESTART_COUNT="1"), old) == ""  # said once
+    ours = dataclasses.replace(old, state="requeueing")  # the watcher's requeue: recorded
+    assert after_slurm_requeue(job(tmp_path, SLURM_RESTART_COUNT="2"), ours) == ""
 
 
 def test_the_decisions_of_the_batch_side() -> None:
@@ -353,3 +356,44 @@ def test_the_record_of_the_batch_side_reads_as_json_lines(tmp_path: Path) -> Non
     watch(tmp_path, FakeSlurm(dead=["node1"]))
     text = (tmp_path / "recovery-7.jsonl").read_text()
     assert [json.loads(line)["kind"] for line in text.splitlines()] == ["batch_host"]
+
+
+FAKE_SRUN = """#!/bin/bash
+if [[ " $* " == *" --job-name=slurmtf-watcher "* ]]; then
+    echo "$$ $*" > "$WORK/watcher"
+    exec sleep 300
+fi
+sleep 0.5
+exit 0
+"""
+
+
+def test_the_supervisor_starts_its_watcher_on_another_node_and_ends_it(tmp_path: Path) -> None:
+    """The real supervisor with a fake srun: the watcher step on node2 (not the batch
+    host), ended with the job; the heartbeat's last word is ``ended``."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text(FAKE_SRUN)
+    (bin_dir / "srun").chmod(0o755)
+    environ = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin", "WORK": str(tmp_path), "LOG_DIR": str(tmp_path),
+        "MODEL_DIR": str(tmp_path / "m"), "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-2]",
+        "SLURM_JOB_NUM_NODES": "2", "SLURMD_NODENAME": "node1", "PYTHON": sys.executable,
+        "SLURMTF_NODE_WATCH_S": "0.05",
+    }  # fmt: skip
+    settings = JobSettings.read("command", environ)
+    status = Supervisor(settings, ["train"], environ, FakeSlurm()).run(header=False)
+    assert status == 0
+    pid, *args = (tmp_path / "watcher").read_text().split()
+    assert "--nodelist=node2" in args
+    assert "--host=node1" in args
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    beat = read_beat(beat_path(tmp_path, "7"))
+    assert beat is not None
+    assert (beat.state, beat.host, beat.job_id) == ("ended", "node1", "7")
+
+
+def test_the_watcher_refuses_to_run_without_its_job() -> None:
+    from slurmtf.cli import watcher as cli
+
+    assert cli.main(["--job_id=7", "--host=node1"]) == 2

@@ -40,7 +40,7 @@ from slurmtf.runtime.attempts import (
     restarts_so_far,
 )
 from slurmtf.runtime.children import Child
-from slurmtf.runtime.heartbeat import Beat, beat_path, read_beat
+from slurmtf.runtime.heartbeat import Beat
 from slurmtf.runtime.joblog import log, now
 from slurmtf.runtime.jobsettings import JobSettings
 from slurmtf.runtime.jobslurm import WATCHER_NAME, end_stale_steps
@@ -161,14 +161,16 @@ class WatcherStep:
 def take_over(
     job: JobSettings,
     previous: Ending | None,
+    before: Beat | None,
     runner: Runner,
     *,
     sleep: Callable[[float], None] = time.sleep,
 ) -> int | None:
-    """What a supervisor says and does of the one before it in this job; the job's exit
-    status when it stops here (the budget is spent), else ``None``."""
+    """What a supervisor says and does of the one before it in this job (``previous``:
+    its keeper's word, ``before``: its last heartbeat); the job's exit status when it
+    stops here (the budget is spent), else ``None``."""
     if previous is None:
-        line = after_slurm_requeue(job)
+        line = after_slurm_requeue(job, before)
         if line:
             log(line, error=True)
         return None
@@ -191,11 +193,10 @@ def after_keeper(job: JobSettings, previous: Ending, used: int) -> tuple[Decisio
     return decision, decision.line(job.job_id, max(0.0, time.time() - previous.at))
 
 
-def after_slurm_requeue(job: JobSettings) -> str:
+def after_slurm_requeue(job: JobSettings, old: Beat | None) -> str:
     """After a requeue that no decision of slurmtf's recorded, while the supervisor before
-    still beat (``running``): its node failed and Slurm requeued the job. The line,
-    recorded; "" for any other start."""
-    old = read_beat(beat_path(job.log_dir, job.job_id))
+    (``old``: its last heartbeat) still beat (``running``): its node failed and Slurm
+    requeued the job. The line, recorded; "" for any other start."""
     if not job.requeues or old is None or old.state not in ("running", "restarting"):
         return ""
     records = read_record(job.log_dir, job.job_id)

@@ -43,7 +43,7 @@ STATES = ("running", "restarting", "requeueing", "stopping", "ended")
 QUIET = ("requeueing", "stopping", "ended")  # the job ends or goes back to the queue
 PULSE = b"."  # one beat on the keeper's pipe
 # How long a silence means what, in beats (SLURMTF_HEARTBEAT_S, 5 s by default):
-SILENT_BEATS = 4  # the watcher probes the batch host (a lost host: requeue at once)
+SILENT_BEATS = 3  # the watcher probes the batch host (a lost host: requeue at once)
 STUCK_BEATS = 6  # the keeper ends its supervisor and starts it again
 GIVE_UP_BEATS = 12  # the watcher requeues though the host answers (the keeper is gone too)
 

@@ -112,9 +112,10 @@ class Keeper:
         previous: Ending | None = None
         starts = 0
         while True:
+            before = set(_children(os.getpid()))  # not the supervisor's: never touched
             status, ending = self._once(previous)
             starts += 1
-            self._end_orphans()
+            self._end_orphans(before)
             if status is not None:
                 return status
             if self.ending:
@@ -178,23 +179,24 @@ class Keeper:
         )  # fmt: skip
         write_beat(self.beat_path, beat)
 
-    def _end_orphans(self) -> None:
-        """Kill the process group of every child the keeper adopted (the srun steps of a
-        supervisor that is gone) and reap them."""
-        me = os.getpid()
-        for pid in _children(me):
+    def _end_orphans(self, before: set[int]) -> None:
+        """Kill the process group of every child the keeper adopted while its supervisor
+        ran (the srun steps of a supervisor that is gone: children that were not there
+        before) and reap them."""
+        orphans = [pid for pid in _children(os.getpid()) if pid not in before]
+        for pid in orphans:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)  # srun and what it started (a session each)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                done, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if not done:
-                time.sleep(0.05)
+        while orphans and time.monotonic() < deadline:
+            for pid in list(orphans):
+                with contextlib.suppress(ChildProcessError):
+                    if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                        continue
+                orphans.remove(pid)
+            time.sleep(0.05)
 
     def _signal(self, signum: int, _frame: FrameType | None) -> None:
         if signum in ENDING:

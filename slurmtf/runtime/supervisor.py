@@ -66,7 +66,7 @@ from slurmtf.runtime.batchhost import WatcherStep, take_over
 from slurmtf.runtime.children import Child
 from slurmtf.runtime.commands import RankCommand, find_model, rank_command
 from slurmtf.runtime.follow import Copier, EventFollower, sizes
-from slurmtf.runtime.heartbeat import Beat, Heartbeat, beat_path
+from slurmtf.runtime.heartbeat import Beat, Heartbeat, beat_path, read_beat
 from slurmtf.runtime.joblog import log, plain
 from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, cpus_note, gpu_bind
 from slurmtf.runtime.keeper import Ending
@@ -85,8 +85,8 @@ from slurmtf.slurm.runner import Runner
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
 USURPED = (
-    "the job went on without this supervisor (requeued by its watcher while this one was "
-    "stopped): it stops here and asks Slurm nothing"
+    "the job went on without this supervisor (requeued while this one was stopped): it "
+    "stops here and asks Slurm nothing"
 )
 
 
@@ -117,6 +117,7 @@ class Supervisor:
         self.requeued = False
         self.finished = False
         self.previous = previous  # how the supervisor before this one ended (its keeper's word)
+        self.before: Beat | None = None
         base = Beat(job.job_id, job.slurm.nodename or "", os.getpid(), os.getppid(), 0, 0.0)
         self.beats = Heartbeat(beat_path(job.log_dir, job.job_id), base, job.beat_s,
                                self.beat_state, pipe)  # fmt: skip
@@ -135,6 +136,7 @@ class Supervisor:
         before = {s: signal.getsignal(s) for s in (*FORWARDED, signal.SIGTERM)}
         self._install_signals()
         self.job.log_dir.mkdir(parents=True, exist_ok=True)
+        self.before = read_beat(self.beats.path)  # the supervisor before this one's last word
         self.beats.start()
         try:
             status = self.supervise(header)
@@ -157,7 +159,7 @@ class Supervisor:
 
     def supervise(self, header: bool) -> int:
         self.job.model_dir.mkdir(parents=True, exist_ok=True)
-        stopped = take_over(self.job, self.previous, self.runner)
+        stopped = take_over(self.job, self.previous, self.before, self.runner)
         if stopped is not None:
             return stopped
         self.attempt = restarts_so_far(
