@@ -17,6 +17,7 @@ the freeze to the requeue, to Slurm setting the host DOWN, to training again.
 from __future__ import annotations
 
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -68,7 +69,11 @@ def frozen(host_sandbox: SlurmSandbox) -> Iterator[list[int]]:
 
 
 def down_at(sandbox: SlurmSandbox, node: str) -> bool:
-    return "down" in sandbox.sandbox.node_states().get(node, "")
+    """Whether Slurm says ``node`` is down (not known yet when sinfo is slow to answer)."""
+    try:
+        return "down" in sandbox.sandbox.node_states().get(node, "")
+    except subprocess.TimeoutExpired:
+        return False
 
 
 @pytest.mark.matrix
