@@ -83,11 +83,12 @@ def batch_side(job_id: str) -> dict[str, int]:
 
 
 def cpu_time(pid: int, proc: Path = Path("/proc")) -> float | None:
-    """Seconds ``pid`` ran on a CPU so far, to the nanosecond (``/proc/PID/schedstat``: a
-    process that reads a small file every few seconds uses less than the 10 ms clock tick
-    of ``/proc/PID/stat`` in a minute)."""
+    """Seconds ``pid`` ran on a CPU so far, every thread of it, to the nanosecond
+    (``/proc/PID/task/TID/schedstat``: a process that reads a small file every few seconds
+    uses less than the 10 ms clock tick of ``/proc/PID/stat`` in a minute)."""
     try:
-        return int((proc / str(pid) / "schedstat").read_text().split()[0]) / 1e9
+        tasks = list((proc / str(pid) / "task").iterdir())
+        return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
     except (OSError, IndexError, ValueError):
         return None
 
