@@ -135,6 +135,10 @@ def test_a_lost_batch_host_requeues_the_job_at_once_without_it(tmp_path: Path) -
     )
     assert line.endswith(" without node1")
     assert line in (tmp_path / "job.out").read_text()
+    assert (
+        "Slurm holds job 7 (COMPLETING, then PENDING) until it gives node1 up, about "
+        "SlurmdTimeout (300 s) after node1's last answer" in (tmp_path / "job.out").read_text()
+    )
     assert batch_side_lines(read_record(tmp_path, "7")) == [line]
     assert restarts_so_far(read_record(tmp_path, "7"), 1) == 1  # Slurm's count agrees
     written = read_beat(beat_path(tmp_path, "7"))

@@ -169,6 +169,11 @@ class Watcher:
         self.say(line)
         if decision.action == "stop" or not jobslurm.requeue(job, (host,), self.runner, self.say):
             self.cancel()
+            return True
+        timeout = jobslurm.slurmd_timeout(self.runner)
+        self.say(f"Slurm holds job {job} (COMPLETING, then PENDING) until it gives {host} up, "
+                 f"about SlurmdTimeout ({timeout} s) after {host}'s last answer, then for its "
+                 "requeue delay (cred_expire), and starts it again on other nodes")  # fmt: skip
         return True
 
     def mark_requeueing(self) -> None:

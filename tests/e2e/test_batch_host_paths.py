@@ -1,11 +1,13 @@
 """A lost batch host on the other launch paths and shapes: requeued, resumed, said.
 
-Light ranks (``tests/scripts/steady.py``: steps, a checkpoint, a resume; no TensorFlow
-but the parameter-server job's servers), three jobs at once on a sandbox of their own
-(``SlurmdTimeout`` 30 s). Each loses its batch host at step 8:
+Four jobs at once on a sandbox of their own (``SlurmdTimeout`` 30 s), light ranks
+(``tests/scripts/steady.py``: steps, a checkpoint, a resume; no TensorFlow) but for the
+bundled model and the parameter-server job's servers. Each loses its batch host at step 8:
 
 * ``submit``: ``slurmtf submit --command="python steady.py ..." --nodes=2``; the batch
   host dies (its slurmd and every process of the job on it SIGKILLed);
+* ``model``: ``slurmtf submit --model=mnist --nodes=2`` (TensorFlow: the bundled model
+  resumes from its checkpoint); the batch host dies;
 * ``het``: the heterogeneous parameter-server form (``sbatch -N1 -n2 : -N1
   jobs/parameter_server.sbatch``, chief and ps on component 0, a worker on component 1,
   whose node the watcher runs on); the batch host dies;
@@ -40,6 +42,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.slow]
 SLURMD_TIMEOUT = 30
 STEADY = REPO / "tests" / "scripts" / "steady.py"
 STEPS = 60
+MNIST_STEPS = 40
 ENV = {"SLURMTF_HEARTBEAT_S": "2", "MAX_RESTARTS": "2"}
 LOST = r"batch host {host} lost at \S+ \(the supervisor's last heartbeat; {host} does not answer"
 
@@ -50,6 +53,7 @@ class Lost:
 
     name: str
     job_id: str
+    steps: int  # the last step
     folder: Path  # its log folder
     out: Path  # rank 0's events
     log: Path  # the job's own log
@@ -65,28 +69,37 @@ class Lost:
 
 @pytest.fixture(scope="module")
 def paths_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
-    """Eight nodes: the three jobs (whole nodes each) take five, and start again without
-    the three lost."""
-    yield from module_sandbox(tmp_path_factory, "paths", nodes=8, slurmd_timeout=SLURMD_TIMEOUT)
+    """Eleven nodes: the four jobs (whole nodes each) take seven, and start again without
+    the four lost."""
+    yield from module_sandbox(tmp_path_factory, "paths", nodes=11, slurmd_timeout=SLURMD_TIMEOUT)
 
 
-def submitted(sandbox: SlurmSandbox, root: Path) -> dict[str, Lost]:
-    """The three jobs, at once."""
-    steady = [str(STEADY), f"--steps={STEPS}", "--step_s=0.5"]
-    jobs: dict[str, Lost] = {}
-    folder = root / "submit"
+def submit(sandbox: SlurmSandbox, folder: Path, name: str, steps: int, *flags: str) -> Lost:
+    """``slurmtf submit --nodes=2 FLAGS`` from ``folder`` (its log folder)."""
     folder.mkdir(parents=True)
-    command = f"{PYTHON} {' '.join(steady)} --model_dir={folder / 'model'}"
     done = sandbox.run(
-        [PYTHON, "-m", "slurmtf.submit", f"--command={command}", "--nodes=2", "--time=15",
-         "--max_restarts=2", f"--log_dir={folder}", "--exclusive"],
+        [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=15", "--max_restarts=2",
+         f"--log_dir={folder}", "--exclusive", *flags],
         env={**ENV, "SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=folder,
     )  # fmt: skip
     found = re.search(r"submitted job (\d+)", done.stdout)
     assert found, done.stdout + done.stderr
     jid = found.group(1)
     out = folder / f"{jid}_0_log.out"  # rank 0's stdout is the job's log too (submitit)
-    jobs["submit"] = Lost("submit", jid, folder, out, out, nodefaults.kill_node)
+    return Lost(name, jid, steps, folder, out, out, nodefaults.kill_node)
+
+
+def submitted(sandbox: SlurmSandbox, root: Path) -> dict[str, Lost]:
+    """The four jobs, at once."""
+    steady = [str(STEADY), f"--steps={STEPS}", "--step_s=0.5"]
+    command = f"{PYTHON} {' '.join(steady)} --model_dir={root / 'submit' / 'model'}"
+    mnist = ["--model=mnist", "--", "--batch_size=16", "--eval_steps=1", "--num_threads=1",
+             "--log_every=1", f"--train_steps={MNIST_STEPS}", "--checkpoint_every=5",
+             "--heartbeat_timeout=10"]  # fmt: skip
+    jobs = {
+        "submit": submit(sandbox, root / "submit", "submit", STEPS, f"--command={command}"),
+        "model": submit(sandbox, root / "model", "model", MNIST_STEPS, *mnist),
+    }
     for name, script, shape, how in (
         ("het", "parameter_server.sbatch", ["-N1", "-n2", ":", "-N1", "--ntasks-per-node=1"],
          nodefaults.kill_node),
@@ -106,7 +119,7 @@ def submitted(sandbox: SlurmSandbox, root: Path) -> dict[str, Lost]:
             env=env,
         )  # fmt: skip
         log = run / f"{name}-{jid}.out"
-        jobs[name] = Lost(name, jid, run / "logs", run / "logs" / "rank0.out", log, how)
+        jobs[name] = Lost(name, jid, STEPS, run / "logs", run / "logs" / "rank0.out", log, how)
     return jobs
 
 
@@ -148,9 +161,11 @@ def check(sandbox: SlurmSandbox, job: Lost) -> str:
     assert sandbox.wait(job.job_id, 240) == "COMPLETED", sandbox.logs(job.job_id)
     starts = named(read_events(job.out), "cluster")
     assert [c["restart_count"] for c in starts] == [0, 1], starts
-    assert starts[-1]["start_step"] >= 5, starts  # from the checkpoint
-    assert starts[-1]["node"] != job.host, starts
-    assert named(read_events(job.out), "done")[-1]["step"] == STEPS
+    done = named(read_events(job.out), "done")[-1]
+    assert done["step"] == job.steps, done
+    assert done["start_step"] >= 5, done  # from the checkpoint
+    workers = starts[-1].get("workers") or [f"{starts[-1]['node']}:0"]
+    assert job.host not in {w.rsplit(":", 1)[0] for w in workers}, starts
     (line,) = batch_side_lines(read_record(job.folder, job.job_id))
     status = sandbox.run([PYTHON, "-m", "slurmtf.cli", "status", job.job_id]).stdout
     assert line in status, status
@@ -158,10 +173,12 @@ def check(sandbox: SlurmSandbox, job: Lost) -> str:
     return line
 
 
-def test_a_submitted_command_loses_its_batch_host(
-    paths_sandbox: SlurmSandbox, lost: dict[str, Lost]
+@pytest.mark.parametrize("name", ["submit", "model"])
+def test_a_submitted_job_loses_its_batch_host(
+    paths_sandbox: SlurmSandbox, lost: dict[str, Lost], name: str
 ) -> None:
-    job = lost["submit"]
+    """``submit --command`` and ``submit --model``: the same hand-over to the supervisor."""
+    job = lost[name]
     line = check(paths_sandbox, job)
     assert re.match(LOST.format(host=job.host), line), line
     assert line in job.job_log(), job.job_log()[-3000:]  # the watcher's line in the job's log
