@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from slurmtf.errors import SlurmCommandError
+from slurmtf.errors import InputError, SlurmCommandError
 from slurmtf.runtime import jobslurm
 from slurmtf.runtime.attempts import batch_side_lines, read_record, restarts_so_far
 from slurmtf.runtime.batchhost import (
@@ -401,3 +401,12 @@ def test_the_watcher_refuses_to_run_without_its_job() -> None:
     from slurmtf.cli import watcher as cli
 
     assert cli.main(["--job_id=7", "--host=node1"]) == 2
+
+
+def test_the_watcher_setting_is_one_or_zero(tmp_path: Path) -> None:
+    assert job(tmp_path).watcher is True
+    assert job(tmp_path, SLURMTF_WATCHER="0").watcher is False
+    with pytest.raises(InputError, match=r"SLURMTF_WATCHER='no': must be 1 or 0. HINT: leave"):
+        job(tmp_path, SLURMTF_WATCHER="no")
+    with pytest.raises(InputError, match=r"SLURMTF_HEARTBEAT_S='-1': is not a number of seconds"):
+        job(tmp_path, SLURMTF_HEARTBEAT_S="-1")

@@ -145,7 +145,7 @@ class JobSettings:
             watch_s=_seconds("SLURMTF_NODE_WATCH_S", env.get("SLURMTF_NODE_WATCH_S") or "1"),
             probe_s=_seconds("SLURMTF_NODE_PROBE_S", env.get("SLURMTF_NODE_PROBE_S") or "10"),
             beat_s=_seconds("SLURMTF_HEARTBEAT_S", env.get("SLURMTF_HEARTBEAT_S") or "5"),
-            watcher=env.get("SLURMTF_WATCHER", "1") != "0",
+            watcher=_switch("SLURMTF_WATCHER", env.get("SLURMTF_WATCHER") or "1"),
             in_place=env.get("SLURMTF_RESTART_IN_PLACE", "1"),
             legacy_keras=env.get("LEGACY_KERAS", "0") == "1",
             cluster_flags=env.get("CLUSTER_FLAGS", "0") == "1",
@@ -200,6 +200,12 @@ def _int(name: str, text: str) -> int:
     if not text.strip().isdigit():
         raise InputError(name, text, "is not a whole number", f"e.g. {name}=3")
     return int(text)
+
+
+def _switch(name: str, text: str) -> bool:
+    if text not in ("0", "1"):
+        raise InputError(name, text, "must be 1 or 0", f"leave {name} unset (1) or set it to 0")
+    return text == "1"
 
 
 def _seconds(name: str, text: str) -> float:
