@@ -37,11 +37,10 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from benchmarks import harness, protocol
-from benchmarks.bench_recovery import last_step, resumed_step, wait_for
-from benchmarks.bench_restarts import parent, proc_figures
-from benchmarks.harness import JSONDict
+from benchmarks.bench_recovery import last_step, resumed_step
+from benchmarks.bench_restarts import proc_figures
+from benchmarks.harness import JSONDict, parent, processes
 from benchmarks.protocol import Benchmark, Options
-from benchmarks.soak import processes
 from slurmtf.runtime.heartbeat import beat_path, read_beat
 from slurmtf.sandbox import Sandbox, nodefaults
 
@@ -147,22 +146,22 @@ def measure(sandbox: Sandbox, case: str, work: Path, sample_s: float) -> JSONDic
     stopped: list[int] = []
     result: JSONDict = {"case": case}
     try:
-        wait_for("step 1", lambda: last_step(run) >= 1, 300)
+        harness.wait_until("step 1", lambda: last_step(run) >= 1, 300)
         if case == CASES[0] and sample_s:
             pids = batch_side(job_id)
             first = sample(pids)
             time.sleep(sample_s)
             result["cost"] = cost(first, sample(pids))
-        wait_for(f"step {BREAK_AT}", lambda: last_step(run) >= BREAK_AT, 300)
+        harness.wait_until(f"step {BREAK_AT}", lambda: last_step(run) >= BREAK_AT, 300)
         if job_state(sandbox, job_id)["state"] != "RUNNING":
             raise RuntimeError(f"job {job_id} ended before its failure: {run}/job.out")
         before = last_step(run)
         stopped = break_it(sandbox, case, run, job_id)
         broken = time.monotonic()
-        wait_for("training again", lambda: resumed_step(run) is not None, 600)
+        harness.wait_until("training again", lambda: resumed_step(run) is not None, 600)
         result["seconds"] = round(time.monotonic() - broken, 1)
         result["steps_lost"] = max(0, before - (resumed_step(run) or 0) + 1)
-        wait_for("the end", lambda: job_state(sandbox, job_id)["state"] in ENDED, 600)
+        harness.wait_until("the end", lambda: job_state(sandbox, job_id)["state"] in ENDED, 600)
         result.update(job_state(sandbox, job_id))
         text = (run / "job.out").read_text(errors="replace")
         result["said"] = [x.split("slurmtf: ", 1)[1] for x in text.splitlines()
@@ -211,10 +210,7 @@ def markdown(result: JSONDict) -> str:
     return out
 
 
-BENCHMARK = Benchmark(
+BENCHMARK = protocol.declare(__name__, Benchmark(
     "batch_host", "batch host: the watcher's cost, the batch side's failures to training",
     run, markdown, description=__doc__, arguments=_arguments,
-)  # fmt: skip
-
-if __name__ == "__main__":
-    raise SystemExit(protocol.main(BENCHMARK))
+))  # fmt: skip

@@ -13,7 +13,6 @@ restart policy (:func:`slurmtf.runtime.recovery.decide`, through
                                            its place taken by a spare or the nodes left
     bad flags (exit 2), a model error   -> no retry; the last line says why
 
-<<<<<<< HEAD
 While a step runs, the ranks' ``peer_lost`` events name nodes to probe (the ranks of a
 node append them to that node's file, :mod:`slurmtf.events`: a look at the step opens one
 file per node, however many ranks each runs); one that does not answer ends the step at
@@ -21,20 +20,12 @@ once (its srun would wait for it until Slurm's SlurmdTimeout). Every srun is a c
 its own process group, ended with bounded waits (:mod:`slurmtf.runtime.children`);
 USR1/USR2 reaching the supervisor go on to the running step (srun forwards them to the
 ranks); SIGTERM (the job cancelled) ends the step and the job.
-=======
-While a step runs, the ranks' ``peer_lost`` events (read with :mod:`slurmtf.events`)
-name nodes to probe; one that does not answer ends the step at once (its srun would wait
-for it until Slurm's SlurmdTimeout). Every srun is a child in its own process group,
-ended with bounded waits (:mod:`slurmtf.runtime.children`); USR1/USR2 reaching the
-supervisor go on to the running step (srun forwards them to the ranks); SIGTERM (the
-job cancelled) ends the step and the job.
 
 The supervisor is the child of the batch script's own process, its keeper
 (:mod:`slurmtf.runtime.keeper`), which starts it again when it dies. It beats every
 ``SLURMTF_HEARTBEAT_S`` seconds (:mod:`slurmtf.runtime.heartbeat`) for its keeper and for
 a watcher step on another node, which requeues the job when the batch host is lost
 (:mod:`slurmtf.runtime.batchhost`, :mod:`slurmtf.runtime.watcher`).
->>>>>>> d79421c (A job outlives its batch host and its supervisor: the process the job script execs into is the supervisor's keeper (forks it, starts it again when it is killed, dies of an exception or stops beating); the supervisor beats for it and for a watcher step on another node, which requeues the job without a lost batch host; status and logs show the record's lines)
 """
 
 from __future__ import annotations
