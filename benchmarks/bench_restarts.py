@@ -4,10 +4,10 @@ One ``sbatch jobs/mnist.sbatch`` job of 2 nodes x 2 tasks (``--ntasks-per-node=2
 ``MAX_RESTARTS=10``) on a 2-node sandbox. At the same point of every attempt (rank 0's
 first training step after it started) the benchmark samples, from ``/proc``:
 
-* the job's supervisor (``slurmtf job``, the process the batch script became: threads,
-  fds, RSS and CPU seconds so far): it runs srun in place again and again, so anything
-  it leaks grows with the restarts, and its CPU over the job's wall time is what it costs
-  while the ranks train;
+* the job's supervisor (``slurmtf job``, the child of its keeper, the process the batch
+  script became: threads, fds, RSS and CPU seconds so far): it runs srun in place again
+  and again, so anything it leaks grows with the restarts, and its CPU over the job's
+  wall time is what it costs while the ranks train;
 * every ``slurmstepd`` of the job (how many, and their threads, fds and RSS summed);
 * each rank's training process (threads, fds, RSS), and how many rank processes of the
   job exist (exactly one per rank: the last attempt's ranks are gone);

@@ -399,13 +399,28 @@ def process_kind(job_id: str, argv: Sequence[bytes], environ: Iterable[bytes]) -
 
 
 def job_processes(job_id: str, proc: Path = Path("/proc")) -> dict[str, list[int]]:
-    """This job's processes on this machine by :func:`process_kind`."""
+    """This job's processes on this machine by :func:`process_kind`; of two ``batch``
+    processes, the one whose parent is not the other is the ``keeper`` (the process the
+    batch script became, whose child the supervisor is)."""
     found: dict[str, list[int]] = {}
     for pid, argv, environ in processes(proc):
         kind = process_kind(job_id, argv, environ)
         if kind:
             found.setdefault(kind, []).append(pid)
+    both = found.get("batch", [])
+    keepers = [pid for pid in both if len(both) > 1 and parent(pid, proc) not in both]
+    if keepers:
+        found["keeper"] = keepers
+        found["batch"] = [pid for pid in both if pid not in keepers]
     return found
+
+
+def parent(pid: int, proc: Path = Path("/proc")) -> int:
+    """``pid``'s parent (``/proc/PID/stat``); 0 when it cannot be read."""
+    try:
+        return int((proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def rank_pids(job_id: str, proc: Path = Path("/proc")) -> dict[int, int]:

@@ -44,6 +44,7 @@ MODULES = {
     "width": "benchmarks.bench_width",
     "sweep": "benchmarks.bench_sweep",
     "tf_releases": "benchmarks.bench_tf_releases",
+    "batch_host": "benchmarks.bench_batch_host",
     "projection": "benchmarks.projection",  # last: it reads links, breakdown and gpu
 }
 NAMES = tuple(MODULES)

@@ -519,3 +519,25 @@ def test_a_stopped_standin_is_named_lost_by_its_chief(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGCONT)
             proc.kill()
             proc.wait()
+
+
+def test_bench_batch_host_reads_cost_per_minute_and_renders() -> None:
+    from benchmarks import bench_batch_host as bb
+
+    first = {"time": 100.0, "watcher": {"threads": 1, "rss_kb": 20000, "cpu_s": 1.0},
+             "keeper": {"threads": 1, "rss_kb": 24000, "cpu_s": None}}  # fmt: skip
+    last = {"time": 220.0, "watcher": {"threads": 1, "rss_kb": 20100, "cpu_s": 1.5},
+            "keeper": {"threads": 1, "rss_kb": 24000, "cpu_s": 0.2}}  # fmt: skip
+    cost = bb.cost(first, last)
+    assert cost["minutes"] == 2.0
+    assert cost["watcher"] == {"threads": 1, "rss_kb": 20100, "cpu_s_per_min": 0.25}
+    assert cost["keeper"]["cpu_s_per_min"] is None
+    proc = Path(__file__).parent / "data" / "no-such-proc"
+    assert bb.cpu_time(os.getpid()) is not None
+    assert bb.cpu_time(1, proc) is None
+    result = {"slurm": "22.05.8", "slurmd_timeout": 60, "results": [
+        {"case": "host_freeze", "seconds": 101.5, "steps_lost": 3, "restarts": "1",
+         "state": "COMPLETED", "load": [1.0], "cost": cost}]}  # fmt: skip
+    text = bb.markdown(result)
+    assert "| host_freeze | 102 | 3 | 1 | COMPLETED | 1.0 |" in text, text  # 3 figures
+    assert "| watcher | 1 | 20100 | 0.25 |" in text, text

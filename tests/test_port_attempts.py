@@ -30,7 +30,8 @@ from slurmtf.local.step import LocalStep
 from slurmtf.resolver import explain, resolve
 from slurmtf.runtime import held_port
 from slurmtf.runtime.attempts import LogFiles, read_attempt
-from slurmtf.runtime.recovery import Attempt, Budget, TaskEnding, decide
+from slurmtf.runtime.endings import Attempt, TaskEnding
+from slurmtf.runtime.recovery import Budget, decide
 from tests.conftest import FakeSlurmEnv
 
 # ------------------------------------------------------------------ the rule per attempt

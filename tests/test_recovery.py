@@ -14,22 +14,14 @@ from slurmtf.runtime.attempts import (
     LogFiles,
     Step,
     decide_and_record,
-    decide_step,
     own_error,
     read_attempt,
     read_record,
     restarts_so_far,
 )
-from slurmtf.runtime.recovery import (
-    Attempt,
-    Budget,
-    Nodes,
-    TaskEnding,
-    after_check,
-    decide,
-    srun_words,
-    task_ranks,
-)
+from slurmtf.runtime.endings import Attempt, TaskEnding, srun_words, task_ranks
+from slurmtf.runtime.node_choice import Nodes
+from slurmtf.runtime.recovery import Budget, after_check, decide
 
 PEER = {"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]}
 FROZEN = {**PEER, "heartbeat": True}
@@ -210,9 +202,8 @@ def test_the_edge_probes_lost_nodes_records_and_prints_shell(tmp_path: Path) -> 
         raise SlurmCommandError("srun", 1, "node2 does not answer")
 
     step = Step("77", 137, 3, nodes=Nodes(("node1", "node2", "node3"), (), 2))
-    out = decide_step(step, logs(tmp_path), runner)
-    assert "slurmtf_action=restart\n" in out
-    assert "slurmtf_exclude=node2\n" in out
+    out, _ = decide_and_record(step, logs(tmp_path), runner)
+    assert (out.action, out.exclude) == ("restart", ("node2",))
     assert ["sinfo" in a for a in probed] == [True, False]  # drained? then the probe
     assert "--nodelist=node2" in probed[1]
     (record,) = read_record(tmp_path, "77")

@@ -13,7 +13,7 @@ from slurmtf.errors import InputError, SlurmCommandError
 from slurmtf.runtime.attempts import (
     LogFiles,
     Step,
-    decide_step,
+    decide_and_record,
     drained_nodes,
     lost_in,
     probe_args,
@@ -21,7 +21,9 @@ from slurmtf.runtime.attempts import (
     restart_in_place,
     watch_step,
 )
-from slurmtf.runtime.recovery import Attempt, Budget, Nodes, TaskEnding, decide, job_nodes
+from slurmtf.runtime.endings import Attempt, TaskEnding
+from slurmtf.runtime.node_choice import Nodes, job_nodes
+from slurmtf.runtime.recovery import Budget, decide
 
 ALLOC = ("node1", "node2", "node3")
 LOST_PEER = Attempt(
@@ -172,16 +174,19 @@ def test_a_drained_node_is_never_used_again(tmp_path: Path) -> None:
     (tmp_path / "srun.err").write_text("srun: error: node3: task 2: Killed\n")
     files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
     drained = silent(drained="node3")
-    ranged = decide_step(Step("7", 137, 3, nodes=job_nodes(ALLOC, "", "2")), files, drained)
-    assert "slurmtf_action=restart\n" in ranged
-    assert "slurmtf_exclude=node3\n" in ranged
-    assert "slurmtf_nodes=node1,node2\n" in ranged
-    assert "node3 left out, training on the 2 node(s) left (minimum 2)" in ranged
+    ranged, line = decide_and_record(
+        Step("7", 137, 3, nodes=job_nodes(ALLOC, "", "2")), files, drained
+    )
+    assert (ranged.action, ranged.exclude, ranged.nodes) == (
+        "restart",
+        ("node3",),
+        ("node1", "node2"),
+    )
+    assert "node3 left out, training on the 2 node(s) left (minimum 2)" in line
     # a job that cannot train on fewer (a fixed size, or a range whose minimum neither
     # MIN_NODES nor Slurm names: 22.05 to 25.05) is requeued without it, never on it
-    full = decide_step(Step("8", 137, 3, nodes=job_nodes(ALLOC)), files, drained)
-    assert "slurmtf_action=requeue\n" in full
-    assert "slurmtf_exclude=node3\n" in full
+    full, _ = decide_and_record(Step("8", 137, 3, nodes=job_nodes(ALLOC)), files, drained)
+    assert (full.action, full.exclude) == ("requeue", ("node3",))
 
 
 @pytest.mark.parametrize(
@@ -221,9 +226,8 @@ def test_the_decision_after_the_watch_does_not_probe_again(tmp_path: Path) -> No
     runner = silent("node2")
     files = peer_lost_logs(tmp_path)
     step = Step("7", 137, 3, nodes=job_nodes(ALLOC, "1"), dead=("node2",))
-    out = decide_step(step, files, runner)
-    assert "slurmtf_action=restart\n" in out
-    assert "slurmtf_nodes=node1,node3\n" in out
+    out, _ = decide_and_record(step, files, runner)
+    assert (out.action, out.nodes) == ("restart", ("node1", "node3"))
     assert runner.probed == []
     record = json.loads((tmp_path / "recovery-7.jsonl").read_text())
     assert record["nodes"] == ["node1", "node3"]
@@ -235,11 +239,10 @@ def test_kills_per_node_are_recorded_and_counted_across_attempts(tmp_path: Path)
     (tmp_path / "srun.err").write_text("srun: error: node2: task 1: Killed\n")
     files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
     step = Step("7", 137, 5, nodes=job_nodes(ALLOC, "1"))
-    first = decide_step(step, files, silent())
-    second = decide_step(step, files, silent())
-    assert "slurmtf_exclude=''\n" in first
-    assert "slurmtf_exclude=node2\n" in second
-    assert "slurmtf_nodes=node1,node3\n" in second
+    first, _ = decide_and_record(step, files, silent())
+    second, _ = decide_and_record(step, files, silent())
+    assert first.exclude == ()
+    assert (second.exclude, second.nodes) == (("node2",), ("node1", "node3"))
 
 
 def test_after_the_watch_other_named_nodes_are_probed_not_assumed_dead(tmp_path: Path) -> None:
@@ -248,9 +251,8 @@ def test_after_the_watch_other_named_nodes_are_probed_not_assumed_dead(tmp_path:
     (tmp_path / "rank1.out").write_text(json.dumps(event) + "\n")
     runner = silent("node3")
     step = Step("7", 137, 3, nodes=job_nodes(ALLOC, "", "2"), dead=("node3",))
-    out = decide_step(step, LogFiles(tmp_path), runner)
-    assert "slurmtf_action=restart\n" in out
-    assert "slurmtf_exclude=node3\n" in out
+    out, _ = decide_and_record(step, LogFiles(tmp_path), runner)
+    assert (out.action, out.exclude) == ("restart", ("node3",))
     assert runner.probed == ["node1"]
 
 
@@ -258,16 +260,16 @@ def test_restart_in_place_off_requeues_instead(tmp_path: Path) -> None:
     (tmp_path / "srun.err").write_text("srun: error: node2: task 1: Killed\n")
     files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
     step = Step("7", 137, 3, nodes=job_nodes(ALLOC), in_place=False)
-    out = decide_step(step, files, silent())
-    assert "slurmtf_action=requeue\n" in out
-    assert "failed: rank 1 was killed by SIGKILL: requeueing job 7 (restart 1 of 3" in out
+    out, line = decide_and_record(step, files, silent())
+    assert out.action == "requeue"
+    assert "failed: rank 1 was killed by SIGKILL: requeueing job 7 (restart 1 of 3" in line
 
 
 def test_a_node_the_watch_found_answering_is_not_probed_again(tmp_path: Path) -> None:
     runner = silent("node2")  # it would not answer now: the decision trusts the watch
     step = Step("7", 137, 3, nodes=job_nodes(ALLOC, "1"), alive=("node2",))
-    out = decide_step(step, peer_lost_logs(tmp_path), runner)
-    assert "slurmtf_exclude=''\n" in out
+    out, _ = decide_and_record(step, peer_lost_logs(tmp_path), runner)
+    assert out.exclude == ()
     assert runner.probed == []
 
 

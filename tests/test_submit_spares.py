@@ -21,6 +21,9 @@ def test_no_kill_by_default_and_a_flag_turns_it_off() -> None:
     assert sbatch_parameters(spec("--nodes=2"))["additional_parameters"]["no-kill"] is True
     off = sbatch_parameters(spec("--nodes=2", "--kill_on_node_failure"))
     assert "no-kill" not in off["additional_parameters"]
+    # no restart budget: no supervisor runs the job, so a lost node ends it (nothing held)
+    unsupervised = sbatch_parameters(spec("--nodes=2", "--max_restarts=0"))
+    assert "no-kill" not in unsupervised["additional_parameters"]
 
 
 def test_spares_are_allocated_and_the_step_trains_on_the_rest() -> None:

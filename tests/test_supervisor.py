@@ -526,7 +526,7 @@ def test_the_look_reads_the_nodes_files_not_the_ranks(
     status, out, runner = supervise(tmp_path, capfd, "", ranks, 0, dead=["node2"],
                                     NODE_EVENT=HEARTBEAT)  # fmt: skip
     assert "node(s) node2 stopped answering: ending the step" in out
-    assert "squeue -h -s -j 77 -o %i" in runner.calls  # the job's steps, to end them
+    assert "squeue -h -s -j 77 -o '%i %j'" in runner.calls  # the job's steps, to end them
     assert record(tmp_path)[0]["exclude"] == ["node2"]
     assert set(read) <= {"events-77-node1.jsonl", "events-77-node2.jsonl", "srun.err"}, read
     assert "events-77-node1.jsonl" in read

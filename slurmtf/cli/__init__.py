@@ -39,9 +39,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "job": ("slurmtf.cli.job", "supervise a batch job's steps (what the job scripts hand over to)"),
 }
 
-# Not listed (for inspection and scripts of one's own): name -> module.
+# Not listed (what slurmtf starts itself): name -> module.
 HIDDEN: dict[str, str] = {
-    "recovery": "slurmtf.cli.recovery",
+    "watcher": "slurmtf.cli.watcher",  # the supervisor's watcher step (runtime/batchhost.py)
 }
 
 # Subcommands whose module takes the subcommand name as its first argument.

@@ -3,7 +3,9 @@
 Every job script hands its job over to it (``exec python3 -m slurmtf job mnist -- "$@"``),
 and so do the jobs ``slurmtf submit`` writes (their ``srun`` line, ``KIND`` submitit).
 It runs the job's srun steps, restarts them in place, requeues, and ends with the
-job's status (:mod:`slurmtf.runtime.supervisor`). KIND is one of mnist, resnet (the
+job's status (:mod:`slurmtf.runtime.supervisor`). The process the job script execs into
+is the supervisor's keeper (:mod:`slurmtf.runtime.keeper`): it forks the supervisor and
+starts it again when it dies. KIND is one of mnist, resnet (the
 bundled models; ARGS are model flags), train (ARGS: your script and its arguments),
 parameter_server (the same, under ParameterServerStrategy), command (ARGS: any command
 every rank runs) or submitit (ARGS: submitit's srun line without ``srun``).
@@ -18,13 +20,16 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, report_error
 from slurmtf.contracts import EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError, UsageError
+from slurmtf.runtime.heartbeat import Beat, beat_path
 from slurmtf.runtime.joblog import log
 from slurmtf.runtime.jobsettings import KINDS, JobSettings, JobStop, submitit_logs
+from slurmtf.runtime.keeper import Ending, Keeper
 from slurmtf.runtime.supervisor import Supervisor
 from slurmtf.slurm.runner import default_runner
 
@@ -94,8 +99,22 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         job, args, env = settings(argv, environ)
     except (UsageError, InputError) as exc:
         return report_error(PROGRAM, exc)
+
+    def supervise(pipe: int, previous: Ending | None) -> int:
+        return _supervise(job, args, env, pipe, previous)
+
+    base = Beat(job.job_id, job.slurm.nodename or "", 0, os.getpid(), 0, time.time())
+    # At most one start more than the budget: the budget itself is the supervisor's to count.
+    keeper = Keeper(supervise, beat_path(job.log_dir, job.job_id), base, job.beat_s, job.budget + 1)
+    return keeper.run()
+
+
+def _supervise(
+    job: JobSettings, args: list[str], env: dict[str, str], pipe: int, previous: Ending | None
+) -> int:
+    """The supervisor, in the keeper's child: the job's status."""
     try:
-        return Supervisor(job, args, env, default_runner).run()
+        return Supervisor(job, args, env, default_runner, pipe=pipe, previous=previous).run()
     except JobStop as exc:
         log(str(exc), error=True)
         return exc.status

@@ -1,7 +1,9 @@
 """``slurmtf status|logs|cancel JOB``: a job's state, its per-rank logs, cancelling it.
 
-``logs`` shows a rank's stdout as a person reads it (event lines as text); ``--json``
-prints the raw event lines, ``--err`` the rank's stderr as written.
+``logs`` shows a rank's stdout as a person reads it (event lines as text), then the
+job's record of its batch side (a lost batch host, the supervisor's own end, with their
+times); ``--json`` prints the raw event lines, ``--err`` the rank's stderr as written
+(those record lines then go to stderr).
 
 The logs are found through Slurm while it knows the job, then through the record of
 submitted jobs (``$XDG_STATE_HOME/slurmtf/jobs.jsonl``); ``--log_dir`` overrides both.
@@ -23,6 +25,7 @@ from slurmtf.errors import InputError, SlurmtfError, UsageError
 from slurmtf.monitor.console import render_lines
 from slurmtf.monitor.slurm_view import SlurmView, ask_slurm
 from slurmtf.monitor.status import follow_rank, locate, status_lines
+from slurmtf.runtime.attempts import batch_side_lines, read_record
 from slurmtf.slurm.controller import patient
 from slurmtf.slurm.runner import Runner, default_runner
 
@@ -103,4 +106,6 @@ def _run(command: str, options: argparse.Namespace, runner: Runner) -> int:
         sys.stdout.write(text)
     else:
         sys.stdout.writelines(line + "\n" for line in render_lines(text.splitlines()))
+    said = batch_side_lines(read_record(place.log_dir, job_id))  # a lost batch host, ...
+    print("".join(f"slurmtf: {line}\n" for line in said), end="", file=sys.stderr if raw else None)
     return 0

@@ -42,8 +42,8 @@ from slurmtf.runtime.attempts import (
     read_record,
     restarts_so_far,
 )
+from slurmtf.runtime.endings import srun_words
 from slurmtf.runtime.launcher import LOCAL_ENV, job_id_of
-from slurmtf.runtime.recovery import srun_words
 from slurmtf.spec.jobspec import JobSpec, rank_python
 
 

@@ -39,7 +39,7 @@ from slurmtf.monitor.job_logs import (
 )
 from slurmtf.monitor.records import JobPlace
 from slurmtf.monitor.slurm_view import SlurmView, ask_slurm, job_records
-from slurmtf.runtime.attempts import in_place, read_record
+from slurmtf.runtime.attempts import batch_side_lines, in_place, read_record
 from slurmtf.slurm.controller import ControllerSilent, silence_of
 from slurmtf.slurm.runner import Runner, default_runner
 from slurmtf.slurm.sacct import accounting_states
@@ -275,10 +275,17 @@ def status_lines(
     straggler = stragglers.status_line(chief_events)
     if straggler is not None:
         lines.append(f"  {straggler}")
-    lines.extend(f"  {r['line']}" for r in records[-3:] if r.get("line"))
+    lines.extend(f"  {line}" for line in decision_lines(records))
     lines.extend(log_lines(place))
     lines.extend(error_lines(place, records))
     return lines
+
+
+def decision_lines(records: list[Event]) -> list[str]:
+    """The record's last three decisions, and before them every one about the job's batch
+    side (a lost batch host, the supervisor's own end) that they leave out."""
+    last = [str(r["line"]) for r in records[-3:] if r.get("line")]
+    return [*(line for line in batch_side_lines(records[:-3]) if line not in last), *last]
 
 
 def silent_state(

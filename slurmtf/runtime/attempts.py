@@ -1,10 +1,9 @@
 """The edge of :mod:`slurmtf.runtime.recovery`: an attempt's evidence from its logs, the
-job's restart record, and the decision (for the supervisor; as shell assignments for
-``slurmtf recovery``).
+job's restart record, and the decision (for the supervisor and ``--cluster=local``).
 
 What one attempt left: srun's exit status and its ``task N: ...`` lines (in the file its
 stderr is appended to), and each rank's JSON event lines and error output, all read from
-where the attempt started in each file (the offsets the job script noted before the
+where the attempt started in each file (the offsets the supervisor noted before the
 step). Nothing here reads human progress text: the ranks' ``peer_lost``, ``stalled``,
 ``serving``, ``preempted`` and ``exit`` events say what happened.
 
@@ -18,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-import shlex
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -28,16 +26,9 @@ from typing import Any
 from slurmtf.contracts import rank_error_line
 from slurmtf.errors import InputError, SlurmCommandError
 from slurmtf.events import Event, named, parse_events
-from slurmtf.runtime.recovery import (
-    Attempt,
-    Budget,
-    Decision,
-    Nodes,
-    TaskEnding,
-    after_check,
-    as_requeue,
-    decide,
-)
+from slurmtf.runtime.endings import Attempt, TaskEnding
+from slurmtf.runtime.node_choice import Nodes
+from slurmtf.runtime.recovery import Budget, Decision, after_check, as_requeue, decide
 from slurmtf.slurm.runner import Runner, default_runner
 
 RECORD_NAME = "recovery-{job}.jsonl"
@@ -141,23 +132,27 @@ def restarts_so_far(records: Sequence[Mapping[str, Any]], slurm_requeues: int) -
     return restarts + max(requeues, slurm_requeues)
 
 
-def probe_args(node: str) -> list[str]:
-    """A one-task step on ``node`` that does nothing. ``--overlap``: after a node hangs,
-    Slurm keeps the old step on the books (it holds the CPUs of every node of the step)
-    until that node answers again, and a step without it would wait for them."""
+def probe_args(node: str, group: int | None = None) -> list[str]:
+    """A one-task step on ``node`` (of the heterogeneous job's component ``group``) that
+    does nothing. ``--overlap``: after a node hangs, Slurm keeps the old step on the books
+    (it holds the CPUs of every node of the step) until that node answers again, and a
+    step without it would wait for them."""
+    het = [f"--het-group={group}"] if group is not None else []
     return [
-        "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "--time=1",
+        "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", *het, "--time=1",
         "--output=/dev/null", "--error=/dev/null", "true",
     ]  # fmt: skip
 
 
-def probe_dead(nodes: Sequence[str], runner: Runner, timeout: float) -> tuple[str, ...]:
+def probe_dead(
+    nodes: Sequence[str], runner: Runner, timeout: float, group: int | None = None
+) -> tuple[str, ...]:
     """The nodes whose slurmd no longer starts a task of this job (dead or frozen), probed
     side by side, each within ``timeout`` seconds."""
 
     def silent(node: str) -> bool:
         try:
-            runner(probe_args(node), timeout=timeout)
+            runner(probe_args(node, group), timeout=timeout)
         except SlurmCommandError:
             return True
         return False
@@ -192,8 +187,8 @@ def drained_nodes(nodes: Sequence[str], runner: Runner) -> tuple[str, ...]:
 def watch_step(
     files: LogFiles, nodes: Nodes, probed: Sequence[str], runner: Runner, timeout: float
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """:func:`probe_lost` of the nodes every rank's log says its peers lost so far
-    (``slurmtf recovery watch``; the supervisor reads them from the nodes' files)."""
+    """:func:`probe_lost` of the nodes every rank's log says its peers lost so far (the
+    supervisor reads them from the nodes' files instead: :func:`lost_in`)."""
     return probe_lost(read_attempt(0, files).lost_nodes(), nodes, probed, runner, timeout)
 
 
@@ -229,29 +224,9 @@ def write_record(path: Path, record: Mapping[str, Any]) -> None:
         handle.write(json.dumps(dict(record)) + "\n")
 
 
-def shell_lines(decision: Decision, line: str) -> str:
-    """The decision as shell assignments (``slurmtf recovery decide``)."""
-    values = {
-        "slurmtf_action": decision.action,
-        "slurmtf_why": decision.why,
-        "slurmtf_status": str(decision.status),
-        "slurmtf_line": line,
-        "slurmtf_note": decision.note,
-        "slurmtf_exclude": ",".join(decision.exclude),
-        "slurmtf_next_restart": str(decision.restart),
-        "slurmtf_nodes": ",".join(decision.nodes),
-    }
-    return "".join(f"{k}={shlex.quote(v)}\n" for k, v in values.items())
-
-
-def shell_assignments(**values: str) -> str:
-    """``slurmtf_KEY='value'`` lines (``slurmtf recovery``)."""
-    return "".join(f"slurmtf_{k}={shlex.quote(v)}\n" for k, v in values.items())
-
-
 @dataclasses.dataclass(frozen=True)
 class Step:
-    """What the job script knows about the step that ended and the job around it."""
+    """What the supervisor knows about the step that ended and the job around it."""
 
     job_id: str
     status: int
@@ -265,12 +240,6 @@ class Step:
     dead: tuple[str, ...] = ()  # nodes the watch found silent during the step (no probe again)
     alive: tuple[str, ...] = ()  # nodes the watch found answering during the step
     in_place: bool = True  # False (SLURMTF_RESTART_IN_PLACE=0): a restart is a requeue
-
-
-def decide_step(step: Step, files: LogFiles, runner: Runner = default_runner) -> str:
-    """Read the attempt, decide, record a restart/requeue/stop; the shell assignments."""
-    decision, line = decide_and_record(step, files, runner)
-    return shell_lines(decision, line)
 
 
 def decide_and_record(
@@ -338,7 +307,7 @@ def _recorded(
     if decision.action != "done":
         record = {"time": round(time.time(), 3), "job_id": step.job_id, "attempt": attempt}
         record.update(action=decision.action, why=decision.why, status=decision.status)
-        record.update(exclude=list(decision.exclude), line=line, ends=_err_sizes(files))
+        record.update(exclude=list(decision.exclude), line=line, ends=err_sizes(files))
         if decision.action == "restart":
             record.update(restart=decision.restart, seconds=seconds, nodes=list(decision.nodes))
         if killed:
@@ -347,7 +316,28 @@ def _recorded(
     return decision, line
 
 
-def _err_sizes(files: LogFiles) -> dict[str, int]:
+KINDS = ("supervisor", "batch_host")  # decisions about the job's batch side
+
+
+def record_batch_side(
+    log_dir: Path, job_id: str, attempt: int, decision: Decision, line: str, *, kind: str,
+    **extra: Any,
+) -> None:  # fmt: skip
+    """A decision about the job's batch side (``kind``: ``supervisor``, its own end;
+    ``batch_host``, the node it ran on) appended to the job's record, with ``extra``
+    (``host``, ``lost_at``, ...): ``slurmtf status`` and ``logs`` show its line."""
+    record = {"time": round(time.time(), 3), "job_id": job_id, "attempt": attempt}
+    record.update(action=decision.action, why=decision.why, status=decision.status)
+    record.update(exclude=list(decision.exclude), line=line, kind=kind, **extra)
+    write_record(record_path(log_dir, job_id), record)
+
+
+def batch_side_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The lines of the record's decisions about the job's batch side, in order."""
+    return [str(r["line"]) for r in records if r.get("kind") in KINDS and r.get("line")]
+
+
+def err_sizes(files: LogFiles) -> dict[str, int]:
     """Where the attempt ended in each rank's error log: what comes before it is an
     earlier attempt's (``slurmtf status`` says so of its last error)."""
     sizes = {}

@@ -83,6 +83,8 @@ class JobSettings:
     node_watch: bool  # SLURMTF_NODE_WATCH
     watch_s: float  # SLURMTF_NODE_WATCH_S: how often the supervisor looks at the ranks
     probe_s: float  # SLURMTF_NODE_PROBE_S
+    beat_s: float  # SLURMTF_HEARTBEAT_S: the supervisor's heartbeat for its keeper and watcher
+    watcher: bool  # SLURMTF_WATCHER: a watcher step on another node (for the batch host)
     in_place: str  # SLURMTF_RESTART_IN_PLACE
     legacy_keras: bool
     cluster_flags: bool
@@ -142,6 +144,8 @@ class JobSettings:
             node_watch=env.get("SLURMTF_NODE_WATCH", "1") == "1",
             watch_s=_seconds("SLURMTF_NODE_WATCH_S", env.get("SLURMTF_NODE_WATCH_S") or "1"),
             probe_s=_seconds("SLURMTF_NODE_PROBE_S", env.get("SLURMTF_NODE_PROBE_S") or "10"),
+            beat_s=_seconds("SLURMTF_HEARTBEAT_S", env.get("SLURMTF_HEARTBEAT_S") or "5"),
+            watcher=_switch("SLURMTF_WATCHER", env.get("SLURMTF_WATCHER") or "1"),
             in_place=env.get("SLURMTF_RESTART_IN_PLACE", "1"),
             legacy_keras=env.get("LEGACY_KERAS", "0") == "1",
             cluster_flags=env.get("CLUSTER_FLAGS", "0") == "1",
@@ -196,6 +200,12 @@ def _int(name: str, text: str) -> int:
     if not text.strip().isdigit():
         raise InputError(name, text, "is not a whole number", f"e.g. {name}=3")
     return int(text)
+
+
+def _switch(name: str, text: str) -> bool:
+    if text not in ("0", "1"):
+        raise InputError(name, text, "must be 1 or 0", f"leave {name} unset (1) or set it to 0")
+    return text == "1"
 
 
 def _seconds(name: str, text: str) -> float:

@@ -20,12 +20,19 @@ once (its srun would wait for it until Slurm's SlurmdTimeout). Every srun is a c
 its own process group, ended with bounded waits (:mod:`slurmtf.runtime.children`);
 USR1/USR2 reaching the supervisor go on to the running step (srun forwards them to the
 ranks); SIGTERM (the job cancelled) ends the step and the job.
+
+The supervisor is the child of the batch script's own process, its keeper
+(:mod:`slurmtf.runtime.keeper`), which starts it again when it dies. It beats every
+``SLURMTF_HEARTBEAT_S`` seconds (:mod:`slurmtf.runtime.heartbeat`) for its keeper and for
+a watcher step on another node, which requeues the job when the batch host is lost
+(:mod:`slurmtf.runtime.batchhost`, :mod:`slurmtf.runtime.watcher`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import signal
 import subprocess
 import sys
@@ -46,11 +53,15 @@ from slurmtf.runtime.attempts import (
     restart_in_place,
     restarts_so_far,
 )
+from slurmtf.runtime.batchhost import WatcherStep, take_over
 from slurmtf.runtime.children import Child
 from slurmtf.runtime.commands import RankCommand, find_model, rank_command
 from slurmtf.runtime.follow import Copier, EventFollower, sizes
+from slurmtf.runtime.heartbeat import Beat, Heartbeat, beat_path, read_beat
 from slurmtf.runtime.joblog import log, plain
 from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, cpus_note, gpu_bind
+from slurmtf.runtime.keeper import Ending
+from slurmtf.runtime.node_choice import Nodes
 from slurmtf.runtime.placement import (
     Placement,
     allocated_nodes,
@@ -58,12 +69,16 @@ from slurmtf.runtime.placement import (
     first_placement,
     next_placement,
 )
-from slurmtf.runtime.recovery import Decision, Nodes
+from slurmtf.runtime.recovery import Decision
 from slurmtf.runtime.staging import Staging
 from slurmtf.slurm.resv_ports import cluster_span, resv_ports_args
 from slurmtf.slurm.runner import Runner
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
+USURPED = (
+    "the job went on without this supervisor (requeued while this one was stopped): it "
+    "stops here and asks Slurm nothing"
+)
 
 
 @dataclasses.dataclass
@@ -77,13 +92,27 @@ class Supervisor:
     """Runs the job's steps until it is done, requeued or stopped."""
 
     def __init__(
-        self, job: JobSettings, args: Sequence[str], env: Mapping[str, str], runner: Runner
+        self,
+        job: JobSettings,
+        args: Sequence[str],
+        env: Mapping[str, str],
+        runner: Runner,
+        *,
+        pipe: int = -1,
+        previous: Ending | None = None,
     ) -> None:
         self.job, self.args, self.runner = job, list(args), runner
         self.env = dict(env)
         self.child: Child | None = None
         self.terminated = False
         self.requeued = False
+        self.finished = False
+        self.previous = previous  # how the supervisor before this one ended (its keeper's word)
+        self.before: Beat | None = None
+        base = Beat(job.job_id, job.slurm.nodename or "", os.getpid(), os.getppid(), 0, 0.0)
+        self.beats = Heartbeat(beat_path(job.log_dir, job.job_id), base, job.beat_s,
+                               self.beat_state, pipe)  # fmt: skip
+        self.watcher = WatcherStep(job, env)
         self.attempt = 0
         self.nodes = Nodes()
         self.place = Placement()
@@ -97,19 +126,37 @@ class Supervisor:
         """The job from its first step to its exit status."""
         before = {s: signal.getsignal(s) for s in (*FORWARDED, signal.SIGTERM)}
         self._install_signals()
+        self.job.log_dir.mkdir(parents=True, exist_ok=True)
+        self.before = read_beat(self.beats.path)  # the supervisor before this one's last word
+        self.beats.start()
         try:
-            return self.supervise(header)
+            status = self.supervise(header)
+            self.finished = True
+            return status
         finally:
+            self.watcher.stop(at_once=self.beats.usurped)
+            self.beats.stop()
             for signum, handler in before.items():
                 if not (self.requeued and signum == signal.SIGTERM):  # requeue: Slurm's TERM
                     signal.signal(signum, handler)
 
+    def beat_state(self) -> str:
+        """What the heartbeat says of this supervisor (slurmtf.runtime.heartbeat)."""
+        if self.requeued:
+            return "requeueing"
+        if self.terminated:
+            return "stopping"
+        return "ended" if self.finished else "running"
+
     def supervise(self, header: bool) -> int:
-        self.job.log_dir.mkdir(parents=True, exist_ok=True)
         self.job.model_dir.mkdir(parents=True, exist_ok=True)
+        stopped = take_over(self.job, self.previous, self.before, self.runner)
+        if stopped is not None:
+            return stopped
         self.attempt = restarts_so_far(
             read_record(self.job.log_dir, self.job.job_id), self.job.requeues
         )
+        self.beats.attempt = self.attempt
         minimum = ""
         if not (self.job.min_nodes or self.job.spare_nodes):  # Slurm 25.11+ says the range's
             count = len(allocated_nodes(self.job))
@@ -122,12 +169,16 @@ class Supervisor:
         shared = cpus_note(self.job, self.place.tasks)
         if shared:
             log(shared)
+        self.watcher.keep()
         checked = self.check_first()
         if checked is not None:
             return checked
         self.staging.stage(self.args)
         while True:
             end = None if self.terminated else self.run_step()
+            if self.beats.usurped:
+                log(USURPED, error=True)
+                return 1
             if end is None or self.terminated:  # Slurm ends the job: nothing to decide
                 log("the job was ended (SIGTERM): its step was stopped", error=True)
                 return 128 + signal.SIGTERM
@@ -156,8 +207,9 @@ class Supervisor:
             return 0
         if decision.action == "restart":
             log(line)
-            self.attempt = decision.restart
+            self.attempt = self.beats.attempt = decision.restart
             self.place = next_placement(self.job, self.place, decision)
+            self.watcher.keep(self.place.excluded)
             return None
         if decision.action == "requeue":
             log(line)
@@ -182,7 +234,8 @@ class Supervisor:
         jobslurm.wait_node_gone(self.job, lost, self.runner, log)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # `scontrol requeue` ends the script
         self.requeued = True
-        return jobslurm.requeue(self.job, decision.exclude, self.runner, log)
+        self.beats.now()  # the watcher stands down
+        return jobslurm.requeue(self.job.job_id, decision.exclude, self.runner, log)
 
     # --- one step -----------------------------------------------------------------
     def step_args(self, command: RankCommand) -> list[str]:
@@ -271,6 +324,9 @@ class Supervisor:
                 copy.copy()
             if self.terminated:
                 return StepEnd(self.child.stop())
+            if self.beats.usurped:  # SIGKILL: srun would signal a step of the job's next start
+                return StepEnd(self.child.stop(grace=0))
+            self.watcher.keep(self.place.excluded)
             news = follower.new_events() if watching else []
             said = lost_in(news, self.files.new_text(self.job.srun_err) if news else "")
             if not said:
@@ -280,7 +336,7 @@ class Supervisor:
             if lost:
                 log(f"node(s) {','.join(lost)} stopped answering: ending the step without "
                     "waiting for Slurm (SlurmdTimeout)", error=True)  # fmt: skip
-                jobslurm.end_steps(self.job, self.runner)
+                jobslurm.end_steps(self.job.job_id, self.runner)
                 return StepEnd(self.child.stop(grace=0), lost, alive)
         return StepEnd(self.child.status(), (), alive)
 
@@ -328,6 +384,7 @@ class Supervisor:
 
     def _terminate(self, _signum: int, _frame: FrameType | None) -> None:
         self.terminated = True
+        self.beats.now()  # the watcher stands down: the job ends
 
 
 def _glob(text: str) -> str:

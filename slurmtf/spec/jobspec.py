@@ -503,9 +503,12 @@ def gpu_parameters(spec: JobSpec) -> tuple[dict[str, Any], list[str]]:
 
 def node_failure_parameters(spec: JobSpec, srun_args: list[str]) -> dict[str, Any]:
     """sbatch options for a failed node: ``--no-kill`` (the job and its other nodes go on)
-    unless ``--kill_on_node_failure``; with ``--spare_nodes=K``, N+K nodes of which the
-    step (``srun_args``, extended here) trains on N."""
-    extra: dict[str, Any] = {"no-kill": True} if spec.no_kill else {}
+    unless ``--kill_on_node_failure`` or ``--max_restarts=0`` (then no supervisor runs the
+    job, and nothing would go on without the node: Slurm's default ends the job rather
+    than hold its other nodes); with ``--spare_nodes=K``, N+K nodes of which the step
+    (``srun_args``, extended here) trains on N."""
+    keep = spec.no_kill and spec.max_requeues > 0
+    extra: dict[str, Any] = {"no-kill": True} if keep else {}
     if spec.spare_nodes:
         extra["nodes"] = spec.nodes + spec.spare_nodes
         srun_args += [f"--nodes={spec.nodes}", f"--ntasks={spec.num_tasks}"]

@@ -143,6 +143,20 @@ class SlurmSandbox:
         return "\n".join(parts)
 
 
+def module_sandbox(
+    tmp_path_factory: pytest.TempPathFactory, name: str, **settings: Any
+) -> Iterator[SlurmSandbox]:
+    """A sandbox of a test module's own (``settings``: :class:`Sandbox`'s, e.g. ``nodes``,
+    ``slurmd_timeout``), for a module-scoped fixture to ``yield from``; down afterwards."""
+    require_sandbox_prereqs()
+    sandbox = Sandbox(tmp_path_factory.mktemp(name), **settings)
+    sandbox.up()
+    try:
+        yield SlurmSandbox(sandbox)
+    finally:
+        sandbox.down()
+
+
 @pytest.fixture(scope="session")
 def slurm_sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmSandbox]:
     """One 3-node sandbox with 2 fake GPUs per node for the whole session.

@@ -15,6 +15,7 @@ import math
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +25,7 @@ from typing import Any
 import pytest
 
 from slurmtf.events import Event, named, read_events
+from slurmtf.runtime.heartbeat import Beat, beat_path, read_beat
 from slurmtf.training.checkpoints import WORKERS_FILE
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
 
@@ -374,3 +376,77 @@ def check_status(sandbox: SlurmSandbox, job_id: str, state_home: Path, steps: in
     logs = sandbox.run([*cli, "logs", job_id, "--rank=1"], cwd=state_home, env=env).stdout
     assert "rank 1: done at step" in logs, logs
     assert '"event"' not in logs, logs
+
+
+def batch_side(log_dir: Path, job_id: str) -> Beat:
+    """The supervisor's heartbeat (slurmtf.runtime.heartbeat): its batch host and PID."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        beat = read_beat(beat_path(log_dir, job_id))
+        if beat is not None and beat.state == "running":
+            return beat
+        time.sleep(0.2)
+    raise AssertionError(f"no heartbeat of job {job_id} in {log_dir}")
+
+
+def trained_in_start(out: Path, start: int) -> bool:
+    """Rank 0's ``start``-th ``cluster`` event (1-based) has a training step after it."""
+    starts = 0
+    for event in read_events(out) if out.exists() else []:
+        starts += event.get("event") == "cluster"
+        if starts >= start and event.get("event") == "progress":
+            return True
+    return False
+
+
+def job_processes(job_id: str, spared: Iterable[int] = ()) -> list[str]:
+    """Every process of job ``job_id`` on this machine but ``spared`` (a frozen node's, which
+    only its node's return ends): those with its SLURM_JOB_ID, its slurmstepds, and what
+    ``pgrep -f`` finds of its watcher and its keeper and supervisor."""
+    found = []
+    skip = {*spared, os.getpid()}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in skip:
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        mine = f"SLURM_JOB_ID={job_id}".encode() in environ
+        if mine or argv.startswith(f"slurmstepd: [{job_id}."):
+            found.append(f"{entry.name} {argv}")
+    pattern = f"slurmtf.cli watcher --job_id={job_id} "
+    done = subprocess.run(["pgrep", "-af", pattern], capture_output=True, text=True, check=False)
+    found += [line for line in done.stdout.splitlines()
+              if int(line.split()[0]) not in skip and "pgrep" not in line]  # fmt: skip
+    return sorted(set(found))
+
+
+def no_process_left(job_id: str, spared: Iterable[int] = (), timeout: float = 30) -> list[str]:
+    """:func:`job_processes` once the job's processes had ``timeout`` s to go."""
+    deadline = time.monotonic() + timeout
+    while job_processes(job_id, spared) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return job_processes(job_id, spared)
+
+
+def record_lines(sandbox: SlurmSandbox, job_id: str, state_home: Path) -> tuple[str, str, str]:
+    """``slurmtf status JOB`` as Slurm answers, ``slurmtf status JOB`` without Slurm's
+    configuration (the controller cannot be reached), ``slurmtf logs JOB``; from another
+    folder, the job found by its id in the user's record (``state_home``)."""
+    cli = [PYTHON, "-m", "slurmtf.cli"]
+    env = {"XDG_STATE_HOME": str(state_home), "PYTHONPATH": str(REPO)}
+    status = sandbox.run([*cli, "status", job_id], cwd=state_home, env=env).stdout
+    silent = {k: v for k, v in sandbox.env.items() if k != "SLURM_CONF"}
+    alone = subprocess.run([*cli, "status", job_id], cwd=state_home, env={**silent, **env},
+                           capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    logs = sandbox.run([*cli, "logs", job_id], cwd=state_home, env=env)
+    return status, alone.stdout + alone.stderr, logs.stdout + logs.stderr
+
+
+def event_step(out: Path) -> int:
+    """The step of rank 0's last ``progress`` event (0 before the first)."""
+    found = [e for e in (read_events(out) if out.exists() else []) if e.get("event") == "progress"]
+    step = found[-1].get("step") if found else 0
+    return step if isinstance(step, int) else 0

@@ -1,0 +1,206 @@
+"""The job's watcher: one task on a node other than the batch host (``slurmtf watcher``,
+which the supervisor starts as an ``srun --overlap`` step: :mod:`slurmtf.runtime.
+batchhost`). It reads the supervisor's heartbeat (:mod:`slurmtf.runtime.heartbeat`) and
+requeues the job when the batch host is lost.
+
+Every beat it reads the heartbeat file; a write it has not seen is news. After
+:data:`~slurmtf.runtime.heartbeat.SILENT_BEATS` beats without news it probes the batch
+host (a one-task ``srun --overlap`` there, at most ``--probe_s`` seconds):
+
+* the host does not answer: the batch host is lost (dead or hung). Slurm says so only
+  at ``SlurmdTimeout``, and under ``--no-kill`` it then keeps the job running on the
+  other nodes, without a batch script, until its time limit. The watcher requeues the
+  job at once, without that node (``ExcNodeList``), within ``MAX_RESTARTS``;
+* the host answers: the supervisor is stopped or hung on a live node. Its keeper ends a
+  supervisor that misses :data:`~slurmtf.runtime.heartbeat.STUCK_BEATS` beats and starts
+  it again in place; the watcher says what it sees and waits. When the heartbeat is
+  still silent after :data:`~slurmtf.runtime.heartbeat.GIVE_UP_BEATS` beats, the keeper
+  is gone too, and the job is requeued without that node all the same.
+
+It never acts for a job that ends or goes back to the queue: it stands down (exits 0)
+when the heartbeat says so (``requeueing``, ``stopping``, ``ended``), at SIGTERM (Slurm
+signals every step of a job that ends), and when Slurm no longer says RUNNING. With the
+budget spent it cancels the job rather than leave it holding its nodes. Its lines go to
+the job's log, its decision to the job's record (``slurmtf status``, ``slurmtf logs``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+from slurmtf.runtime import jobslurm
+from slurmtf.runtime.attempts import (
+    probe_dead,
+    read_record,
+    record_batch_side,
+    restarts_so_far,
+)
+from slurmtf.runtime.heartbeat import (
+    GIVE_UP_BEATS,
+    QUIET,
+    SILENT_BEATS,
+    STUCK_BEATS,
+    Beat,
+    beat_path,
+    read_beat,
+    write_beat,
+)
+from slurmtf.runtime.joblog import now, stamp
+from slurmtf.runtime.recovery import Budget, after_batch_host
+from slurmtf.slurm.runner import Runner
+
+
+class _Ended(Exception):
+    """SIGTERM: the job ends (Slurm signals every step); the watcher leaves at once."""
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchSettings:
+    job_id: str
+    log_dir: Path
+    host: str  # the batch host
+    beat_s: float
+    budget: int  # MAX_RESTARTS
+    requeues: int  # SLURM_RESTART_COUNT when the job started
+    probe_s: float = 10.0
+    job_log: Path | None = None  # the job's log, to which the watcher adds its lines
+    host_group: int | None = None  # the batch host's component in a heterogeneous job (0)
+
+
+@dataclasses.dataclass
+class Sight:
+    """What the watcher has seen of the heartbeat: the last write and when (its own
+    clock: the nodes' clocks need not agree)."""
+
+    last: Beat | None = None
+    since: float = 0.0
+
+    def look(self, beat: Beat | None, at: float) -> str:
+        """``quiet`` (the job ends or is requeued), ``news`` (a write not seen before)
+        or ``silence``."""
+        if beat is not None and beat.state in QUIET:
+            return "quiet"
+        if beat is not None and (self.last is None or beat.seen != self.last.seen):
+            self.last, self.since = beat, at
+            return "news"
+        return "silence"
+
+
+class Watcher:
+    """The watch, from the job's start to its end or a requeue."""
+
+    def __init__(
+        self,
+        settings: WatchSettings,
+        runner: Runner,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.s, self.runner, self.clock, self.sleep = settings, runner, clock, sleep
+        self.sight = Sight(since=clock())
+        self.told = False  # said that the host answers while its supervisor is silent
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, _end)
+        path = beat_path(self.s.log_dir, self.s.job_id)
+        self.say(f"watching {self.s.host} (the batch host) through {path}", job_log=False)
+        try:
+            while True:
+                seen = self.sight.look(read_beat(path), self.clock())
+                if seen == "quiet":
+                    return 0
+                if seen == "news" and self.told:
+                    self.told = False
+                    self.say(f"the supervisor on {self.s.host} beats again")
+                if seen == "silence" and self.judge(self.clock() - self.sight.since):
+                    return 0
+                self.sleep(self.s.beat_s)
+        except _Ended:
+            return 0
+
+    def judge(self, silent: float) -> bool:
+        """After ``silent`` seconds without news: requeue (True) or wait (False)."""
+        if silent < SILENT_BEATS * self.s.beat_s:
+            return False
+        lost_at = time.time() - silent
+        if probe_dead([self.s.host], self.runner, self.s.probe_s, self.s.host_group):
+            why = (f"batch host {self.s.host} lost at {stamp(lost_at)} (the supervisor's last "
+                   f"heartbeat; {self.s.host} does not answer a probe)")  # fmt: skip
+            return self.requeue(why, lost_at)
+        if not self.told:
+            self.told = True
+            self.say(f"the supervisor on {self.s.host} has not beaten for {silent:.0f} s, but "
+                     f"{self.s.host} answers: its keeper ends a supervisor silent for "
+                     f"{STUCK_BEATS * self.s.beat_s:g} s and starts it again; the job is "
+                     f"requeued after {GIVE_UP_BEATS * self.s.beat_s:g} s")  # fmt: skip
+        if silent < GIVE_UP_BEATS * self.s.beat_s:
+            return False
+        why = (f"the supervisor on {self.s.host} silent since {stamp(lost_at)} while "
+               f"{self.s.host} answers (neither it nor its keeper recovered)")  # fmt: skip
+        return self.requeue(why, lost_at)
+
+    def requeue(self, why: str, lost_at: float) -> bool:
+        """Requeue the job without the batch host, or cancel it with the budget spent;
+        True once done (or when the job no longer runs)."""
+        state = jobslurm.job_fields(self.s.job_id, self.runner).get("JobState", "")
+        if not state:
+            return False  # Slurm did not answer: ask again at the next beat
+        if state != "RUNNING":
+            self.say(f"the job is {state}: nothing to do", job_log=False)
+            return True
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # our own requeue signals every step
+        records = read_record(self.s.log_dir, self.s.job_id)
+        used = restarts_so_far(records, self.s.requeues)
+        decision = after_batch_host(why, self.s.host, Budget(used, self.s.budget))
+        self.mark_requeueing()
+        job, host = self.s.job_id, self.s.host
+        if decision.action == "stop":
+            line = f"{decision.why}; cancelling job {job} at {now()}: it would hold its nodes idle"
+        else:
+            line = f"{decision.line(job)} at {now()} without {host}"
+        record_batch_side(self.s.log_dir, job, used, decision, line, kind="batch_host",
+                          host=host, lost_at=round(lost_at, 3))  # fmt: skip
+        self.say(line)
+        if decision.action == "stop" or not jobslurm.requeue(job, (host,), self.runner, self.say):
+            self.cancel()
+            return True
+        timeout = jobslurm.slurmd_timeout(self.runner)
+        self.say(f"Slurm holds job {job} (COMPLETING, then PENDING) until it gives {host} up, "
+                 f"about SlurmdTimeout ({timeout} s) after {host}'s last answer, then for its "
+                 "requeue delay (cred_expire), and starts it again on other nodes")  # fmt: skip
+        return True
+
+    def mark_requeueing(self) -> None:
+        """The heartbeat says ``requeueing``: the job's next start knows it was recorded."""
+        path = beat_path(self.s.log_dir, self.s.job_id)
+        last = read_beat(path) or self.sight.last
+        if last is not None:
+            beat = dataclasses.replace(last, count=last.count + 1, time=time.time(),
+                                       state="requeueing")  # fmt: skip
+            write_beat(path, beat)
+
+    def cancel(self) -> None:
+        self.say(f"cancelling job {self.s.job_id}")
+        jobslurm.cancel(self.s.job_id, self.runner)
+
+    def say(self, text: str, *, job_log: bool = True) -> None:
+        """A line of the watcher's log and (``job_log``), when it can be reached, of the
+        job's log."""
+        line = f"{now()} slurmtf: watcher: {text}"
+        print(line, flush=True)
+        if job_log and self.s.job_log is not None:
+            try:
+                with self.s.job_log.open("a") as handle:
+                    handle.write(line + "\n")
+            except OSError:
+                pass
+
+
+def _end(_signum: int, _frame: FrameType | None) -> None:
+    raise _Ended
