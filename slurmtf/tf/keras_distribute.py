@@ -15,17 +15,29 @@ applied only where its feature says the release needs it, never by version strin
    (MirroredStrategy and MultiWorkerMirroredStrategy alike). Keras 3.4 and later sum
    them before the merge; so does this fix.
 
-:func:`fix_older_keras` applies both (idempotent); the training loop calls it before it
+3. **Loss per replica** (Keras 3.3 to 3.5): ``model.fit``'s ``train_step`` neither divides
+   the loss by the replicas in sync nor averages their gradients, so the optimizer applies
+   their sum: with 2 workers each step goes twice as far as with one (and ``fit`` on N
+   replicas trains at N times the learning rate; keras-team/keras#19891). Keras 3.6 and
+   later scale each replica's loss by ``1 / replicas`` (``losses.loss
+   .scale_loss_for_distribution``); this fix divides the gradients of ``fit``'s own
+   ``train_step`` (and of a ``train_step`` that calls it) by the replicas before the
+   optimizer applies them: the same update. A custom ``train_step`` that computes its own
+   gradients gets what that Keras gives it.
+
+:func:`fix_older_keras` applies them (idempotent); the training loop calls it before it
 builds a model under a strategy, ``slurmtf.tf.keras_compat.enable_multiworker_fit`` for
 users' ``model.fit``. Imports Keras and TensorFlow.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 REDUCTION = "_all_reduce_sum_gradients"
 _MARK = "_slurmtf_fixed"
+_IN_FIT = threading.local()  # .replicas: set while fit's train_step is traced
 
 
 def fix_older_keras() -> list[str]:
@@ -37,6 +49,9 @@ def fix_older_keras() -> list[str]:
         return []
     from keras.src import backend
     from keras.src.backend.tensorflow import optimizer
+    from keras.src.backend.tensorflow import trainer as tf_trainer
+    from keras.src.losses import loss as loss_module
+    from keras.src.optimizers import base_optimizer
     from keras.src.random import seed_generator
 
     applied = []
@@ -47,6 +62,10 @@ def fix_older_keras() -> list[str]:
         _replace(optimizer.TFOptimizer, "_backend_update_step", _sum_then_merge)
         _replace(optimizer.TFOptimizer, "_distributed_tf_update_step", _update_only)
         applied.append("gradient sum")
+    if not hasattr(loss_module, "scale_loss_for_distribution"):
+        _replace(tf_trainer.TensorFlowTrainer, "train_step", _train_step_per_replica)
+        _replace(base_optimizer.BaseOptimizer, "apply_gradients", _apply_divided)
+        applied.append("loss per replica")
     return applied
 
 
@@ -128,3 +147,43 @@ def _update_only(original: Any) -> Any:
             )
 
     return _distributed_tf_update_step
+
+
+def _train_step_per_replica(original: Any) -> Any:
+    """``train_step``, with the replicas in sync known to the optimizer while it runs."""
+
+    def train_step(self: Any, data: Any) -> Any:
+        import tensorflow as tf
+
+        previous = getattr(_IN_FIT, "replicas", 1)
+        _IN_FIT.replicas = tf.distribute.get_strategy().num_replicas_in_sync
+        try:
+            return original(self, data)
+        finally:
+            _IN_FIT.replicas = previous
+
+    return train_step
+
+
+def _apply_divided(original: Any) -> Any:
+    """``apply_gradients``, each gradient divided by the replicas inside ``fit``'s step."""
+
+    def apply_gradients(self: Any, grads_and_vars: Any) -> Any:
+        replicas = getattr(_IN_FIT, "replicas", 1)
+        if replicas > 1:
+            grads_and_vars = [(divided(g, replicas), v) for g, v in grads_and_vars]
+        return original(self, grads_and_vars)
+
+    return apply_gradients
+
+
+def divided(gradient: Any, replicas: int) -> Any:
+    """``gradient / replicas`` for a dense or sparse (``IndexedSlices``) gradient."""
+    import tensorflow as tf
+
+    if gradient is None:
+        return None
+    if isinstance(gradient, tf.IndexedSlices):
+        values = divided(gradient.values, replicas)
+        return tf.IndexedSlices(values, gradient.indices, gradient.dense_shape)
+    return gradient * tf.cast(1.0 / replicas, gradient.dtype)
