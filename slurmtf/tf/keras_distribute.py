@@ -24,6 +24,13 @@ applied only where its feature says the release needs it, never by version strin
    ``train_step`` (and of a ``train_step`` that calls it) by the replicas before the
    optimizer applies them: the same update. A custom ``train_step`` that computes its own
    gradients gets what that Keras gives it.
+4. **Metrics per replica** (Keras 3.3 to 3.9): a metric's variables (its total and
+   count) are plain variables, each replica adds to its own copy and ``fit`` and
+   ``evaluate`` report one replica's share of the batch, not the global result
+   (keras-team/keras#21054): the history of 2 workers differs from one worker's though
+   the weights agree. Keras 3.10 and later create them synchronised on read, so that
+   reading them outside the replicas sums the copies (``Variable.synchronization``);
+   so does this fix, for the variables a metric adds while a strategy is in use.
 
 :func:`fix_older_keras` applies them (idempotent); the training loop calls it before it
 builds a model under a strategy, ``slurmtf.tf.keras_compat.enable_multiworker_fit`` for
@@ -32,7 +39,9 @@ users' ``model.fit``. Imports Keras and TensorFlow.
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 REDUCTION = "_all_reduce_sum_gradients"
@@ -48,9 +57,12 @@ def fix_older_keras() -> list[str]:
     if not str(keras.__version__).startswith("3."):
         return []
     from keras.src import backend
+    from keras.src.backend.common import variables as common_variables
+    from keras.src.backend.tensorflow import core as tf_core
     from keras.src.backend.tensorflow import optimizer
     from keras.src.backend.tensorflow import trainer as tf_trainer
     from keras.src.losses import loss as loss_module
+    from keras.src.metrics import metric
     from keras.src.optimizers import base_optimizer
     from keras.src.random import seed_generator
 
@@ -66,6 +78,11 @@ def fix_older_keras() -> list[str]:
         _replace(tf_trainer.TensorFlowTrainer, "train_step", _train_step_per_replica)
         _replace(base_optimizer.BaseOptimizer, "apply_gradients", _apply_divided)
         applied.append("loss per replica")
+    keras_variable = getattr(common_variables, "Variable", None) or common_variables.KerasVariable
+    if not hasattr(keras_variable, "synchronization"):
+        _replace(metric.Metric, "add_variable", _add_variable_on_read)
+        _replace(tf_core.Variable, "_deferred_initialize", _deferred_on_read)
+        applied.append("metrics per replica")
     return applied
 
 
@@ -187,3 +204,57 @@ def divided(gradient: Any, replicas: int) -> Any:
         values = divided(gradient.values, replicas)
         return tf.IndexedSlices(values, gradient.indices, gradient.dense_shape)
     return gradient * tf.cast(1.0 / replicas, gradient.dtype)
+
+
+ON_READ = "_slurmtf_on_read"  # a metric variable's aggregation, for its deferred creation
+_AGGREGATIONS = {"sum": "SUM", "mean": "MEAN", "only_first_replica": "ONLY_FIRST_REPLICA"}
+
+
+@contextlib.contextmanager
+def _on_read(aggregation: str) -> Iterator[None]:
+    """Variables created inside: synchronised on read, aggregated as ``aggregation``."""
+    import tensorflow as tf
+
+    def creator(next_creator: Any, **kwargs: Any) -> Any:
+        kwargs["synchronization"] = tf.VariableSynchronization.ON_READ
+        kwargs["aggregation"] = getattr(tf.VariableAggregation, _AGGREGATIONS[aggregation])
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        yield
+
+
+def _add_variable_on_read(original: Any) -> Any:
+    """``Metric.add_variable``: its variable synchronised on read and aggregated as the
+    metric asks (``sum`` by default), as Keras 3.10 creates it; also when Keras creates
+    it later (a variable made while Keras builds the metrics symbolically)."""
+
+    def add_variable(  # noqa: PLR0917 (Keras's own signature)
+        self: Any, shape: Any, initializer: Any, dtype: Any = None, aggregation: str = "sum",
+        name: Any = None,
+    ) -> Any:  # fmt: skip
+        import tensorflow as tf
+
+        if aggregation not in _AGGREGATIONS or not tf.distribute.has_strategy():
+            return original(self, shape, initializer, dtype, aggregation, name)
+        with _on_read(aggregation):
+            variable = original(self, shape, initializer, dtype, aggregation, name)
+        setattr(variable, ON_READ, aggregation)
+        return variable
+
+    return add_variable
+
+
+def _deferred_on_read(original: Any) -> Any:
+    """``Variable._deferred_initialize``: a metric's variable created on read."""
+
+    def _deferred_initialize(self: Any) -> Any:
+        import tensorflow as tf
+
+        aggregation = getattr(self, ON_READ, None)
+        if aggregation is None or not tf.distribute.has_strategy():
+            return original(self)
+        with _on_read(aggregation):
+            return original(self)
+
+    return _deferred_initialize

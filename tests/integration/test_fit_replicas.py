@@ -1,10 +1,12 @@
-"""``model.fit`` on two replicas ends with the weights of one replica, on every release.
+"""``model.fit`` on two replicas ends with the weights, history and ``evaluate`` of one
+replica, on every release.
 
 Keras 3.3 to 3.5 (TensorFlow 2.16, 2.17) apply the sum of the replicas' gradients in
 ``fit`` (keras-team/keras#19891): two replicas train at twice the learning rate of one.
-``slurmtf.tf.keras_distribute`` divides them by the replicas (its "loss per replica"
-fix). Two CPU replicas of MirroredStrategy stand for two workers: the same ``train_step``
-and optimizer path as MultiWorkerMirroredStrategy, without a cluster.
+Keras 3.3 to 3.9 (2.16 to 2.19) report one replica's share of each metric
+(keras-team/keras#21054). ``slurmtf.tf.keras_distribute`` fixes both ("loss per replica",
+"metrics per replica"). Two CPU replicas of MirroredStrategy stand for two workers: the
+same ``train_step`` and optimizer path as MultiWorkerMirroredStrategy, without a cluster.
 """
 
 from __future__ import annotations
@@ -42,8 +44,20 @@ def largest_difference(a: dict[str, Any], b: dict[str, Any]) -> float:
     return max(float(np.max(np.abs(np.array(x) - np.array(y)))) for x, y in pairs)
 
 
-def test_fit_on_two_replicas_ends_with_the_weights_of_one() -> None:
+def reported(result: dict[str, Any]) -> list[float]:
+    """The history's values epoch by epoch, then ``evaluate``'s."""
+    history = result["history"]
+    return [v for key in sorted(history) for v in history[key]] + list(result["evaluate"])
+
+
+def test_fit_on_two_replicas_ends_with_the_weights_and_metrics_of_one() -> None:
     one, two = fit(1, "fix"), fit(2, "fix")
     assert largest_difference(one, two) < 1e-5, (one["keras"], two["applied"])
-    if "loss per replica" in two["applied"]:  # the release has the bug: it shows unfixed
-        assert largest_difference(one, fit(2, "plain")) > 1e-3, two["keras"]
+    assert sorted(one["history"]) == ["loss", "mae"]
+    assert reported(two) == pytest.approx(reported(one), rel=1e-5), two["applied"]
+    if {"loss per replica", "metrics per replica"} & set(two["applied"]):
+        plain = fit(2, "plain")  # the release has the bugs: they show unfixed
+        if "loss per replica" in two["applied"]:
+            assert largest_difference(one, plain) > 1e-3, two["keras"]
+        if "metrics per replica" in two["applied"]:
+            assert reported(plain) != pytest.approx(reported(one), rel=1e-3), two["keras"]

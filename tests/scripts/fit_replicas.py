@@ -1,5 +1,6 @@
 """``model.fit`` of a small model on one replica or on two CPU replicas (MirroredStrategy):
-prints its final weights as JSON. ``python fit_replicas.py REPLICAS fix|plain``."""
+prints its final weights, its history (loss and a metric) and ``evaluate``'s result as
+JSON. ``python fit_replicas.py REPLICAS fix|plain``."""
 
 import json
 import sys
@@ -29,7 +30,13 @@ with strategy.scope():
     model = keras.Sequential(
         [keras.Input((4,)), keras.layers.Dense(3, activation="tanh"), keras.layers.Dense(1)]
     )
-    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
-model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0)
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
+if "gradient sum" in applied:  # Keras 3.3 builds state in fit's first step: build it first
+    with strategy.scope():
+        model.optimizer.build(model.trainable_variables)
+    model.evaluate(x[:16], y[:16], batch_size=16, verbose=0)  # the compiled metrics
+history = model.fit(x, y, batch_size=16, epochs=2, shuffle=False, verbose=0).history
+evaluated = model.evaluate(x, y, batch_size=16, verbose=0)
 weights = [w.tolist() for w in model.get_weights()]
-print(json.dumps({"weights": weights, "keras": keras.__version__, "applied": applied}))
+print(json.dumps({"weights": weights, "history": history, "evaluate": evaluated,
+                  "keras": keras.__version__, "applied": applied}))  # fmt: skip
