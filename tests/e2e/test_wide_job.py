@@ -59,7 +59,9 @@ def test_a_64_rank_job_restarts_in_place_and_takes_a_spare(wide: Sandbox, tmp_pa
         look = bench_width.trace_looks(pid, job.log_dir, "node1", tmp_path)
         assert look["looks"] >= 3, look
         nodes = {f"events-{job.job_id}-node{n}.jsonl" for n in range(1, NODES + 2)}
-        assert set(look["names"]) <= {*nodes, "srun.err"}, look["names"]  # no rank's log
+        # One file per node, srun's stderr and the job's heartbeat: no rank's log.
+        job_files = {"srun.err", f"supervisor-{job.job_id}.json"}
+        assert set(look["names"]) <= {*nodes, *job_files}, look["names"]
 
         killed = bench_width.break_and_time(job, "kill", lambda: bench_width.kill_rank(job))
         assert killed["action"] == "restart", killed
