@@ -22,6 +22,44 @@ for release in "${tf_releases[@]}"; do
     [ "$release" = installed ] || bash scripts/tf-venv.sh "$release" >/dev/null
 done
 
+# The version matrix: the core of the end-to-end tier again on SchedMD's current release
+# (the suite uses Debian's 22.05), built from its tarball or reused, with the oldest
+# TensorFlow slurmtf supports in a venv of its own (the suite uses the newest): on the
+# TensorFlow axis the core of both tiers (`matrix or tf_core`): every path and feature each
+# release must run; the whole TensorFlow tier of every release is `SLURMTF_TF_MATRIX=2.15,...
+# bash scripts/matrix.sh` (docs/SLURM_VERSIONS.md, docs/TENSORFLOW_VERSIONS.md).
+# SLURMTF_SLURM_MATRIX names other builds, tarballs or `debian`, SLURMTF_TF_MATRIX other
+# TensorFlow releases (`installed`: this interpreter's); empty (`=`) skips that axis.
+# It runs beside the suite, on sandboxes of its own: most of both is waiting on Slurm and on
+# timeouts, so side by side they end in the time of the longer, under CI's limit.
+matrix_pid=""
+if [ $# -eq 0 ]; then
+    default_tarball="${SLURMTF_SLURM_TARBALL:-../shared/slurm/slurm-26.05.3.tar.xz}"
+    if [ -z "${SLURMTF_SLURM_MATRIX+set}" ]; then
+        if [ -f "$default_tarball" ]; then
+            export SLURMTF_SLURM_MATRIX="$default_tarball"
+        elif [ "${CI:-}" = "true" ]; then
+            echo "no Slurm tarball at $default_tarball for the version matrix: failing" >&2
+            echo "HINT: set SLURMTF_SLURM_TARBALL (SchedMD's download page) or SLURMTF_SLURM_MATRIX" >&2
+            exit 1
+        else
+            echo "== Slurm axis of the matrix skipped: no Slurm tarball at $default_tarball" \
+                 "(set SLURMTF_SLURM_TARBALL or SLURMTF_SLURM_MATRIX)" >&2
+        fi
+    fi
+    IFS=',' read -r -a slurm_entries <<<"${SLURMTF_SLURM_MATRIX:-}"
+    for entry in "${slurm_entries[@]}"; do  # built (or reused) before the suite starts
+        case "$entry" in *.tar|*.tar.*) bash scripts/build-slurm.sh "$entry" >/dev/null ;; esac
+    done
+    if [ -n "${SLURMTF_SLURM_MATRIX:-}${SLURMTF_TF_MATRIX:-}" ]; then
+        matrix_log="$(mktemp -t slurmtf-matrix.XXXXXX)"
+        echo "== matrix (beside the suite; its output follows the suite's): $matrix_log"
+        SLURMTF_TF_SELECTION="${SLURMTF_TF_SELECTION:-matrix or tf_core}" \
+            bash scripts/matrix.sh --durations=10 >"$matrix_log" 2>&1 &
+        matrix_pid=$!
+    fi
+fi
+
 echo "== pytest"
 # Every prerequisite is installed above, so a missing one is a failure, not a skip.
 export SLURMTF_STRICT_PREREQS=1
@@ -30,32 +68,11 @@ status=0
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: failing" >&2
 fi
-[ "$status" -eq 0 ] || exit "$status"
-[ $# -eq 0 ] || exit 0  # a selection of tests: no version matrix
-
-# The version matrix: the core of the end-to-end tier again on SchedMD's current release
-# (the run above used Debian's 22.05), built from its tarball or reused, with the oldest
-# TensorFlow slurmtf supports in a venv of its own (the run above used the newest), which
-# adds that release's TensorFlow tier (docs/SLURM_VERSIONS.md, docs/TENSORFLOW_VERSIONS.md).
-# SLURMTF_SLURM_MATRIX names other builds, tarballs or `debian`, SLURMTF_TF_MATRIX other
-# TensorFlow releases (`installed`: this interpreter's); empty (`=`) skips that axis.
-default_tarball="${SLURMTF_SLURM_TARBALL:-../shared/slurm/slurm-26.05.3.tar.xz}"
-if [ -z "${SLURMTF_SLURM_MATRIX+set}" ]; then
-    if [ -f "$default_tarball" ]; then
-        export SLURMTF_SLURM_MATRIX="$default_tarball"
-    elif [ "${CI:-}" = "true" ]; then
-        echo "no Slurm tarball at $default_tarball for the version matrix: failing" >&2
-        echo "HINT: set SLURMTF_SLURM_TARBALL (SchedMD's download page) or SLURMTF_SLURM_MATRIX" >&2
-        exit 1
-    else
-        echo "== Slurm axis of the matrix skipped: no Slurm tarball at $default_tarball" \
-             "(set SLURMTF_SLURM_TARBALL or SLURMTF_SLURM_MATRIX)" >&2
-    fi
+if [ -n "$matrix_pid" ]; then
+    matrix_status=0
+    wait "$matrix_pid" || matrix_status=$?
+    cat "$matrix_log"
+    rm -f "$matrix_log"
+    [ "$status" -ne 0 ] || status=$matrix_status
 fi
-# On the TensorFlow axis, the core of both tiers (`matrix or tf_core`, about 20 minutes on
-# 2 cores): every path and feature each release must run; the whole TensorFlow tier of every
-# release is `SLURMTF_TF_MATRIX=2.15,... bash scripts/matrix.sh` (docs/TENSORFLOW_VERSIONS.md).
-if [ -n "${SLURMTF_SLURM_MATRIX:-}${SLURMTF_TF_MATRIX:-}" ]; then
-    SLURMTF_TF_SELECTION="${SLURMTF_TF_SELECTION:-matrix or tf_core}" \
-        bash scripts/matrix.sh --durations=10
-fi
+exit "$status"

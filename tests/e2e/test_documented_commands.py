@@ -58,7 +58,7 @@ COMMANDS: dict[str, Doc] = {
         "tests/test_build_slurm.py checks its refusals and the reuse"
     ),
     "SLURMTF_SLURM_MATRIX=/opt/slurm-26.05.3,/opt/slurm-25.11.7,debian bash scripts/matrix.sh": Doc(
-        not_run="scripts/test.sh runs scripts/matrix.sh on 26.05.3 after this suite; 25.11.7 "
+        not_run="scripts/test.sh runs scripts/matrix.sh on 26.05.3 beside this suite; 25.11.7 "
         "by the same command (docs/SLURM_VERSIONS.md has its result)"
     ),
     "bash scripts/tf-venv.sh 2.17": Doc(
@@ -66,7 +66,7 @@ COMMANDS: dict[str, Doc] = {
         "tests/test_tf_venv.py checks its refusals and the reuse"
     ),
     "SLURMTF_TF_MATRIX=2.15,2.16,2.17,2.18,2.19,2.20,2.21 bash scripts/matrix.sh": Doc(
-        not_run="scripts/test.sh runs scripts/matrix.sh with 2.15 after this suite; every "
+        not_run="scripts/test.sh runs scripts/matrix.sh with 2.15 beside this suite; every "
         "release by the same command (docs/TENSORFLOW_VERSIONS.md has the results)"
     ),
     'pip install "slurmtf[gpu] @ git+<this repository>"': Doc(
