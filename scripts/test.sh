@@ -14,7 +14,8 @@ echo "== mypy"
 # The oldest TensorFlow's environment for the version matrix below, built (or reused) before
 # the suite, whose tests/test_tf_venv.py checks its reuse.
 if [ -z "${SLURMTF_TF_MATRIX+set}" ]; then
-    SLURMTF_TF_MATRIX="$("$PYTHON" -m slurmtf.tf.releases list | head -n 1)"
+    releases="$("$PYTHON" -m slurmtf.tf.releases list)"  # no pipe: a closed one fails the run
+    SLURMTF_TF_MATRIX="${releases%%$'\n'*}"
     export SLURMTF_TF_MATRIX
 fi
 IFS=',' read -r -a tf_releases <<<"${SLURMTF_TF_MATRIX:-}"
