@@ -92,6 +92,7 @@ def enable_multiworker_fit(*, environ: dict[str, str] | None = None) -> bool:
         (model_checkpoint.ModelCheckpoint, "_get_file_path", _checkpoint_path),
         (backup_and_restore.BackupAndRestore, "_save_model", _backup_save),
         (backup_and_restore.BackupAndRestore, "on_train_end", _backup_train_end),
+        (backup_and_restore.BackupAndRestore, "on_train_begin", _backup_train_begin),
         (tensorboard.TensorBoard, "set_model", _tensorboard_set_model),
     ]
     missing = [f"{getattr(o, '__name__', o)}.{n}" for o, n, _ in targets if not hasattr(o, n)]
@@ -235,6 +236,20 @@ def _backup_save(original: Any) -> Any:
                 setattr(self, name, path)
 
     return _save_model
+
+
+def _backup_train_begin(original: Any) -> Any:
+    """The restore, inside the model's strategy: it builds the optimizer first, which Keras
+    3.3 does in no strategy scope ("Need to be inside strategy.scope()" after a requeue)."""
+
+    def on_train_begin(self: Any, logs: Any = None) -> Any:
+        strategy = getattr(self.model, "distribute_strategy", None)
+        if strategy is None:
+            return original(self, logs)
+        with strategy.scope():
+            return original(self, logs)
+
+    return on_train_begin
 
 
 def _backup_train_end(original: Any) -> Any:
