@@ -379,3 +379,18 @@ def test_the_cpu_settings_reach_the_sandbox_and_its_cli() -> None:
     cfg = SandboxConfig(dir=Path("/srv/sbx"), gpus_per_node=4, def_cpu_per_gpu=2,
                         threads_per_core=2)  # fmt: skip
     assert cfg.cpu_policy == "SelectTypeParameters=CR_Core, DefCpuPerGPU=2, 2 threads a core"
+
+
+def test_a_namespace_holding_another_sandboxs_daemon_is_not_this_sandboxs() -> None:
+    """``down`` kills what runs in the namespaces it recorded, but a namespace number freed
+    by a dead daemon is given to the next namespace made, perhaps another sandbox's: seen
+    when the test command ran the version matrix beside the suite, and one sandbox's
+    ``down`` killed the other's slurmctld."""
+    from slurmtf.sandbox.daemons import foreign_daemon
+
+    mine, theirs = "/tmp/a/slurm0", "/tmp/b/slurm0"
+    assert foreign_daemon(f"slurmctld -D -c -i -f {theirs}/slurm.conf", mine)
+    assert foreign_daemon(f"munged -F --key-file={theirs}/munge/munge.key", mine)
+    assert foreign_daemon(f"slurmd -D -f {mine}1/slurm.conf -N node1", mine)  # a longer name
+    assert not foreign_daemon(f"slurmd -D -f {mine}/slurm.conf -N node1", mine)
+    assert not foreign_daemon("python3 -m models.mnist", mine)  # a job's process

@@ -540,7 +540,7 @@ class Sandbox:
         namespaces |= {daemons.mount_ns(pid) for pid in live.values()}
         slurm = {pid: marker for name, pid in live.items() if name != "munged"}
         daemons.stop(slurm)
-        leftovers = daemons.pids_in_namespaces(namespaces)
+        leftovers = daemons.pids_in_namespaces(namespaces, marker=marker)
         daemons.kill_and_wait(leftovers)
         if "munged" in live:
             daemons.stop({live["munged"]: marker})

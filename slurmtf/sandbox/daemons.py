@@ -113,20 +113,38 @@ def mount_ns(pid: int) -> str:
         return ""
 
 
-def pids_in_namespaces(namespaces: Iterable[str], exclude: Iterable[int] = ()) -> list[int]:
-    """Every live process whose mount namespace is one of ``namespaces``."""
+def pids_in_namespaces(
+    namespaces: Iterable[str], exclude: Iterable[int] = (), marker: str = ""
+) -> list[int]:
+    """Every live process whose mount namespace is one of ``namespaces``; with ``marker``
+    (a sandbox's directory), none of a namespace that holds another sandbox's daemon: a
+    recorded namespace whose daemons are gone frees its number, which the kernel gives to
+    the next namespace made, perhaps another sandbox's."""
     wanted = {ns for ns in namespaces if ns}
     own = mount_ns(os.getpid())
     wanted.discard(own)  # never the host's namespace
     skip = set(exclude) | {os.getpid()}
-    found = []
+    by_namespace: dict[str, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) in skip:
             continue
         pid = int(entry.name)
-        if mount_ns(pid) in wanted and not is_zombie(pid):
-            found.append(pid)
-    return sorted(found)
+        ns = mount_ns(pid)
+        if ns in wanted and not is_zombie(pid):
+            by_namespace.setdefault(ns, []).append(pid)
+    return sorted(
+        pid
+        for pids in by_namespace.values()
+        if not (marker and any(foreign_daemon(cmdline(p), marker) for p in pids))
+        for pid in pids
+    )
+
+
+def foreign_daemon(command: str, marker: str) -> bool:
+    """Whether ``command`` is a sandbox daemon (its ``slurm.conf`` or munge key) of a
+    sandbox other than the one in ``marker``."""
+    daemon = "/slurm.conf" in command or "munge.key" in command
+    return daemon and f"{marker.rstrip('/')}/" not in command
 
 
 def pids_mentioning(text: str, exclude: Iterable[int] = ()) -> list[int]:
