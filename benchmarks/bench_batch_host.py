@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -136,13 +135,11 @@ def break_it(sandbox: Sandbox, case: str, run: Path, job_id: str) -> list[int]:
 def measure(sandbox: Sandbox, case: str, work: Path, sample_s: float) -> JSONDict:
     run = work / case
     run.mkdir(parents=True)
-    env = {**sandbox.env(), "MODEL_DIR": str(run / "model"), "LOG_DIR": str(run / "logs"),
+    env = {"MODEL_DIR": str(run / "model"), "LOG_DIR": str(run / "logs"),
            "MAX_RESTARTS": "2", "PYTHON": harness.python()}  # fmt: skip
     script = str(harness.REPO / "jobs" / "mnist.sbatch")
-    sbatch = ["sbatch", "--parsable", "-N2", "--time=30", f"--job-name={case}",
-              f"--output={run}/job.out", script, *ARGS]  # fmt: skip
-    job_id = subprocess.run(sbatch, env=env, cwd=harness.REPO, capture_output=True, text=True,
-                            timeout=30, check=True).stdout.strip().split(";")[0]  # fmt: skip
+    options = ["-N2", "--time=30", f"--job-name={case}", f"--output={run}/job.out"]
+    job_id = harness.submit_job(sandbox, [*options, script, *ARGS], env)
     stopped: list[int] = []
     result: JSONDict = {"case": case}
     try:
