@@ -1,10 +1,11 @@
-"""The package's layout: old module names still import, a job pickled by slurmtf 0.1.0
-still loads, and docs/ARCHITECTURE.md's diagram shows every top-level entry."""
+"""The package's layout: old module names still import, a job pickled by an earlier
+layout still loads, and docs/ARCHITECTURE.md's diagram shows every top-level entry."""
 
 from __future__ import annotations
 
 import importlib
 import re
+import warnings
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,13 @@ from slurmtf.launch import TaskLauncher
 from slurmtf.spec.jobspec import JobSpec, task_command
 
 ROOT = Path(__file__).resolve().parents[1]
-PICKLED = ROOT / "tests" / "data" / "pickled" / "launcher-0.1.0.pkl"
+# submitit job files (a DelayedSubmission of TaskLauncher) pickled by earlier layouts:
+# slurmtf 0.1.0 (the class as slurmtf.launch.TaskLauncher) and the flat runtime package
+# (slurmtf.runtime.launcher.TaskLauncher) -> the grid point each holds.
+PICKLED = {
+    "launcher-0.1.0.pkl": {},
+    "launcher-runtime.pkl": {"lr": "0.1"},
+}
 
 
 @pytest.mark.parametrize("old", sorted(slurmtf.MOVED_MODULES))
@@ -29,10 +36,14 @@ def test_an_old_module_name_imports_the_module_that_holds_it_now(old: str) -> No
     assert module.__spec__.name == new
 
 
-def test_a_job_pickled_before_the_layout_change_still_loads() -> None:
-    submission = DelayedSubmission.load(PICKLED)
+@pytest.mark.parametrize("name", sorted(PICKLED))
+def test_a_job_pickled_before_the_layout_change_still_loads(name: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # an old module name, if moved
+        submission = DelayedSubmission.load(ROOT / "tests" / "data" / "pickled" / name)
     launcher = submission.function
     assert isinstance(launcher, TaskLauncher)
+    assert launcher.params == PICKLED[name]
     spec = JobSpec.from_json(launcher.spec_json)
     assert (spec.kind, spec.target, spec.nodes, spec.args) == (
         "model",
