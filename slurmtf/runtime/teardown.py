@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Any
 
+from slurmtf.tf import coordination
+
 BARRIER_ID = "slurmtf/leave_together"
 LEFT_KEY = "slurmtf/left/"  # + the task's name: set by each worker just before it leaves
 DEFAULT_TIMEOUT_S = 300.0  # the chief's export and the ranks' skew fall in this window
@@ -136,9 +138,7 @@ def _coordinated_task() -> tuple[str, str, list[str]] | None:
         return None
     ctx = _context()
     config = ctx.coordination_service
-    server_def = getattr(ctx, "_collective_ops_server_def", None) or getattr(
-        ctx, "_server_def", None
-    )
+    server_def = coordination.server_def(ctx)
     if config is None or server_def is None or getattr(ctx, "_context_handle", None) is None:
         return None
     tasks = [

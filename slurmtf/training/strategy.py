@@ -12,7 +12,7 @@ import logging
 from typing import Any, Protocol
 
 from slurmtf.errors import InputError
-from slurmtf.tf import compat
+from slurmtf.tf import coordination
 from slurmtf.tf.collectives import reuse_collective_instance_keys
 from slurmtf.tf.keras_distribute import fix_older_keras
 from slurmtf.training.join_deadline import JoinDeadline
@@ -122,7 +122,7 @@ def make_strategy(
     resolver = SlurmtfClusterResolver(layout, exclude=(EVALUATOR,))
     bounded = True
     if heartbeat_timeout or registration_timeout:
-        bounded = _configure_coordination(
+        bounded = coordination.configure(
             resolver.cluster_spec(), heartbeat_timeout, registration_timeout
         )
     deadline = None if bounded else _join_deadline(layout, registration_timeout, program)
@@ -145,54 +145,12 @@ def _join_deadline(layout: Any, timeout: float, program: str) -> JoinDeadline:
     log.info(
         "This TensorFlow has no registration barrier (%s): slurmtf bounds the wait for "
         "the peers itself (--registration_timeout=%g)",
-        compat.REGISTER_BARRIER_FIELD,
+        coordination.REGISTER_BARRIER_FIELD,
         timeout,
     )
     return JoinDeadline(
         rank=layout.task_index, peers=peers, timeout=timeout, program=program
     ).start()
-
-
-def _configure_coordination(
-    cluster_spec: Any, heartbeat_timeout: float, registration_timeout: float = 0.0
-) -> bool:
-    """Set the coordination service's timeouts (MWMS then keeps this config).
-
-    A peer that sends no heartbeat for ``heartbeat_timeout`` is declared dead; TensorFlow's
-    default (10 s) can fire on an overloaded node, so it is a flag. With
-    ``registration_timeout`` every worker waits at most that long for all workers to
-    join at start-up, in a barrier whose error names the workers that never came;
-    without it a worker whose peer never starts waits for more than 10 minutes.
-    Returns False when the start needs a bound this release lacks (no such barrier: the
-    caller bounds it), else True.
-    """
-    from tensorflow.python.distribute import multi_worker_util
-    from tensorflow.python.eager import context
-
-    coordination_config_pb2 = compat.coordination_config()
-    if context.context().coordination_service is not None:
-        return True  # configured before (this process joined its peers already)
-    jobs = [
-        coordination_config_pb2.CoordinatedJob(name=job, num_tasks=cluster_spec.num_tasks(job))
-        for job in ("chief", "worker")
-        if job in cluster_spec.jobs
-    ]
-    context.context().configure_coordination_service(
-        service_type="standalone",
-        service_leader=multi_worker_util.coordination_leader(cluster_spec),
-        coordinated_jobs=jobs,
-        heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000),
-        cluster_register_timeout_in_ms=int(registration_timeout * 1000),
-    )
-    if not registration_timeout:
-        return True
-    if not compat.has_register_barrier(coordination_config_pb2):
-        return False
-    # Not a parameter of configure_coordination_service(): without the barrier only
-    # the joining worker's own RegisterTask call is bounded, and the leader, once
-    # registered, waits for the others without a limit.
-    context.context().coordination_service.cluster_register_with_barrier = True
-    return True
 
 
 def split_cpu(replicas: int, mode: str, num_workers: int, num_gpus: int) -> str:
