@@ -85,6 +85,7 @@ MOVED_MODULES = {
     "slurmtf.teardown": "slurmtf.runtime.teardown",
     "slurmtf.tf_import": "slurmtf.tf.lean_import",
     "slurmtf.tf_resolver": "slurmtf.tf.cluster_resolver",
+    "slurmtf.training.join_deadline": "slurmtf.tf.join_deadline",
     "slurmtf.training.progress_watch": "slurmtf.training.watchdog",
     "slurmtf.watch": "slurmtf.monitor.status",
 }

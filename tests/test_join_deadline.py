@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from slurmtf.events import parse_events
-from slurmtf.training.join_deadline import answers, message, missing_peers, report
+from slurmtf.tf.join_deadline import answers, message, missing_peers, report
 
 REPO = Path(__file__).resolve().parents[1]
 PEERS = {0: "node1:12000", 2: "node2:12002", 3: "node2:12003"}
@@ -55,7 +55,7 @@ def test_the_report_is_a_peer_lost_event_and_one_line(capsys: object) -> None:
 
 HOLDS_THE_GIL = """
 import ctypes, sys
-from slurmtf.training.join_deadline import JoinDeadline
+from slurmtf.tf.join_deadline import JoinDeadline
 deadline = JoinDeadline(rank=0, peers={1: "127.0.0.1:9"}, timeout=float(sys.argv[1]),
                         program="probe").start()
 ctypes.PyDLL(None).sleep(int(sys.argv[2]))  # C code that keeps the GIL, as TF's wait does

@@ -14,8 +14,8 @@ from typing import Any, Protocol
 from slurmtf.errors import InputError
 from slurmtf.tf import coordination
 from slurmtf.tf.collectives import reuse_collective_instance_keys
+from slurmtf.tf.join_deadline import JoinDeadline
 from slurmtf.tf.keras_distribute import fix_older_keras
-from slurmtf.training.join_deadline import JoinDeadline
 
 log = logging.getLogger(__name__)
 EVALUATOR = "evaluator"

@@ -7,11 +7,12 @@ registered, waits more than ten minutes for a peer that never starts, and it wai
 holding Python's GIL, so no Python thread of the process can run meanwhile.
 
 :class:`JoinDeadline` is the nearest equivalent, built to work without the GIL: a small
-reporter process (``python -m slurmtf.training.join_deadline``), started before the
+reporter process (``python -m slurmtf.tf.join_deadline``), started before the
 strategy joins, waits out the bound, names the peers whose ports do not answer and reports
 them as the barrier's error would (a ``peer_lost`` event on the rank's stdout, one line on
 its stderr); a moment later :mod:`faulthandler`'s C timer ends the rank with exit status 1.
-Joining in time cancels both.
+Joining in time cancels both. :func:`slurmtf.tf.coordination.configure` says when a
+release needs it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from typing import IO
 
 from slurmtf import events
 
+# What handles a release difference here (docs/TENSORFLOW_VERSIONS.md's table).
+RELEASE_DIFFERENCES = ("JoinDeadline",)
 # TensorFlow's own bound on a joining task comes first when both apply.
 GRACE_S = 5.0
 # Between the reporter's lines and the end of the rank.
