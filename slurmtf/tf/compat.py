@@ -13,6 +13,12 @@ import inspect
 from typing import Any
 
 
+def is_keras_3(keras: Any) -> bool:
+    """Whether the ``keras`` module is Keras 3 (TensorFlow 2.16 and later): it has
+    ``keras.ops``, which Keras 2 (TensorFlow 2.15's ``tf.keras``) and tf_keras lack."""
+    return hasattr(keras, "ops")
+
+
 def export_saved_model(model: Any, path: str) -> None:
     """``model.export`` as a TensorFlow SavedModel, quietly where the release can be quiet:
     Keras 3.3-3.5 take no ``verbose`` (always quiet), Keras 2 (2.15) no ``format``."""

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from slurmtf.errors import SlurmtfError
-from slurmtf.tf import keras_distribute
+from slurmtf.tf import compat, keras_distribute
 from slurmtf.tf.releases import RELEASES
 
 # Keras minor versions the fixes were tested on end to end (2 workers, tests/e2e): the
@@ -70,7 +70,8 @@ def enable_multiworker_fit(*, environ: dict[str, str] | None = None) -> bool:
     """Make Keras 3 ``fit``/``evaluate``/``predict`` and its file-writing callbacks work
     under ``MultiWorkerMirroredStrategy``. Idempotent; returns whether the fixes are on.
 
-    Off (returns ``False``) with ``SLURMTF_KERAS_COMPAT=0`` or when Keras is not 3.x.
+    Off (returns ``False``) with ``SLURMTF_KERAS_COMPAT=0`` or when Keras is not Keras 3
+    (:func:`slurmtf.tf.compat.is_keras_3`).
     """
     env = os.environ if environ is None else environ
     if env.get(ENV_SWITCH, "1").strip() == "0":
@@ -79,9 +80,9 @@ def enable_multiworker_fit(*, environ: dict[str, str] | None = None) -> bool:
         return True
     import keras
 
-    version = str(keras.__version__)
-    if not version.startswith("3."):
+    if not compat.is_keras_3(keras):
         return False
+    version = str(keras.__version__)
     from keras.src.backend.tensorflow import trainer as tf_trainer
     from keras.src.callbacks import backup_and_restore, model_checkpoint, tensorboard
 

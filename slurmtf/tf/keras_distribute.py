@@ -44,6 +44,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+from slurmtf.tf import compat
+
 REDUCTION = "_all_reduce_sum_gradients"
 _MARK = "_slurmtf_fixed"
 _IN_FIT = threading.local()  # .replicas: set while fit's train_step is traced
@@ -54,7 +56,7 @@ def fix_older_keras() -> list[str]:
     release that needs none)."""
     import keras
 
-    if not str(keras.__version__).startswith("3."):
+    if not compat.is_keras_3(keras):
         return []
     from keras.src import backend
     from keras.src.backend.common import variables as common_variables
