@@ -1,7 +1,11 @@
-"""The TensorFlow release differences of slurmtf.tf, without TensorFlow."""
+"""The TensorFlow release differences of slurmtf.tf, without TensorFlow: how the ServerDef
+is found, and that each difference is marked in its module and listed in
+docs/TENSORFLOW_VERSIONS.md's table."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -25,3 +29,61 @@ def test_the_server_def_is_collective_ops_else_remote_eager(
     attributes: dict[str, object], expected: object
 ) -> None:
     assert coordination.server_def(SimpleNamespace(**attributes)) is expected
+
+
+# Every release difference handled in slurmtf/tf/ is in docs/TENSORFLOW_VERSIONS.md's table.
+ROOT = Path(__file__).resolve().parents[1]
+TF = ROOT / "slurmtf" / "tf"
+WHOLLY = ("compat.py", "coordination.py")  # modules that hold release differences only
+
+
+def marked(path: Path) -> tuple[str, ...]:
+    """The module's ``RELEASE_DIFFERENCES`` (read from its source: no TensorFlow)."""
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "RELEASE_DIFFERENCES" for t in node.targets
+        ):
+            return tuple(ast.literal_eval(node.value))
+    return ()
+
+
+def public(path: Path) -> set[str]:
+    kinds = (ast.FunctionDef, ast.ClassDef)
+    body = ast.parse(path.read_text()).body
+    return {n.name for n in body if isinstance(n, kinds) and not n.name.startswith("_")}
+
+
+def table_rows() -> list[list[str]]:
+    """The cells of each row of the table in "Differences handled"."""
+    text = (ROOT / "docs" / "TENSORFLOW_VERSIONS.md").read_text()
+    section = text.split("\n## Differences handled\n", 1)[1].split("\n## ", 1)[0]
+    lines = [x for x in section.splitlines() if x.startswith("| ") and not x.startswith("| ---")]
+    return [[c.strip() for c in line.strip("| ").split(" | ")] for line in lines[1:]]
+
+
+MODULES = sorted(p for p in TF.glob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_every_marked_name_is_a_public_function_or_class_of_its_module(path: Path) -> None:
+    missing = sorted(set(marked(path)) - public(path))
+    assert not missing, f"{path.name}: RELEASE_DIFFERENCES names {missing}, which it lacks"
+
+
+@pytest.mark.parametrize("name", WHOLLY)
+def test_compat_and_coordination_hold_release_differences_only(name: str) -> None:
+    unmarked = sorted(public(TF / name) - set(marked(TF / name)))
+    assert not unmarked, f"{name}: public but not in RELEASE_DIFFERENCES: {unmarked}"
+
+
+def test_every_release_difference_of_slurmtf_tf_is_in_the_table() -> None:
+    rows = table_rows()
+    assert rows
+    assert all(len(r) == 4 for r in rows), [r[:1] for r in rows if len(r) != 4]
+    found = [
+        f"{path.name} {name}"
+        for path in MODULES
+        for name in marked(path)
+        if not any(f"`slurmtf/tf/{path.name}`" in r[2] and f"`{name}`" in r[2] for r in rows)
+    ]
+    assert found == [], f"not in docs/TENSORFLOW_VERSIONS.md's table ('handled in'): {found}"

@@ -12,6 +12,22 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+# The functions that handle a release difference (docs/TENSORFLOW_VERSIONS.md's table):
+# every public function of this module.
+RELEASE_DIFFERENCES = (
+    "is_keras_3",
+    "export_saved_model",
+    "set_precision_policy",
+    "loss_scale_optimizer",
+    "scale_loss",
+    "unscale_gradients",
+    "skips_aggregation",
+    "apply_gradients",
+    "variable_value",
+    "local_weights",
+    "fit_initial_epoch",
+)
+
 
 def is_keras_3(keras: Any) -> bool:
     """Whether the ``keras`` module is Keras 3 (TensorFlow 2.16 and later): it has

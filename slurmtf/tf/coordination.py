@@ -22,7 +22,8 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-# The functions that handle a release difference (docs/TENSORFLOW_VERSIONS.md's table).
+# The functions that handle a release difference (docs/TENSORFLOW_VERSIONS.md's table):
+# every public function of this module.
 RELEASE_DIFFERENCES = ("coordination_config", "has_register_barrier", "configure", "server_def")
 
 # Where ``coordination_config_pb2`` lives: XLA's copy of TSL from 2.19, TensorFlow's own

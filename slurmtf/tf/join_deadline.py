@@ -31,8 +31,9 @@ from typing import IO
 
 from slurmtf import events
 
-# What handles a release difference here (docs/TENSORFLOW_VERSIONS.md's table).
+# The class that handles a release difference (docs/TENSORFLOW_VERSIONS.md's table).
 RELEASE_DIFFERENCES = ("JoinDeadline",)
+
 # TensorFlow's own bound on a joining task comes first when both apply.
 GRACE_S = 5.0
 # Between the reporter's lines and the end of the rank.

@@ -43,6 +43,9 @@ from slurmtf.errors import SlurmtfError
 from slurmtf.tf import compat, keras_distribute
 from slurmtf.tf.releases import RELEASES
 
+# The functions that handle a release difference (docs/TENSORFLOW_VERSIONS.md's table).
+RELEASE_DIFFERENCES = ("enable_multiworker_fit", "first_batch")
+
 # Keras minor versions the fixes were tested on end to end (2 workers, tests/e2e): the
 # Keras 3 of each tested TensorFlow release.
 TESTED_KERAS = tuple(".".join(r.keras.split(".")[:2]) for r in RELEASES if r.keras.startswith("3."))
