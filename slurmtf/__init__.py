@@ -54,11 +54,11 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'slurmtf' has no attribute {name!r}")
 
 
-# Where the modules of slurmtf 0.1.0's flat layout went (docs/ARCHITECTURE.md): the old
-# names keep importing, as the same module objects, for users' scripts and for jobs
-# pickled before the upgrade.
+# Where the modules of slurmtf 0.1.0's flat layout, and of the flat slurmtf.runtime,
+# went (docs/ARCHITECTURE.md): the old names keep importing, as the same module objects,
+# for users' scripts and for jobs pickled before the upgrade.
 MOVED_MODULES = {
-    "slurmtf.allocator": "slurmtf.runtime.allocator",
+    "slurmtf.allocator": "slurmtf.runtime.rank.allocator",
     "slurmtf.collectives": "slurmtf.tf.collectives",
     "slurmtf.console": "slurmtf.monitor.console",
     "slurmtf.env": "slurmtf.cluster.env",
@@ -79,10 +79,17 @@ MOVED_MODULES = {
     "slurmtf.roles": "slurmtf.cluster.roles",
     "slurmtf.runner": "slurmtf.slurm.runner",
     "slurmtf.shell": "slurmtf.spec.shell",
+    "slurmtf.runtime.allocator": "slurmtf.runtime.rank.allocator",
+    "slurmtf.runtime.chief_watch": "slurmtf.runtime.rank.chief_watch",
+    "slurmtf.runtime.held_port": "slurmtf.runtime.rank.held_port",
+    "slurmtf.runtime.launcher": "slurmtf.runtime.rank.launcher",
+    "slurmtf.runtime.script": "slurmtf.runtime.rank.script",
+    "slurmtf.runtime.servers": "slurmtf.runtime.rank.servers",
+    "slurmtf.runtime.teardown": "slurmtf.runtime.rank.teardown",
     "slurmtf.stragglers": "slurmtf.check.stragglers",
     "slurmtf.sweeps": "slurmtf.monitor.sweeps",
     "slurmtf.sweeptable": "slurmtf.monitor.sweep_rows",
-    "slurmtf.teardown": "slurmtf.runtime.teardown",
+    "slurmtf.teardown": "slurmtf.runtime.rank.teardown",
     "slurmtf.tf_import": "slurmtf.tf.lean_import",
     "slurmtf.tf_resolver": "slurmtf.tf.cluster_resolver",
     "slurmtf.training.join_deadline": "slurmtf.tf.join_deadline",

@@ -14,7 +14,7 @@ Nothing reads the human progress text. Events (fields beyond ``event``):
   also from a sidecar evaluator task, with ``role``); ``start``/``exit``
   (status) from the per-task launcher; ``port_in_use`` (rank, port, node, holder,
   ``moves``: whether a restart takes other ports) from a rank whose port another process
-  holds (:mod:`slurmtf.runtime.held_port`).
+  holds (:mod:`slurmtf.runtime.rank.held_port`).
 
 The node's file: the events a job's supervisor acts on while a step runs
 (:data:`SUPERVISED`: ``peer_lost``) also go, as the same line, to one file per node

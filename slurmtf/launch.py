@@ -1,6 +1,6 @@
 """``python -m slurmtf.launch``: what each task of a ``slurmtf submit`` job runs.
 
-The launcher itself is :mod:`slurmtf.runtime.launcher`; ``TaskLauncher`` is named here
+The launcher itself is :mod:`slurmtf.runtime.rank.launcher`; ``TaskLauncher`` is named here
 too because submitit pickles it under this module's name (jobs queued before an upgrade
 must still load).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from slurmtf.runtime.launcher import TaskLauncher
+from slurmtf.runtime.rank.launcher import TaskLauncher
 
 __all__ = ["TaskLauncher"]
 

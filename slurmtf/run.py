@@ -1,6 +1,6 @@
 """``python -m slurmtf.run SCRIPT|-m MODULE [ARGS]``: an unmodified training script on
 every task, with ``TF_CONFIG``, its GPUs and the TensorFlow/Keras fixes set before its
-first line (the launcher is :mod:`slurmtf.runtime.script`; the same as ``slurmtf run``).
+first line (the launcher is :mod:`slurmtf.runtime.rank.script`; the same as ``slurmtf run``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``python -m slurmtf.serve``: the ps and worker tasks of a ParameterServerStrategy job
 serve until the chief's script ends; the chief runs the command after ``--`` (the servers
-are :mod:`slurmtf.runtime.servers`; the same as ``slurmtf serve``).
+are :mod:`slurmtf.runtime.rank.servers`; the same as ``slurmtf serve``).
 """
 
 from __future__ import annotations

@@ -106,7 +106,7 @@ def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
     import submitit
     from submitit.core.utils import FailedJobError
 
-    from slurmtf.runtime.launcher import TaskLauncher
+    from slurmtf.runtime.rank.launcher import TaskLauncher
 
     if shutil.which("sbatch") is None:
         raise SlurmtfError(

@@ -64,7 +64,7 @@ def main(
     and ``--learning_rate`` (for ``reference_batch``; scaled linearly with the batch).
     Define your own absl flags before calling it; ``program`` names the script in errors.
     In a multi-worker job a finished or preempted process ends inside this call, once
-    every rank is done (:func:`slurmtf.runtime.teardown.leave_together`), with that exit code.
+    every rank is done (:func:`slurmtf.runtime.rank.teardown.leave_together`), with that exit code.
     """
     return main_for(
         program,

@@ -1,4 +1,4 @@
-"""The glibc arena cap (slurmtf.runtime.allocator): applied, or left to MALLOC_ARENA_MAX."""
+"""The glibc arena cap (slurmtf.runtime.rank.allocator): applied, or left to MALLOC_ARENA_MAX."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from slurmtf.runtime import allocator
+from slurmtf.runtime.rank import allocator
 
 GLIBC = allocator._libc() is not None
 
@@ -23,7 +23,7 @@ def test_the_cap_bounds_the_arenas_threads_get() -> None:
     # may get its own (glibc allows 8 per core). malloc_stats() prints one block per arena.
     script = """
 import sys, threading
-from slurmtf.runtime import allocator
+from slurmtf.runtime.rank import allocator
 if sys.argv[1] == "cap":
     assert allocator.limit_arenas(2, env={})
 start = threading.Barrier(16)
@@ -55,7 +55,7 @@ def test_fixed_thresholds_give_freed_memory_back() -> None:
     # thresholds everything above the 4 MiB pad goes back.
     script = """
 import ctypes, sys
-from slurmtf.runtime import allocator
+from slurmtf.runtime.rank import allocator
 libc = allocator._libc()
 libc.malloc.restype = ctypes.c_void_p
 libc.free.argtypes = [ctypes.c_void_p]

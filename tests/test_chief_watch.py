@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slurmtf.runtime.chief_watch import Chief, ChiefNeverStarted, ChiefWatch
+from slurmtf.runtime.rank.chief_watch import Chief, ChiefNeverStarted, ChiefWatch
 
 
 class _Clock:

@@ -15,7 +15,7 @@ from slurmtf.cluster import flags as cf
 from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.resolver import export_lines, resolve
-from slurmtf.runtime.script import Target, task_target
+from slurmtf.runtime.rank.script import Target, task_target
 from slurmtf.spec.jobspec import JobSpec, task_command
 from tests.conftest import FakeSlurmEnv
 

@@ -20,7 +20,7 @@ import pytest
 
 from slurmtf.cli.run import parse_target
 from slurmtf.errors import InputError, UsageError
-from slurmtf.runtime.script import Target
+from slurmtf.runtime.rank.script import Target
 from slurmtf.spec.jobspec import JobSpec, task_command, through_launcher
 
 SCRIPT = """\

@@ -13,8 +13,8 @@ import pytest
 
 from slurmtf.cli.serve import main
 from slurmtf.local.step import LocalStep, scrubbed_env
-from slurmtf.runtime.chief_watch import MISSES, Chief, ChiefNeverStarted, answers
-from slurmtf.runtime.servers import watch_chief
+from slurmtf.runtime.rank.chief_watch import MISSES, Chief, ChiefNeverStarted, answers
+from slurmtf.runtime.rank.servers import watch_chief
 from tests.conftest import FakeSlurmEnv
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from slurmtf.cluster.roles import assign_roles, parse_jobs
 from slurmtf.errors import InputError
-from slurmtf.runtime.chief_watch import Chief, ChiefWatch
+from slurmtf.runtime.rank.chief_watch import Chief, ChiefWatch
 from slurmtf.training import sidecar
 from tests.conftest import FakeSlurmEnv
 

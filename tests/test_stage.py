@@ -180,7 +180,7 @@ def test_stage_data_without_a_data_set_is_one_line(
 
 
 def test_the_launcher_hands_scripts_the_staged_copy(src: Path, tmp_path: Path) -> None:
-    from slurmtf.runtime.script import Target, task_target
+    from slurmtf.runtime.rank.script import Target, task_target
 
     copy = stage.stage(src, env(tmp_path)).path
     environ = {**env(tmp_path), stage.STAGED_ENV: str(src), "DATA_DIR": str(src)}

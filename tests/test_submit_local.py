@@ -15,7 +15,7 @@ from slurmtf.cli import launch as launch_cli
 from slurmtf.cli import submit as submit_cli
 from slurmtf.errors import InputError
 from slurmtf.local import job as local
-from slurmtf.runtime import launcher as launch
+from slurmtf.runtime.rank import launcher as launch
 from slurmtf.spec import jobspec
 from slurmtf.spec.jobspec import JobSpec
 

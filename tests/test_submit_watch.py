@@ -10,7 +10,7 @@ import pytest
 
 from slurmtf.cli import jobs as jobs_cli
 from slurmtf.monitor import status as watch
-from slurmtf.runtime import launcher as launch
+from slurmtf.runtime.rank import launcher as launch
 from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm, scontrol
 
 

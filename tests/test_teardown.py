@@ -1,4 +1,5 @@
-"""slurmtf.runtime.teardown without TensorFlow: the order of leaving, with a recorded context."""
+"""slurmtf.runtime.rank.teardown without TensorFlow: the order of leaving, with a recorded
+context."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from slurmtf.runtime import teardown
+from slurmtf.runtime.rank import teardown
 
 LEADER = "/job:worker/replica:0/task:0"
 TASKS = [LEADER, "/job:worker/replica:0/task:1", "/job:worker/replica:0/task:2"]

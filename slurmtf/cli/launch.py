@@ -1,7 +1,7 @@
 """``python -m slurmtf.launch``: what each task of a job runs (not a user command).
 
 ``--spec=FILE [--params=JSON]`` runs the task of a ``--cluster=local`` job
-(:func:`slurmtf.runtime.launcher.run_task`); ``--call MODULE:FUNCTION [-- ARGS...]`` calls
+(:func:`slurmtf.runtime.rank.launcher.run_task`); ``--call MODULE:FUNCTION [-- ARGS...]`` calls
 ``FUNCTION(ARGS)`` (``submit --function``).
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from slurmtf.cli import ArgumentParser, report_error
 from slurmtf.contracts import EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError, UsageError
-from slurmtf.runtime.launcher import call_function, run_task
+from slurmtf.runtime.rank.launcher import call_function, run_task
 from slurmtf.spec.jobspec import JobSpec
 
 PROGRAM = "slurmtf.launch"

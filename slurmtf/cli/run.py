@@ -16,7 +16,7 @@ from pathlib import Path
 
 from slurmtf.cli import ArgumentParser, report_error
 from slurmtf.errors import InputError, SlurmtfError, UsageError
-from slurmtf.runtime.script import Target, launch_script
+from slurmtf.runtime.rank.script import Target, launch_script
 
 PROGRAM = "slurmtf run"
 

@@ -28,8 +28,8 @@ from slurmtf.contracts import EXIT_FAILURE
 from slurmtf.errors import InputError
 from slurmtf.events import emit
 from slurmtf.resolver import export_tf_config
-from slurmtf.runtime.chief_watch import POLL_S, START_TIMEOUT_S, ChiefNeverStarted
-from slurmtf.runtime.servers import (
+from slurmtf.runtime.rank.chief_watch import POLL_S, START_TIMEOUT_S, ChiefNeverStarted
+from slurmtf.runtime.rank.servers import (
     SERVER_ROLES,
     check_server_task,
     chief_of,

@@ -43,7 +43,7 @@ from slurmtf.runtime.attempts import (
     restarts_so_far,
 )
 from slurmtf.runtime.endings import srun_words
-from slurmtf.runtime.launcher import LOCAL_ENV, job_id_of
+from slurmtf.runtime.rank.launcher import LOCAL_ENV, job_id_of
 from slurmtf.spec.jobspec import JobSpec, rank_python
 
 

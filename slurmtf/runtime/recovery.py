@@ -32,9 +32,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE
-from slurmtf.runtime import held_port
 from slurmtf.runtime.endings import Attempt, TaskEnding
 from slurmtf.runtime.node_choice import Nodes
+from slurmtf.runtime.rank import held_port
 from slurmtf.runtime.srun_status import tasks_status
 
 ACTIONS = ("done", "restart", "requeue", "stop")

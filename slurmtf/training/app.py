@@ -19,8 +19,8 @@ from slurmtf.cli import report_error
 from slurmtf.cluster.flags import NO_INDEX, apply_cluster_flags
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.runtime import allocator
-from slurmtf.runtime.held_port import check_port
+from slurmtf.runtime.rank import allocator
+from slurmtf.runtime.rank.held_port import check_port
 from slurmtf.tf import install
 from slurmtf.training import sidecar
 from slurmtf.training.flags import TrainConfig, config_from_flags, define_flags

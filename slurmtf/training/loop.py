@@ -19,8 +19,8 @@ from typing import Any
 from absl import logging
 
 from slurmtf import events
-from slurmtf.runtime import teardown
-from slurmtf.runtime.held_port import recheck_port
+from slurmtf.runtime.rank import teardown
+from slurmtf.runtime.rank.held_port import recheck_port
 from slurmtf.training import checkpoints, sidecar, watchdog
 from slurmtf.training.flags import TrainConfig
 from slurmtf.training.model_spec import ModelSpec, RunInfo
@@ -56,7 +56,7 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
         if watch is not None:
             watch.stop()
     # Done or preempted after saving: every rank ends here, workers first, the leader
-    # last (a multi-worker process exits inside this call; see slurmtf.runtime.teardown).
+    # last (a multi-worker process exits inside this call; see slurmtf.runtime.rank.teardown).
     teardown.leave_together(exit_code=code)
     return code
 

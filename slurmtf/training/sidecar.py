@@ -31,7 +31,7 @@ from typing import Any
 from absl import logging
 
 from slurmtf.errors import InputError
-from slurmtf.runtime.chief_watch import START_TIMEOUT_S, Chief, ChiefNeverStarted, ChiefWatch
+from slurmtf.runtime.rank.chief_watch import START_TIMEOUT_S, Chief, ChiefNeverStarted, ChiefWatch
 
 EVALUATOR = "evaluator"
 TRAINING_ROLES = ("chief", "worker")
@@ -147,7 +147,7 @@ def run_evaluator(spec: Any, config: Any, info: Any) -> int:
     finally:
         watcher.uninstall()
     if info.layout.in_slurm and not info.layout.is_single_worker:
-        from slurmtf.runtime import teardown
+        from slurmtf.runtime.rank import teardown
 
         teardown.leave_alone(code)  # a task of a job step: end now, as the workers do
     return code

@@ -295,7 +295,7 @@ def check_clean_end(
 ) -> None:
     """No error-level line in any rank's log; a multi-worker job ended within
     ``CLEAN_END_S`` of ``last_rank``'s last line (rank 0: the ranks left together,
-    slurmtf.runtime.teardown; a sidecar evaluator ends after them)."""
+    slurmtf.runtime.rank.teardown; a sidecar evaluator ends after them)."""
     files = {rank: list(paths) for rank, paths in rank_logs.items()}
     for rank, paths in files.items():
         for path in paths:

@@ -48,7 +48,7 @@ from slurmtf.contracts import (
 )
 from slurmtf.events import emit
 from slurmtf.resolver import export_tf_config, resolve
-from slurmtf.runtime.held_port import check_port
+from slurmtf.runtime.rank.held_port import check_port
 from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued

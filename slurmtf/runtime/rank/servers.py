@@ -4,7 +4,7 @@ stopped when the chief's script ends.
 TensorFlow's parameter-server tutorial starts ``tf.distribute.Server`` on every ps and
 worker task and ``join()``s forever: nothing stops the servers, so the job runs to its
 time limit after the coordinator (the chief) is done. Here each server watches the
-chief's port instead (:func:`watch_chief`, through :mod:`slurmtf.runtime.chief_watch`): it
+chief's port instead (:func:`watch_chief`, through :mod:`slurmtf.runtime.rank.chief_watch`): it
 waits, for a bounded time, for the chief's own server to come up
 (ParameterServerStrategy starts it on the chief's address), then ends as soon as that
 port stops answering, however the chief's script ended. A done file ends it too.
@@ -24,8 +24,8 @@ from typing import Any
 from slurmtf.cluster.gpu_plan import apply_gpu_split
 from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.errors import InputError
-from slurmtf.runtime.chief_watch import POLL_S, START_TIMEOUT_S, Chief, ChiefWatch, answers
-from slurmtf.runtime.held_port import check_port, recheck_port
+from slurmtf.runtime.rank.chief_watch import POLL_S, START_TIMEOUT_S, Chief, ChiefWatch, answers
+from slurmtf.runtime.rank.held_port import check_port, recheck_port
 
 SERVER_ROLES = ("ps", "worker")
 _JOBS_HINT = "set SLURMTF_JOBS (or --jobs), e.g. chief:1,ps:2,worker, on every task of the step"
@@ -56,9 +56,9 @@ def watch_chief(
 ) -> str:
     """Block until the chief's script has ended; return why (one line).
 
-    Raises :class:`~slurmtf.runtime.chief_watch.ChiefNeverStarted` when the chief's port never
+    Raises :class:`~slurmtf.runtime.rank.chief_watch.ChiefNeverStarted` when the chief's port never
     answered within ``start_timeout`` seconds. One probe per ``poll`` seconds
-    (:class:`~slurmtf.runtime.chief_watch.ChiefWatch`): bounded, no threads.
+    (:class:`~slurmtf.runtime.rank.chief_watch.ChiefWatch`): bounded, no threads.
     """
     watch = ChiefWatch(chief, start_timeout, probe=probe, clock=clock)
     while True:

@@ -11,8 +11,8 @@ line, in the script's own interpreter:
 2. its GPUs are narrowed (:func:`slurmtf.cluster.gpu_plan.apply_gpu_split`) and ``TF_CONFIG`` is
    exported (:func:`slurmtf.resolver.export_tf_config`);
 3. glibc's malloc arenas are capped as for the bundled models
-   (:func:`slurmtf.runtime.allocator.limit_arenas`; ``MALLOC_ARENA_MAX`` wins), and import hooks
-   are set, so that the moment TensorFlow has been imported the collective
+   (:func:`slurmtf.runtime.rank.allocator.limit_arenas`; ``MALLOC_ARENA_MAX`` wins), and
+   import hooks are set, so that the moment TensorFlow has been imported the collective
    keys are made reusable (:func:`slurmtf.tf.collectives.reuse_collective_instance_keys`:
    flat memory over long runs), and the moment Keras 3 has been imported its
    ``model.fit`` fixes are applied (:func:`slurmtf.tf.keras_compat.enable_multiworker_fit`;
@@ -34,7 +34,7 @@ are its own (a traceback ends it with status 1, printed without the launcher's f
 Applying the fixes is idempotent, so a script that calls
 :func:`slurmtf.resolver.cluster_resolver` itself gets them once. A multi-worker script
 that ends with 0 (or 75, preempted) leaves with its peers
-(:func:`slurmtf.runtime.teardown.leave_together`): no rank is reported as crashed, and the job
+(:func:`slurmtf.runtime.rank.teardown.leave_together`): no rank is reported as crashed, and the job
 ends within a second or two of the last rank's last line.
 """
 
@@ -52,6 +52,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any
 
+import slurmtf
 from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.flags import cluster_flags
 from slurmtf.cluster.gpu_plan import apply_gpu_split
@@ -61,8 +62,8 @@ from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
 from slurmtf.datasets.stage import resolve_data_dir, staged_args
 from slurmtf.events import emit
 from slurmtf.resolver import export_tf_config
-from slurmtf.runtime import allocator, teardown
-from slurmtf.runtime.held_port import check_port
+from slurmtf.runtime.rank import allocator, teardown
+from slurmtf.runtime.rank.held_port import check_port
 from slurmtf.tf import install
 
 
@@ -252,7 +253,7 @@ def launch_script(target: Target, environ: MutableMapping[str, str] = os.environ
         restart_count=layout.restart_count,
         command=[sys.executable, *target.command],
         launcher="slurmtf.run",
-        package=str(Path(__file__).resolve().parents[1]),
+        package=str(Path(slurmtf.__file__).resolve().parent),  # the slurmtf that runs it
         tf_config=layout.tf_config(),
     )
     install_fixes()
