@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.runtime.attempts import probe_args
 from slurmtf.runtime.commands import rank_command
 from slurmtf.runtime.jobsettings import JobSettings
+from slurmtf.runtime.slurm_calls import probe_args
 from slurmtf.runtime.staging import Staging
 from slurmtf.runtime.supervisor import Supervisor
 from slurmtf.spec.jobspec import JobSpec, render_sbatch

@@ -14,9 +14,7 @@ from slurmtf.runtime.attempts import (
     LogFiles,
     Step,
     decide_and_record,
-    drained_nodes,
     lost_in,
-    probe_args,
     probe_lost,
     restart_in_place,
     watch_step,
@@ -24,6 +22,7 @@ from slurmtf.runtime.attempts import (
 from slurmtf.runtime.endings import Attempt, TaskEnding
 from slurmtf.runtime.node_choice import Nodes, job_nodes
 from slurmtf.runtime.recovery import Budget, decide
+from slurmtf.runtime.slurm_calls import drained_nodes, probe_args
 
 ALLOC = ("node1", "node2", "node3")
 LOST_PEER = Attempt(

@@ -13,7 +13,7 @@ import pytest
 
 from slurmtf.errors import SlurmCommandError
 from slurmtf.monitor.status import state_line
-from slurmtf.runtime.jobslurm import range_minimum
+from slurmtf.runtime.slurm_calls import range_minimum
 from slurmtf.sandbox import sacct as sandbox_sacct
 from slurmtf.slurm.release import SlurmRelease
 from slurmtf.slurm.sacct import read_exit_code, render_exit_code

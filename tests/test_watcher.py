@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from slurmtf.errors import InputError, SlurmCommandError
-from slurmtf.runtime import jobslurm
+from slurmtf.runtime import slurm_calls
 from slurmtf.runtime.attempts import batch_side_lines, read_record, restarts_so_far
 from slurmtf.runtime.batchhost import (
     WatcherPlace,
@@ -350,9 +350,9 @@ def test_the_steps_of_the_job_are_ended_but_the_watchers(tmp_path: Path) -> None
             return "7.0 mnist\n7.1 slurmtf-watcher\n7.batch batch\n7.extern extern\n"
         return ""
 
-    assert jobslurm.end_steps("7", runner) == ["7.0"]
+    assert slurm_calls.end_steps("7", runner) == ["7.0"]
     assert calls[-1] == ["scancel", "7.0"]
-    assert jobslurm.end_steps("7", runner, watcher_too=True) == ["7.0", "7.1"]
+    assert slurm_calls.end_steps("7", runner, watcher_too=True) == ["7.0", "7.1"]
 
 
 def test_the_record_of_the_batch_side_reads_as_json_lines(tmp_path: Path) -> None:

@@ -35,13 +35,7 @@ from typing import TextIO
 from slurmtf.contracts import EXIT_PREEMPTED, rank_log_paths
 from slurmtf.local.step import LocalStep, node_names, start_rank
 from slurmtf.monitor.status import summary
-from slurmtf.runtime.attempts import (
-    LogFiles,
-    Step,
-    decide_and_record,
-    read_record,
-    restarts_so_far,
-)
+from slurmtf.runtime.attempts import LogFiles, Step, decide_and_record, read_record, restarts_so_far
 from slurmtf.runtime.endings import srun_words
 from slurmtf.runtime.rank.launcher import LOCAL_ENV, job_id_of
 from slurmtf.spec.jobspec import JobSpec, rank_python

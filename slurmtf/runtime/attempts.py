@@ -19,16 +19,16 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from slurmtf.contracts import rank_error_line
-from slurmtf.errors import InputError, SlurmCommandError
+from slurmtf.errors import InputError
 from slurmtf.events import Event, named, parse_events
 from slurmtf.runtime.endings import Attempt, TaskEnding
 from slurmtf.runtime.node_choice import Nodes
 from slurmtf.runtime.recovery import Budget, Decision, after_check, as_requeue, decide
+from slurmtf.runtime.slurm_calls import drained_nodes, probe_dead
 from slurmtf.slurm.runner import Runner, default_runner
 
 RECORD_NAME = "recovery-{job}.jsonl"
@@ -130,58 +130,6 @@ def restarts_so_far(records: Sequence[Mapping[str, Any]], slurm_requeues: int) -
     restarts = sum(1 for r in records if r.get("action") == "restart")
     requeues = sum(1 for r in records if r.get("action") == "requeue")
     return restarts + max(requeues, slurm_requeues)
-
-
-def probe_args(node: str, group: int | None = None) -> list[str]:
-    """A one-task step on ``node`` (of the heterogeneous job's component ``group``) that
-    does nothing. ``--overlap``: after a node hangs, Slurm keeps the old step on the books
-    (it holds the CPUs of every node of the step) until that node answers again, and a
-    step without it would wait for them."""
-    het = [f"--het-group={group}"] if group is not None else []
-    return [
-        "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", *het, "--time=1",
-        "--output=/dev/null", "--error=/dev/null", "true",
-    ]  # fmt: skip
-
-
-def probe_dead(
-    nodes: Sequence[str], runner: Runner, timeout: float, group: int | None = None
-) -> tuple[str, ...]:
-    """The nodes whose slurmd no longer starts a task of this job (dead or frozen), probed
-    side by side, each within ``timeout`` seconds."""
-
-    def silent(node: str) -> bool:
-        try:
-            runner(probe_args(node, group), timeout=timeout)
-        except SlurmCommandError:
-            return True
-        return False
-
-    if not nodes:
-        return ()
-    with ThreadPoolExecutor(max_workers=min(len(nodes), 8)) as pool:
-        answers = list(pool.map(silent, nodes))
-    return tuple(node for node, dead in zip(nodes, answers, strict=True) if dead)
-
-
-# sinfo's long state names (%T) of a node out of service: drained, draining, down, fail,
-# failing (a trailing * means not responding, ~ powered off, ...).
-_OUT_OF_SERVICE = ("drain", "down", "fail")
-
-
-def drained_nodes(nodes: Sequence[str], runner: Runner) -> tuple[str, ...]:
-    """Those of ``nodes`` that Slurm reports drained, draining, down or failing (an
-    administrator or a health check took them out of service); none when sinfo cannot
-    tell."""
-    if not nodes:
-        return ()
-    args = ["sinfo", "--noheader", "--Node", f"--nodes={','.join(nodes)}", "--format=%N %T"]
-    try:
-        out = runner(args, timeout=10)
-    except SlurmCommandError:
-        return ()
-    states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
-    return tuple(n for n in nodes if states.get(n, "").startswith(_OUT_OF_SERVICE))
 
 
 def watch_step(

@@ -43,10 +43,10 @@ from slurmtf.runtime.children import Child
 from slurmtf.runtime.heartbeat import Beat
 from slurmtf.runtime.joblog import log, now
 from slurmtf.runtime.jobsettings import JobSettings
-from slurmtf.runtime.jobslurm import WATCHER_NAME, end_stale_steps
 from slurmtf.runtime.keeper import Ending
 from slurmtf.runtime.placement import allocated_nodes
 from slurmtf.runtime.recovery import Budget, Decision, after_supervisor
+from slurmtf.runtime.slurm_calls import WATCHER_NAME, end_stale_steps, one_task_step
 from slurmtf.slurm.runner import Runner
 
 WATCHER_STARTS = 5  # in one allocation; then the job goes on unwatched, with a line
@@ -80,11 +80,10 @@ def watcher_args(
     """srun's arguments for the watcher step, with the interpreter that runs the
     supervisor (outside any container prefix, as slurmtf's own steps)."""
     out = watcher_log(job)
-    group = [f"--het-group={place.group}"] if place.group is not None else []
     return [
-        "srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={place.node}", *group,
-        f"--job-name={WATCHER_NAME}", "--input=none", f"--output={out}", f"--error={out}",
-        "--open-mode=append", sys.executable, "-m", "slurmtf.cli", "watcher",
+        *one_task_step(place.node, place.group), f"--job-name={WATCHER_NAME}", "--input=none",
+        f"--output={out}", f"--error={out}", "--open-mode=append",
+        sys.executable, "-m", "slurmtf.cli", "watcher",
         f"--job_id={job.job_id}", f"--log_dir={job.log_dir}", f"--host={host}",
         f"--heartbeat_s={job.beat_s:g}", f"--max_restarts={job.budget}",
         f"--requeues={job.requeues}", f"--probe_s={job.probe_s:g}",

@@ -26,6 +26,7 @@ from slurmtf.runtime.children import run_bounded
 from slurmtf.runtime.commands import data_source
 from slurmtf.runtime.joblog import log
 from slurmtf.runtime.jobsettings import JobSettings, JobStop
+from slurmtf.runtime.slurm_calls import per_node_step
 from slurmtf.slurm.runner import Runner
 
 STAGE_TIMEOUT_S = 6 * 3600.0
@@ -47,8 +48,7 @@ class Staging:
         return [self.python, "-m", "slurmtf.cli", *args]
 
     def per_node(self) -> list[str]:
-        n = self.job.num_nodes
-        return ["srun", f"--nodes={n}", f"--ntasks={n}", "--ntasks-per-node=1"]
+        return per_node_step(self.job.num_nodes)
 
     def stage(self, args: Sequence[str]) -> None:
         if not self.job.stage:

@@ -42,7 +42,8 @@ from types import FrameType
 
 from slurmtf.cluster.step_flags import het_task_counts
 from slurmtf.events import NODE_EVENTS_VAR, node_events_path
-from slurmtf.runtime import jobslurm
+from slurmtf.monitor import records
+from slurmtf.runtime import slurm_calls
 from slurmtf.runtime.attempts import (
     LogFiles,
     Step,
@@ -160,9 +161,9 @@ class Supervisor:
         minimum = ""
         if not (self.job.min_nodes or self.job.spare_nodes):  # Slurm 25.11+ says the range's
             count = len(allocated_nodes(self.job))
-            minimum = jobslurm.range_minimum(self.job.job_id, count, self.runner)
+            minimum = slurm_calls.range_minimum(self.job.job_id, count, self.runner)
         self.nodes, self.place = first_placement(self.job, minimum)
-        jobslurm.record_job(self.job, self.runner, self.env)
+        record_job(self.job, self.runner, self.env)
         if header:
             plain(self.job.header(self.attempt))
             self.announce()
@@ -231,11 +232,11 @@ class Supervisor:
         return decide_and_record(step, self.files, self.runner)
 
     def requeue(self, decision: Decision, lost: Sequence[str]) -> bool:
-        jobslurm.wait_node_gone(self.job, lost, self.runner, log)
+        slurm_calls.wait_node_gone(self.job.job_id, lost, self.runner, log)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # `scontrol requeue` ends the script
         self.requeued = True
         self.beats.now()  # the watcher stands down
-        return jobslurm.requeue(self.job.job_id, decision.exclude, self.runner, log)
+        return slurm_calls.requeue(self.job.job_id, decision.exclude, self.runner, log)
 
     # --- one step -----------------------------------------------------------------
     def step_args(self, command: RankCommand) -> list[str]:
@@ -336,7 +337,7 @@ class Supervisor:
             if lost:
                 log(f"node(s) {','.join(lost)} stopped answering: ending the step without "
                     "waiting for Slurm (SlurmdTimeout)", error=True)  # fmt: skip
-                jobslurm.end_steps(self.job.job_id, self.runner)
+                slurm_calls.end_steps(self.job.job_id, self.runner)
                 return StepEnd(self.child.stop(grace=0), lost, alive)
         return StepEnd(self.child.status(), (), alive)
 
@@ -385,6 +386,17 @@ class Supervisor:
     def _terminate(self, _signum: int, _frame: FrameType | None) -> None:
         self.terminated = True
         self.beats.now()  # the watcher stands down: the job ends
+
+
+def record_job(job: JobSettings, runner: Runner, environ: Mapping[str, str]) -> None:
+    """One line per job in the user's record, written at the job's first start; a job
+    of the job scripts also names its logs in Slurm's Comment field."""
+    if not job.in_slurm or job.requeues:
+        return
+    if job.kind != "submitit":  # `slurmtf submit` records its jobs itself
+        path = records.record_path(environ)
+        records.append(job.job_id, job.log_dir, job.logs.pattern, job.job_name, path)
+        slurm_calls.set_comment(job.job_id, f"{records.COMMENT_PREFIX}{job.log_dir}", runner)
 
 
 def _glob(text: str) -> str:

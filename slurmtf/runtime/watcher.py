@@ -33,13 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from slurmtf.runtime import jobslurm
-from slurmtf.runtime.attempts import (
-    probe_dead,
-    read_record,
-    record_batch_side,
-    restarts_so_far,
-)
+from slurmtf.runtime import slurm_calls
+from slurmtf.runtime.attempts import read_record, record_batch_side, restarts_so_far
 from slurmtf.runtime.heartbeat import (
     GIVE_UP_BEATS,
     QUIET,
@@ -129,7 +124,7 @@ class Watcher:
         if silent < SILENT_BEATS * self.s.beat_s:
             return False
         lost_at = time.time() - silent
-        if probe_dead([self.s.host], self.runner, self.s.probe_s, self.s.host_group):
+        if slurm_calls.probe_dead([self.s.host], self.runner, self.s.probe_s, self.s.host_group):
             why = (f"batch host {self.s.host} lost at {stamp(lost_at)} (the supervisor's last "
                    f"heartbeat; {self.s.host} does not answer a probe)")  # fmt: skip
             return self.requeue(why, lost_at)
@@ -148,7 +143,7 @@ class Watcher:
     def requeue(self, why: str, lost_at: float) -> bool:
         """Requeue the job without the batch host, or cancel it with the budget spent;
         True once done (or when the job no longer runs)."""
-        state = jobslurm.job_fields(self.s.job_id, self.runner).get("JobState", "")
+        state = slurm_calls.job_fields(self.s.job_id, self.runner).get("JobState", "")
         if not state:
             return False  # Slurm did not answer: ask again at the next beat
         if state != "RUNNING":
@@ -167,10 +162,12 @@ class Watcher:
         record_batch_side(self.s.log_dir, job, used, decision, line, kind="batch_host",
                           host=host, lost_at=round(lost_at, 3))  # fmt: skip
         self.say(line)
-        if decision.action == "stop" or not jobslurm.requeue(job, (host,), self.runner, self.say):
+        if decision.action == "stop" or not slurm_calls.requeue(
+            job, (host,), self.runner, self.say
+        ):
             self.cancel()
             return True
-        timeout = jobslurm.slurmd_timeout(self.runner)
+        timeout = slurm_calls.slurmd_timeout(self.runner)
         self.say(f"Slurm holds job {job} (COMPLETING, then PENDING) until it gives {host} up, "
                  f"about SlurmdTimeout ({timeout} s) after {host}'s last answer, then for its "
                  "requeue delay (cred_expire), and starts it again on other nodes")  # fmt: skip
@@ -187,7 +184,7 @@ class Watcher:
 
     def cancel(self) -> None:
         self.say(f"cancelling job {self.s.job_id}")
-        jobslurm.cancel(self.s.job_id, self.runner)
+        slurm_calls.cancel(self.s.job_id, self.runner)
 
     def say(self, text: str, *, job_log: bool = True) -> None:
         """A line of the watcher's log and (``job_log``), when it can be reached, of the

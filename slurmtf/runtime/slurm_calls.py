@@ -1,20 +1,28 @@
-"""What the supervisor and its watcher ask of Slurm itself, each call through the runner
-with a bound: ending the steps of a hung node (the watcher's step aside) or of an earlier
-supervisor, waiting until Slurm took a node out of the job, requeueing without nodes
-(``ExcNodeList``; a node the job asked by name also leaves its ``ReqNodeList``), and the
-job's line in the user's record (``slurmtf status|logs JOB`` from any directory).
+"""Every Slurm call the batch job's own processes make (the supervisor, its keeper and its
+watcher), each through the runner with a bound, and the srun lines of slurmtf's own steps
+(the training steps' srun is the supervisor's):
+
+* the job's steps: listed, ended (the steps of a hung node, the watcher's step aside, or
+  of an earlier supervisor), the job cancelled;
+* the job's records (``scontrol show job``), SlurmdTimeout, the minimum of a
+  ``--nodes=MIN-MAX`` range, the log folder in its ``Comment``;
+* requeueing without nodes (``ExcNodeList``; a node the job asked by name also leaves its
+  ``ReqNodeList``), after waiting until Slurm took a hung node out of the job;
+* the nodes: a probe of each (a one-task step beside the others), those Slurm reports
+  drained or down (``sinfo``);
+* the srun lines of slurmtf's own steps: a one-task step on a node (the probe, the
+  watcher), one task on every node (staging).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from slurmtf.cluster.hostlists import expand_hostlist
-from slurmtf.errors import SlurmtfError
-from slurmtf.monitor import records
-from slurmtf.runtime.jobsettings import JobSettings
+from slurmtf.errors import SlurmCommandError, SlurmtfError
 from slurmtf.slurm.runner import Runner
 from slurmtf.slurm.scontrol import parse_records, submit_line_nodes
 
@@ -92,7 +100,7 @@ def slurmd_timeout(runner: Runner) -> int:
 
 
 def wait_node_gone(
-    job: JobSettings,
+    job_id: str,
     lost: Sequence[str],
     runner: Runner,
     log: Callable[[str], None],
@@ -112,7 +120,7 @@ def wait_node_gone(
     )
     deadline = time.monotonic() + timeout + 60
     while time.monotonic() < deadline:
-        lists = [r.get("NodeList", "") for r in job_records(job.job_id, runner)]
+        lists = [r.get("NodeList", "") for r in job_records(job_id, runner)]
         with contextlib.suppress(SlurmtfError):
             if not set(lost) & {n for text in lists if text for n in expand_hostlist(text)}:
                 return
@@ -166,16 +174,9 @@ def _update(job_id: str, field: str, runner: Runner, sleep: Callable[[float], No
         sleep(1)
 
 
-def record_job(job: JobSettings, runner: Runner, environ: Mapping[str, str]) -> None:
-    """One line per job in the user's record, written at the job's first start; a job
-    of the job scripts also names its logs in Slurm's Comment field."""
-    if not job.in_slurm or job.requeues:
-        return
-    if job.kind != "submitit":  # `slurmtf submit` records its jobs itself
-        path = records.record_path(environ)
-        records.append(job.job_id, job.log_dir, job.logs.pattern, job.job_name, path)
-        comment = f"Comment={records.COMMENT_PREFIX}{job.log_dir}"
-        _ask(runner, ["scontrol", "update", f"JobId={job.job_id}", comment], 10)
+def set_comment(job_id: str, comment: str, runner: Runner) -> None:
+    """``scontrol update JobId=N Comment=...`` (the job scripts name their logs there)."""
+    _ask(runner, ["scontrol", "update", f"JobId={job_id}", f"Comment={comment}"], 10)
 
 
 def range_minimum(job_id: str, allocated: int, runner: Runner) -> str:
@@ -190,3 +191,65 @@ def range_minimum(job_id: str, allocated: int, runner: Runner) -> str:
     if found is None or not found[0] < allocated:
         return ""
     return str(found[0])
+
+
+def one_task_step(node: str, group: int | None = None) -> list[str]:
+    """srun and its flags for a one-task step on ``node`` (of the heterogeneous job's
+    component ``group``) beside the job's other steps (``--overlap``: it asks no resources
+    of its own)."""
+    het = [f"--het-group={group}"] if group is not None else []
+    return ["srun", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}", *het]
+
+
+def per_node_step(nodes: int) -> list[str]:
+    """srun and its flags for a step of one task on each of the job's ``nodes`` nodes."""
+    return ["srun", f"--nodes={nodes}", f"--ntasks={nodes}", "--ntasks-per-node=1"]
+
+
+def probe_args(node: str, group: int | None = None) -> list[str]:
+    """A one-task step on ``node`` (of the heterogeneous job's component ``group``) that
+    does nothing. ``--overlap``: after a node hangs, Slurm keeps the old step on the books
+    (it holds the CPUs of every node of the step) until that node answers again, and a
+    step without it would wait for them."""
+    return [*one_task_step(node, group), "--time=1", "--output=/dev/null", "--error=/dev/null",
+            "true"]  # fmt: skip
+
+
+def probe_dead(
+    nodes: Sequence[str], runner: Runner, timeout: float, group: int | None = None
+) -> tuple[str, ...]:
+    """The nodes whose slurmd no longer starts a task of this job (dead or frozen), probed
+    side by side, each within ``timeout`` seconds."""
+
+    def silent(node: str) -> bool:
+        try:
+            runner(probe_args(node, group), timeout=timeout)
+        except SlurmCommandError:
+            return True
+        return False
+
+    if not nodes:
+        return ()
+    with ThreadPoolExecutor(max_workers=min(len(nodes), 8)) as pool:
+        answers = list(pool.map(silent, nodes))
+    return tuple(node for node, dead in zip(nodes, answers, strict=True) if dead)
+
+
+# sinfo's long state names (%T) of a node out of service: drained, draining, down, fail,
+# failing (a trailing * means not responding, ~ powered off, ...).
+_OUT_OF_SERVICE = ("drain", "down", "fail")
+
+
+def drained_nodes(nodes: Sequence[str], runner: Runner) -> tuple[str, ...]:
+    """Those of ``nodes`` that Slurm reports drained, draining, down or failing (an
+    administrator or a health check took them out of service); none when sinfo cannot
+    tell."""
+    if not nodes:
+        return ()
+    args = ["sinfo", "--noheader", "--Node", f"--nodes={','.join(nodes)}", "--format=%N %T"]
+    try:
+        out = runner(args, timeout=10)
+    except SlurmCommandError:
+        return ()
+    states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
+    return tuple(n for n in nodes if states.get(n, "").startswith(_OUT_OF_SERVICE))
