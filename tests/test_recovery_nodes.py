@@ -16,10 +16,10 @@ from slurmtf.runtime.attempts import (
     decide_and_record,
     lost_in,
     probe_lost,
-    restart_in_place,
     watch_step,
 )
 from slurmtf.runtime.endings import Attempt, TaskEnding
+from slurmtf.runtime.jobsettings import JobSettings, restart_in_place
 from slurmtf.runtime.node_choice import Nodes, job_nodes
 from slurmtf.runtime.recovery import Budget, decide
 from slurmtf.runtime.slurm_calls import drained_nodes, probe_args
@@ -281,6 +281,14 @@ def test_restart_in_place_as_typed(text: str, expected: bool) -> None:
 def test_a_bad_restart_in_place_names_the_variable(text: str) -> None:
     with pytest.raises(InputError, match=r"SLURMTF_RESTART_IN_PLACE=.*must be 1 or 0\. HINT:"):
         restart_in_place(text)
+
+
+@pytest.mark.parametrize(("text", "expected"), [(None, True), ("1", True), ("0", False)])
+def test_the_settings_reader_parses_restart_in_place(text: str | None, expected: bool) -> None:
+    environ = {} if text is None else {"SLURMTF_RESTART_IN_PLACE": text}
+    assert JobSettings.read("mnist", environ).in_place is expected
+    with pytest.raises(InputError, match="SLURMTF_RESTART_IN_PLACE"):
+        JobSettings.read("mnist", {"SLURMTF_RESTART_IN_PLACE": "yes"})
 
 
 def test_the_nodes_events_name_the_lost_nodes_in_order_of_mention() -> None:

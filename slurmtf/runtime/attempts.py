@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from slurmtf.contracts import rank_error_line
-from slurmtf.errors import InputError
 from slurmtf.events import Event, named, parse_events
 from slurmtf.runtime.endings import Attempt, TaskEnding
 from slurmtf.runtime.node_choice import Nodes
@@ -308,17 +307,6 @@ def recovered_attempt(records: Sequence[Mapping[str, Any]], rank: int, offset: i
             attempt = record.get("attempt")
             return attempt if isinstance(attempt, int) else None
     return None
-
-
-def restart_in_place(text: str) -> bool:
-    """``SLURMTF_RESTART_IN_PLACE`` as typed: 1 (restart in place, the default) or 0
-    (requeue every failed attempt instead, the path taken before restarts in place)."""
-    if text not in ("0", "1"):
-        raise InputError(
-            "SLURMTF_RESTART_IN_PLACE", text, "must be 1 or 0",
-            "leave it unset (restart in place); 0 requeues every failed attempt instead",
-        )  # fmt: skip
-    return text == "1"
 
 
 def in_place(records: Sequence[Mapping[str, Any]]) -> int:

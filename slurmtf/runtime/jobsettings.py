@@ -85,7 +85,7 @@ class JobSettings:
     probe_s: float  # SLURMTF_NODE_PROBE_S
     beat_s: float  # SLURMTF_HEARTBEAT_S: the supervisor's heartbeat for its keeper and watcher
     watcher: bool  # SLURMTF_WATCHER: a watcher step on another node (for the batch host)
-    in_place: str  # SLURMTF_RESTART_IN_PLACE
+    in_place: bool  # SLURMTF_RESTART_IN_PLACE (0: a restart in place is a requeue)
     legacy_keras: bool
     cluster_flags: bool
     roles: str  # SLURMTF_JOBS of a parameter-server job
@@ -146,7 +146,7 @@ class JobSettings:
             probe_s=_seconds("SLURMTF_NODE_PROBE_S", env.get("SLURMTF_NODE_PROBE_S") or "10"),
             beat_s=_seconds("SLURMTF_HEARTBEAT_S", env.get("SLURMTF_HEARTBEAT_S") or "5"),
             watcher=_switch("SLURMTF_WATCHER", env.get("SLURMTF_WATCHER") or "1"),
-            in_place=env.get("SLURMTF_RESTART_IN_PLACE", "1"),
+            in_place=restart_in_place(env.get("SLURMTF_RESTART_IN_PLACE", "1")),
             legacy_keras=env.get("LEGACY_KERAS", "0") == "1",
             cluster_flags=env.get("CLUSTER_FLAGS", "0") == "1",
             roles=env.get("SLURMTF_JOBS") or "chief:1,ps:2,worker",
@@ -205,6 +205,17 @@ def _int(name: str, text: str) -> int:
 def _switch(name: str, text: str) -> bool:
     if text not in ("0", "1"):
         raise InputError(name, text, "must be 1 or 0", f"leave {name} unset (1) or set it to 0")
+    return text == "1"
+
+
+def restart_in_place(text: str) -> bool:
+    """``SLURMTF_RESTART_IN_PLACE`` as typed: 1 (restart in place, the default) or 0
+    (requeue every failed attempt instead, the path taken before restarts in place)."""
+    if text not in ("0", "1"):
+        raise InputError(
+            "SLURMTF_RESTART_IN_PLACE", text, "must be 1 or 0",
+            "leave it unset (restart in place); 0 requeues every failed attempt instead",
+        )  # fmt: skip
     return text == "1"
 
 

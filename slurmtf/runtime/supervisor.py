@@ -51,7 +51,6 @@ from slurmtf.runtime.attempts import (
     lost_in,
     probe_lost,
     read_record,
-    restart_in_place,
     restarts_so_far,
 )
 from slurmtf.runtime.batchhost import WatcherStep, take_over
@@ -119,7 +118,6 @@ class Supervisor:
         self.place = Placement()
         self.staging = Staging(job, self.env, runner)
         self.files = LogFiles(job.log_dir, job.logs.prefix, job.logs.suffix, job.srun_err)
-        self.in_place = restart_in_place(job.in_place)
         self.resv_span: int | None = None  # MpiParams=ports' range, asked once
 
     # --- the loop -----------------------------------------------------------------
@@ -227,7 +225,7 @@ class Supervisor:
             self.job.job_id, end.status, self.job.budget, self.job.requeues,
             dataclasses.replace(self.nodes, excluded=self.place.excluded), self.job.probe_s,
             tuple(outliers), " ".join(self.job.python), dead=end.lost, alive=end.alive,
-            in_place=self.in_place,
+            in_place=self.job.in_place,
         )  # fmt: skip
         return decide_and_record(step, self.files, self.runner)
 
