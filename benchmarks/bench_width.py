@@ -49,7 +49,7 @@ from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options
 from slurmtf.events import read_events
-from slurmtf.runtime.attempts import read_record
+from slurmtf.runtime.recovery.record import read_record
 from slurmtf.sandbox import Sandbox, nodefaults
 
 SHAPES = ("2x8", "16x16", "64x16")  # training nodes x tasks: 16, 256 and 1,024 ranks

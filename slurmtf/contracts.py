@@ -141,7 +141,7 @@ def rank_error_line(text: str, failed: bool = False) -> str:
     TensorFlow's info or warning chatter (else its last line) stands in.
 
     The one definition: ``slurmtf status``, the sweep table, the console's filter and the
-    job's end (the supervisor, through :mod:`slurmtf.runtime.attempts`) all read a rank's
+    job's end (the supervisor, through :mod:`slurmtf.runtime.recovery.evidence`) all read a rank's
     stderr with it.
     """
     lines = [line.strip() for line in text.splitlines() if line.strip()]

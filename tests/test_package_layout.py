@@ -36,6 +36,18 @@ def test_an_old_module_name_imports_the_module_that_holds_it_now(old: str) -> No
     assert module.__spec__.name == new
 
 
+def test_the_former_recovery_module_names_resolve_in_its_package() -> None:
+    """``slurmtf.runtime.recovery`` was a module; it is a package now (its body is
+    ``decision``), and its names still resolve there."""
+    from slurmtf.runtime.recovery import decision
+
+    with pytest.warns(DeprecationWarning, match="recovery.decide is now .*recovery.decision"):
+        from slurmtf.runtime.recovery import decide
+    assert decide is decision.decide
+    with pytest.raises(ImportError):
+        from slurmtf.runtime.recovery import no_such_name  # noqa: F401
+
+
 @pytest.mark.parametrize("name", sorted(PICKLED))
 def test_a_job_pickled_before_the_layout_change_still_loads(name: str) -> None:
     with warnings.catch_warnings():

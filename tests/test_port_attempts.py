@@ -28,10 +28,10 @@ from slurmtf.errors import InputError
 from slurmtf.firewall import rules
 from slurmtf.local.step import LocalStep
 from slurmtf.resolver import explain, resolve
-from slurmtf.runtime.attempts import LogFiles, read_attempt
-from slurmtf.runtime.endings import Attempt, TaskEnding
 from slurmtf.runtime.rank import held_port
-from slurmtf.runtime.recovery import Budget, decide
+from slurmtf.runtime.recovery.decision import Budget, decide
+from slurmtf.runtime.recovery.endings import Attempt, TaskEnding
+from slurmtf.runtime.recovery.evidence import LogFiles, read_attempt
 from tests.conftest import FakeSlurmEnv
 
 # ------------------------------------------------------------------ the rule per attempt

@@ -1,4 +1,4 @@
-"""slurmtf.runtime.recovery: what follows a step, as a table of endings -> decisions.
+"""slurmtf.runtime.recovery.decision: what follows a step, as a table of endings -> decisions.
 No Slurm, no TensorFlow: values in, a Decision out; the edge on files the tests write."""
 
 from __future__ import annotations
@@ -10,18 +10,12 @@ from typing import Any
 import pytest
 
 from slurmtf.errors import SlurmCommandError
-from slurmtf.runtime.attempts import (
-    LogFiles,
-    Step,
-    decide_and_record,
-    own_error,
-    read_attempt,
-    read_record,
-    restarts_so_far,
-)
-from slurmtf.runtime.endings import Attempt, TaskEnding, srun_words, task_ranks
-from slurmtf.runtime.node_choice import Nodes
-from slurmtf.runtime.recovery import Budget, after_check, decide
+from slurmtf.runtime.recovery.after_step import Step, decide_and_record
+from slurmtf.runtime.recovery.decision import Budget, after_check, decide
+from slurmtf.runtime.recovery.endings import Attempt, TaskEnding, srun_words, task_ranks
+from slurmtf.runtime.recovery.evidence import LogFiles, own_error, read_attempt
+from slurmtf.runtime.recovery.node_choice import Nodes
+from slurmtf.runtime.recovery.record import read_record, restarts_so_far
 
 PEER = {"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]}
 FROZEN = {**PEER, "heartbeat": True}

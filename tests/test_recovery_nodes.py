@@ -1,5 +1,5 @@
-"""The nodes of the next step after a node is lost (runtime.recovery.Nodes, job_nodes) and
-the watch during a step (runtime.attempts.watch_step): spares, ranges, strikes, probes."""
+"""The nodes of the next step after a node is lost (runtime.recovery.decision.Nodes, job_nodes) and
+the watch during a step (runtime.recovery.evidence.watch_step): spares, ranges, strikes, probes."""
 
 from __future__ import annotations
 
@@ -10,18 +10,12 @@ from typing import Any
 import pytest
 
 from slurmtf.errors import InputError, SlurmCommandError
-from slurmtf.runtime.attempts import (
-    LogFiles,
-    Step,
-    decide_and_record,
-    lost_in,
-    probe_lost,
-    watch_step,
-)
-from slurmtf.runtime.endings import Attempt, TaskEnding
 from slurmtf.runtime.jobsettings import JobSettings, restart_in_place
-from slurmtf.runtime.node_choice import Nodes, job_nodes
-from slurmtf.runtime.recovery import Budget, decide
+from slurmtf.runtime.recovery.after_step import Step, decide_and_record
+from slurmtf.runtime.recovery.decision import Budget, decide
+from slurmtf.runtime.recovery.endings import Attempt, TaskEnding
+from slurmtf.runtime.recovery.evidence import LogFiles, lost_in, probe_lost, watch_step
+from slurmtf.runtime.recovery.node_choice import Nodes, job_nodes
 from slurmtf.runtime.slurm_calls import drained_nodes, probe_args
 
 ALLOC = ("node1", "node2", "node3")

@@ -18,12 +18,11 @@ from slurmtf.cluster.step_flags import (
     tres_count,
     whole_node_environ,
 )
-from slurmtf.runtime.attempts import LogFiles, read_attempt
-from slurmtf.runtime.endings import Attempt, TaskEnding
 from slurmtf.runtime.jobsettings import JobSettings, gpu_bind
-from slurmtf.runtime.node_choice import Nodes
-from slurmtf.runtime.recovery import Budget, decide
-from slurmtf.runtime.srun_status import NODE_FAILURE_STATUS, tasks_status
+from slurmtf.runtime.recovery.decision import Budget, decide
+from slurmtf.runtime.recovery.endings import NODE_FAILURE_STATUS, Attempt, TaskEnding, tasks_status
+from slurmtf.runtime.recovery.evidence import LogFiles, read_attempt
+from slurmtf.runtime.recovery.node_choice import Nodes
 from slurmtf.spec.jobspec import GPU_FLAGS, JobSpec, sbatch_parameters
 from tests.conftest import FakeSlurmEnv
 

@@ -19,7 +19,6 @@ import pytest
 
 from slurmtf.errors import InputError, SlurmCommandError
 from slurmtf.runtime import slurm_calls
-from slurmtf.runtime.attempts import batch_side_lines, read_record, restarts_so_far
 from slurmtf.runtime.batchhost import (
     WatcherPlace,
     after_keeper,
@@ -31,7 +30,8 @@ from slurmtf.runtime.batchhost import (
 from slurmtf.runtime.heartbeat import Beat, beat_path, read_beat, write_beat
 from slurmtf.runtime.jobsettings import JobSettings
 from slurmtf.runtime.keeper import Ending
-from slurmtf.runtime.recovery import Budget, after_batch_host, after_supervisor
+from slurmtf.runtime.recovery.decision import Budget, after_batch_host, after_supervisor
+from slurmtf.runtime.recovery.record import batch_side_lines, read_record, restarts_so_far
 from slurmtf.runtime.supervisor import Supervisor
 from slurmtf.runtime.watcher import Watcher, WatchSettings
 

@@ -25,7 +25,7 @@ from slurmtf.errors import InputError, SlurmtfError, UsageError
 from slurmtf.monitor.console import render_lines
 from slurmtf.monitor.slurm_view import SlurmView, ask_slurm
 from slurmtf.monitor.status import follow_rank, locate, status_lines
-from slurmtf.runtime.attempts import batch_side_lines, read_record
+from slurmtf.runtime.recovery.record import batch_side_lines, read_record
 from slurmtf.slurm.controller import patient
 from slurmtf.slurm.runner import Runner, default_runner
 

@@ -8,8 +8,8 @@ can share the machine). Sweeps run one grid point after the other.
 
 A grid point's ranks are one step: when one fails, the others are stopped (as srun
 ``--kill-on-bad-exit`` stops them) and what follows is decided and recorded as the job
-scripts decide it (:mod:`slurmtf.runtime.recovery`, through
-:func:`slurmtf.runtime.attempts.decide_and_record`): a killed rank, a lost peer, a stall
+scripts decide it (:mod:`slurmtf.runtime.recovery.decision`, through
+:func:`slurmtf.runtime.recovery.after_step.decide_and_record`): a killed rank, a lost peer, a stall
 or a preemption restarts every rank in place, resuming from the last checkpoint, with
 ``SLURM_RESTART_COUNT`` = the attempt, within the one ``--max_restarts`` budget; a rank's
 own error or exit 2 stops the job with its line. The record is
@@ -35,9 +35,11 @@ from typing import TextIO
 from slurmtf.contracts import EXIT_PREEMPTED, rank_log_paths
 from slurmtf.local.step import LocalStep, node_names, start_rank
 from slurmtf.monitor.status import summary
-from slurmtf.runtime.attempts import LogFiles, Step, decide_and_record, read_record, restarts_so_far
-from slurmtf.runtime.endings import srun_words
 from slurmtf.runtime.rank.launcher import LOCAL_ENV, job_id_of
+from slurmtf.runtime.recovery.after_step import Step, decide_and_record
+from slurmtf.runtime.recovery.endings import srun_words
+from slurmtf.runtime.recovery.evidence import LogFiles
+from slurmtf.runtime.recovery.record import read_record, restarts_so_far
 from slurmtf.spec.jobspec import JobSpec, rank_python
 
 
@@ -137,7 +139,7 @@ def run_attempts(spec: JobSpec, params: Mapping[str, str], ids: Mapping[str, str
     """Run one grid point until it is done or stopped: a killed rank, a lost peer, a stall
     or a preemption restarts every rank in place (from the last checkpoint) within the
     ``--max_restarts`` budget, decided and recorded as the job scripts do
-    (:func:`slurmtf.runtime.attempts.decide_and_record`); the final status."""
+    (:func:`slurmtf.runtime.recovery.after_step.decide_and_record`); the final status."""
     job_id = job_id_of(ids)
     files = local_files(spec, job_id)
     attempt = restarts_so_far(read_record(spec.folder, job_id), 0)

@@ -11,7 +11,7 @@ from pathlib import Path
 from slurmtf.contracts import rank_error_line
 from slurmtf.events import Event, last, named, read_events
 from slurmtf.monitor.records import JobPlace
-from slurmtf.runtime.attempts import read_record, recovered_attempt
+from slurmtf.runtime.recovery.record import read_record, recovered_attempt
 
 
 def recorded_status(folder: Path, job_id: str) -> int | None:

@@ -39,7 +39,7 @@ from slurmtf.monitor.job_logs import (
 )
 from slurmtf.monitor.records import JobPlace
 from slurmtf.monitor.slurm_view import SlurmView, ask_slurm, job_records
-from slurmtf.runtime.attempts import batch_side_lines, in_place, read_record
+from slurmtf.runtime.recovery.record import batch_side_lines, in_place, read_record
 from slurmtf.slurm.controller import ControllerSilent, silence_of
 from slurmtf.slurm.runner import Runner, default_runner
 from slurmtf.slurm.sacct import accounting_states

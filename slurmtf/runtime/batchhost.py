@@ -15,7 +15,7 @@ beats (:mod:`slurmtf.runtime.heartbeat`) for a watcher on another node of the jo
   when it declares the node failed (``SlurmdTimeout``), ``--no-kill`` or not.
 * :func:`take_over`: a supervisor that follows another in the same job says what became
   of it. Started again by its keeper, it decides what the end of the one before costs
-  (:func:`slurmtf.runtime.recovery.after_supervisor`: a restart in place, or a stop)
+  (:func:`slurmtf.runtime.recovery.decision.after_supervisor`: a restart in place, or a stop)
   and ends the steps that one left. Started by a requeue that no one of slurmtf's asked
   for while the one before still beat (its node failed: Slurm requeued it), it records
   that, with the time of the last beat.
@@ -32,20 +32,20 @@ from pathlib import Path
 
 from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.contracts import EXIT_FAILURE
-from slurmtf.runtime.attempts import (
-    LogFiles,
-    err_sizes,
-    read_record,
-    record_batch_side,
-    restarts_so_far,
-)
 from slurmtf.runtime.children import Child
 from slurmtf.runtime.heartbeat import Beat
 from slurmtf.runtime.joblog import log, now
 from slurmtf.runtime.jobsettings import JobSettings
 from slurmtf.runtime.keeper import Ending
 from slurmtf.runtime.placement import allocated_nodes
-from slurmtf.runtime.recovery import Budget, Decision, after_supervisor
+from slurmtf.runtime.recovery.decision import Budget, Decision, after_supervisor
+from slurmtf.runtime.recovery.evidence import LogFiles
+from slurmtf.runtime.recovery.record import (
+    err_sizes,
+    read_record,
+    record_batch_side,
+    restarts_so_far,
+)
 from slurmtf.runtime.slurm_calls import WATCHER_NAME, end_stale_steps, one_task_step
 from slurmtf.slurm.runner import Runner
 

@@ -13,8 +13,8 @@ import dataclasses
 
 from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.runtime.jobsettings import JobSettings, first_count, step_tasks
-from slurmtf.runtime.node_choice import Nodes, job_nodes
-from slurmtf.runtime.recovery import Decision
+from slurmtf.runtime.recovery.decision import Decision
+from slurmtf.runtime.recovery.node_choice import Nodes, job_nodes
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,8 +3,8 @@ exit status (``slurmtf job KIND ...``, which every job script hands over to).
 
 As torch.distributed.elastic's agent (``SimpleElasticAgent._invoke_run``) it starts the
 step, looks at it every ``SLURMTF_NODE_WATCH_S`` seconds and, when it ends, applies the
-restart policy (:func:`slurmtf.runtime.recovery.decide`, through
-:func:`slurmtf.runtime.attempts.decide_and_record`)::
+restart policy (:func:`slurmtf.runtime.recovery.decision.decide`, through
+:func:`slurmtf.runtime.recovery.after_step.decide_and_record`)::
 
     all tasks exit 0                    -> the job ends COMPLETED (exit 0)
     preempted (exit 75 after a save)    -> requeue (same job id), resume from the checkpoint
@@ -44,15 +44,6 @@ from slurmtf.cluster.step_flags import het_task_counts
 from slurmtf.events import NODE_EVENTS_VAR, node_events_path
 from slurmtf.monitor import records
 from slurmtf.runtime import slurm_calls
-from slurmtf.runtime.attempts import (
-    LogFiles,
-    Step,
-    decide_and_record,
-    lost_in,
-    probe_lost,
-    read_record,
-    restarts_so_far,
-)
 from slurmtf.runtime.batchhost import WatcherStep, take_over
 from slurmtf.runtime.children import Child
 from slurmtf.runtime.commands import RankCommand, find_model, rank_command
@@ -61,7 +52,6 @@ from slurmtf.runtime.heartbeat import Beat, Heartbeat, beat_path, read_beat
 from slurmtf.runtime.joblog import log, plain
 from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, cpus_note, gpu_bind
 from slurmtf.runtime.keeper import Ending
-from slurmtf.runtime.node_choice import Nodes
 from slurmtf.runtime.placement import (
     Placement,
     allocated_nodes,
@@ -69,7 +59,11 @@ from slurmtf.runtime.placement import (
     first_placement,
     next_placement,
 )
-from slurmtf.runtime.recovery import Decision
+from slurmtf.runtime.recovery.after_step import Step, decide_and_record
+from slurmtf.runtime.recovery.decision import Decision
+from slurmtf.runtime.recovery.evidence import LogFiles, lost_in, probe_lost
+from slurmtf.runtime.recovery.node_choice import Nodes
+from slurmtf.runtime.recovery.record import read_record, restarts_so_far
 from slurmtf.runtime.staging import Staging
 from slurmtf.slurm.resv_ports import cluster_span, resv_ports_args
 from slurmtf.slurm.runner import Runner

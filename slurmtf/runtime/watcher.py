@@ -34,7 +34,6 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtf.runtime import slurm_calls
-from slurmtf.runtime.attempts import read_record, record_batch_side, restarts_so_far
 from slurmtf.runtime.heartbeat import (
     GIVE_UP_BEATS,
     QUIET,
@@ -46,7 +45,8 @@ from slurmtf.runtime.heartbeat import (
     write_beat,
 )
 from slurmtf.runtime.joblog import now, stamp
-from slurmtf.runtime.recovery import Budget, after_batch_host
+from slurmtf.runtime.recovery.decision import Budget, after_batch_host
+from slurmtf.runtime.recovery.record import read_record, record_batch_side, restarts_so_far
 from slurmtf.slurm.runner import Runner
 
 

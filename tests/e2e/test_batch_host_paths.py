@@ -32,7 +32,7 @@ import pytest
 
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
-from slurmtf.runtime.attempts import batch_side_lines, read_record
+from slurmtf.runtime.recovery.record import batch_side_lines, read_record
 from slurmtf.sandbox import Sandbox, nodefaults
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, module_sandbox
 from tests.e2e.jobruns import batch_side, event_step, no_process_left, trained_in_start

@@ -1,6 +1,6 @@
 """A rank's port held by another process: found before TensorFlow binds it, told as a
 ``port_in_use`` event (port, node, the holder where it can be read) and read back by
-:mod:`slurmtf.runtime.recovery` as a failure of the node's state, not of the rank.
+:mod:`slurmtf.runtime.recovery.decision` as a failure of the node's state, not of the rank.
 
 The holder comes from Linux's socket tables (``/proc/net/tcp``, ``/proc/net/tcp6``: the
 socket's inode) and the processes' file descriptors (``/proc/PID/fd``: which process has

@@ -8,7 +8,7 @@ leave out next (:meth:`Nodes.next_excluded`: dead, struck twice, drained), the n
 step's nodes (:meth:`Nodes.step_nodes`: a spare in a lost node's place, else the nodes
 left) and those nodes in words. :func:`job_nodes` checks ``SPARE_NODES`` and
 ``MIN_NODES`` over the allocation. Whether a step runs again on them, or the job is
-requeued without them, is :func:`slurmtf.runtime.recovery.decide`'s to say.
+requeued without them, is :func:`slurmtf.runtime.recovery.decision.decide`'s to say.
 """
 
 from __future__ import annotations

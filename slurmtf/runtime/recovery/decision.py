@@ -1,10 +1,10 @@
 """What follows a step of a job: done, a restart in place, a requeue, or a stop.
 
 The pure core: :func:`decide` takes how one attempt ended (:class:`Attempt`, read in
-:mod:`slurmtf.runtime.endings`: srun's exit status, its ``task N: ...`` lines, each
+:mod:`slurmtf.runtime.recovery.endings`: srun's exit status, its ``task N: ...`` lines, each
 rank's event lines of that attempt), the restart
 budget (:class:`Budget`) and the allocation's nodes (:class:`Nodes`, chosen in
-:mod:`slurmtf.runtime.node_choice`), and returns a :class:`Decision`:
+:mod:`slurmtf.runtime.recovery.node_choice`), and returns a :class:`Decision`:
 
 * ``done``: every task ended with 0 (or only parameter-server workers were killed,
   which the chief's ClusterCoordinator tolerates);
@@ -23,7 +23,7 @@ Two decisions concern the job's batch side rather than a step: :func:`after_supe
 With the budget spent, both stop.
 
 Restarts in place and requeues share one budget (``MAX_RESTARTS``). The edge that reads the
-logs and records the decision for the supervisor is :mod:`slurmtf.runtime.attempts`.
+logs and records the decision for the supervisor is :mod:`slurmtf.runtime.recovery.after_step`.
 """
 
 from __future__ import annotations
@@ -32,10 +32,9 @@ import dataclasses
 from collections.abc import Sequence
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE
-from slurmtf.runtime.endings import Attempt, TaskEnding
-from slurmtf.runtime.node_choice import Nodes
 from slurmtf.runtime.rank import held_port
-from slurmtf.runtime.srun_status import tasks_status
+from slurmtf.runtime.recovery.endings import Attempt, TaskEnding, tasks_status
+from slurmtf.runtime.recovery.node_choice import Nodes
 
 ACTIONS = ("done", "restart", "requeue", "stop")
 NO_NODES = Nodes()  # no allocation known: nothing to leave out or choose
@@ -92,7 +91,7 @@ class Decision:
 def decide(attempt: Attempt, budget: Budget, nodes: Nodes = NO_NODES) -> Decision:
     """The next step after ``attempt`` (see the module's docstring)."""
     # srun's status as the tasks give it, on every release (23.02+ exits 1 after a node
-    # failure where 22.05 gave the tasks' status): slurmtf.runtime.srun_status.
+    # failure where 22.05 gave the tasks' status): slurmtf.runtime.recovery.endings.
     status = tasks_status(attempt.status, [e.status for e in attempt.endings], attempt.failed_nodes)
     attempt = dataclasses.replace(attempt, status=status)
     attempt, tolerated = tolerate_workers(attempt)
