@@ -22,7 +22,7 @@ named by ``SLURMTF_NODE_EVENTS`` (a path whose ``%N`` stands for the node,
 ``SLURMD_NODENAME``; the supervisor sets it for its steps). Every rank of a node appends
 to that file, each line with one ``write`` on a descriptor opened with ``O_APPEND``, so
 lines of the ranks of one node never mix; the supervisor's look opens one file per node
-(:mod:`slurmtf.runtime.follow`), never one per rank. This module is the one reader of
+(:mod:`slurmtf.runtime.job.follow`), never one per rank. This module is the one reader of
 that variable.
 """
 

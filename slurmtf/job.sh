@@ -1,6 +1,6 @@
 # slurmtf/job.sh: kept for batch scripts of your own that source it. It decides nothing:
 # slurmtf_job_srun hands the job to slurmtf's supervisor (`slurmtf job`,
-# slurmtf/runtime/supervisor.py), which runs the steps, restarts them in place, requeues
+# slurmtf/runtime/job/supervisor.py), which runs the steps, restarts them in place, requeues
 # and returns the job's status; slurmtf_job_end exits with it. New scripts hand over in
 # one line, as jobs/*.sbatch do:  exec python3 -m slurmtf job command -- COMMAND...
 # (docs/ARCHITECTURE.md, "From job.sh to the supervisor").

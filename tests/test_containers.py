@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.runtime.commands import rank_command
-from slurmtf.runtime.jobsettings import JobSettings
+from slurmtf.runtime.job.commands import rank_command
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.staging import Staging
+from slurmtf.runtime.job.supervisor import Supervisor
 from slurmtf.runtime.slurm_calls import probe_args
-from slurmtf.runtime.staging import Staging
-from slurmtf.runtime.supervisor import Supervisor
 from slurmtf.spec.jobspec import JobSpec, render_sbatch
 from tests.helpers.container import IMAGE_PYTHON, records, write_standin
 

@@ -17,8 +17,8 @@ import pytest
 
 from slurmtf import cli
 from slurmtf.cli import job_scripts
-from slurmtf.runtime import commands
-from slurmtf.runtime.jobsettings import JobSettings, JobStop
+from slurmtf.runtime.job import commands
+from slurmtf.runtime.job.settings import JobSettings, JobStop
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.evidence import LogFiles
 from slurmtf.spec import bundled as jobscripts

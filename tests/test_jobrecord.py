@@ -12,8 +12,8 @@ from slurmtf.cli import jobs as jobs_cli
 from slurmtf.contracts import SCRIPT_LOG_NAME
 from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor import status as watch
-from slurmtf.runtime.jobsettings import JobSettings
-from slurmtf.runtime.supervisor import record_job
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.supervisor import record_job
 from slurmtf.slurm.scontrol import parse_records
 from tests.helpers.fakeslurm import GONE, NO_ACCT, FakeSlurm
 

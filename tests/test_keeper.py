@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from slurmtf.runtime.heartbeat import PULSE, Beat, Heartbeat, beat_path, read_beat, write_beat
-from slurmtf.runtime.joblog import stamp
+from slurmtf.runtime.job_log import stamp
 from slurmtf.runtime.keeper import Ending, Keeper
 
 BEAT_S = 0.25  # a forked supervisor under load may take a while to pulse

@@ -11,8 +11,8 @@ import pytest
 from slurmtf.cli import submit as submit_cli
 from slurmtf.errors import InputError
 from slurmtf.monitor.status import shape_lines
-from slurmtf.runtime.jobsettings import JobSettings
-from slurmtf.runtime.jobsettings import step_tasks as supervisor_tasks
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.srun_flags import step_tasks as supervisor_tasks
 from slurmtf.slurm.runner import Runner
 from slurmtf.spec import jobspec, noderange
 from slurmtf.spec.jobspec import JobSpec

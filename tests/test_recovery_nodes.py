@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from slurmtf.errors import InputError, SlurmCommandError
-from slurmtf.runtime.jobsettings import JobSettings, restart_in_place
+from slurmtf.runtime.job.settings import JobSettings, restart_in_place
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.decision import Budget, decide
 from slurmtf.runtime.recovery.endings import Attempt, TaskEnding

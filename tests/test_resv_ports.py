@@ -11,10 +11,10 @@ import pytest
 
 from slurmtf.cluster.ports import parse_resv_mode
 from slurmtf.errors import InputError, SlurmCommandError
-from slurmtf.runtime.commands import rank_command
-from slurmtf.runtime.jobsettings import JobSettings
-from slurmtf.runtime.placement import first_placement
-from slurmtf.runtime.supervisor import Supervisor
+from slurmtf.runtime.job.commands import rank_command
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.step_nodes import first_placement
+from slurmtf.runtime.job.supervisor import Supervisor
 from slurmtf.slurm.resv_ports import cluster_span, mpi_ports_span, resv_ports_args
 
 WITH = "MpiDefault              = none\nMpiParams               = ports=20000-20999\n"

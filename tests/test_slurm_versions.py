@@ -18,7 +18,8 @@ from slurmtf.cluster.step_flags import (
     tres_count,
     whole_node_environ,
 )
-from slurmtf.runtime.jobsettings import JobSettings, gpu_bind
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.srun_flags import gpu_bind
 from slurmtf.runtime.recovery.decision import Budget, decide
 from slurmtf.runtime.recovery.endings import NODE_FAILURE_STATUS, Attempt, TaskEnding, tasks_status
 from slurmtf.runtime.recovery.evidence import LogFiles, read_attempt

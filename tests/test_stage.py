@@ -161,7 +161,7 @@ def test_submit_stages_the_data_dir_in_either_form(fields: dict[str, object], so
 def test_job_scripts_take_the_data_set_from_data_dir_or_the_flag(
     args: list[str], source: str
 ) -> None:
-    from slurmtf.runtime.commands import data_source
+    from slurmtf.runtime.job.commands import data_source
 
     assert data_source(args[0], args[1:]) == source
 

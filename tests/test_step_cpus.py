@@ -12,10 +12,11 @@ import pytest
 
 from slurmtf.cluster.step_flags import SHARE_CPUS, cpu_flags
 from slurmtf.errors import InputError
-from slurmtf.runtime.commands import rank_command
-from slurmtf.runtime.jobsettings import JobSettings, cpus_note, step_tasks
-from slurmtf.runtime.placement import first_placement
-from slurmtf.runtime.supervisor import Supervisor
+from slurmtf.runtime.job.commands import rank_command
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.srun_flags import cpus_note, step_tasks
+from slurmtf.runtime.job.step_nodes import first_placement
+from slurmtf.runtime.job.supervisor import Supervisor
 
 SPLIT = "--cpus-per-task"
 

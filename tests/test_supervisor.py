@@ -1,4 +1,4 @@
-"""The supervisor (slurmtf/runtime/supervisor.py): what a failed attempt leads to.
+"""The supervisor (slurmtf/runtime/job/supervisor.py): what a failed attempt leads to.
 
 Each case runs the real supervisor in this process with a fake ``srun`` on PATH: its
 first step writes the logs an attempt leaves (srun's own messages, each rank's stderr
@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 
 from slurmtf.errors import SlurmCommandError
-from slurmtf.runtime.jobsettings import JobSettings
-from slurmtf.runtime.supervisor import Supervisor
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.supervisor import Supervisor
 
 PEER = json.dumps({"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]})
 HEARTBEAT = json.dumps(
@@ -347,16 +347,16 @@ def check_first(
         f'exec {sys.executable} "$@"\n'
     )
     fake.chmod(0o755)
-    from slurmtf.runtime import staging
+    from slurmtf.runtime.job import check_first
 
-    original = staging.Staging.__init__
+    original = check_first.CheckFirst.__init__
 
-    def with_fake(self: staging.Staging, *args: Any) -> None:
+    def with_fake(self: check_first.CheckFirst, *args: Any) -> None:
         original(self, *args)
         self.python = str(fake)
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(staging.Staging, "__init__", with_fake)
+        mp.setattr(check_first.CheckFirst, "__init__", with_fake)
         status, out, runner = supervise(
             tmp_path, capfd, "", {}, 0, restarts=restarts, budget="2", nodes=nodes,
             CHECK_FIRST="1", MIN_NODES="2", SLURM_JOB_NUM_NODES=str(nodes.count(",") + 2),
@@ -512,7 +512,7 @@ def test_the_look_reads_the_nodes_files_not_the_ranks(
     """While the step runs, a rank of node1 appends ``peer_lost`` (node2) to node1's file:
     the supervisor probes node2, finds it silent and ends the step at once, reading only
     the nodes' files and srun's stderr at each look, never a rank's log."""
-    from slurmtf.runtime import follow
+    from slurmtf.runtime.job import follow
 
     read: list[str] = []
     real = follow.read_from

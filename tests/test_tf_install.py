@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from slurmtf.errors import InputError
-from slurmtf.runtime.commands import find_model
-from slurmtf.runtime.jobsettings import JobSettings, JobStop
+from slurmtf.runtime.job.commands import find_model
+from slurmtf.runtime.job.settings import JobSettings, JobStop
 from slurmtf.tf import install, releases
 
 REPO = Path(__file__).resolve().parents[1]

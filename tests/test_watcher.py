@@ -28,11 +28,11 @@ from slurmtf.runtime.batchhost import (
     watcher_place,
 )
 from slurmtf.runtime.heartbeat import Beat, beat_path, read_beat, write_beat
-from slurmtf.runtime.jobsettings import JobSettings
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.supervisor import Supervisor
 from slurmtf.runtime.keeper import Ending
 from slurmtf.runtime.recovery.decision import Budget, after_batch_host, after_supervisor
 from slurmtf.runtime.recovery.record import batch_side_lines, read_record, restarts_so_far
-from slurmtf.runtime.supervisor import Supervisor
 from slurmtf.runtime.watcher import Watcher, WatchSettings
 
 BEAT_S = 5.0

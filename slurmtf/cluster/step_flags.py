@@ -1,7 +1,7 @@
 """srun flags of slurmtf's own steps that follow from how the job asked for GPUs and CPUs.
 
 Pure: :class:`~slurmtf.cluster.env.SlurmEnv` values in, srun's words out; the job's
-supervisor (:mod:`slurmtf.runtime.supervisor`) and ``slurmtf check`` call them. A batch
+supervisor (:mod:`slurmtf.runtime.job.supervisor`) and ``slurmtf check`` call them. A batch
 script of one's own gets them by handing its step to the supervisor
 (``exec python3 -m slurmtf job command -- CMD``), never by computing them itself.
 

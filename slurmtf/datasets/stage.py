@@ -1,7 +1,7 @@
 """Staging a data set to node-local scratch: one verified copy per node, per job.
 
 ``slurmtf data stage SRC`` runs once on every node of a job (the job's supervisor,
-:mod:`slurmtf.runtime.staging`, starts it with one task per node) and copies the files
+:mod:`slurmtf.runtime.job.staging`, starts it with one task per node) and copies the files
 ``SRC/MANIFEST.json`` lists to ``ROOT/slurmtf-data-<job id>/<name of SRC>``, where ROOT is
 ``$STAGE_DIR``, ``$SLURM_TMPDIR``, ``$TMPDIR`` or ``/tmp`` (the first set). The copy is
 written beside its final name, checked against the manifest's SHA-256 sums, then renamed

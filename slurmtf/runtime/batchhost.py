@@ -24,7 +24,6 @@ beats (:mod:`slurmtf.runtime.heartbeat`) for a watcher on another node of the jo
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,12 +31,13 @@ from pathlib import Path
 
 from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.contracts import EXIT_FAILURE
-from slurmtf.runtime.children import Child
+from slurmtf.runtime import job_log
 from slurmtf.runtime.heartbeat import Beat
-from slurmtf.runtime.joblog import log, now
-from slurmtf.runtime.jobsettings import JobSettings
+from slurmtf.runtime.job.children import Child
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.step_nodes import allocated_nodes
+from slurmtf.runtime.job_log import log, now
 from slurmtf.runtime.keeper import Ending
-from slurmtf.runtime.placement import allocated_nodes
 from slurmtf.runtime.recovery.decision import Budget, Decision, after_supervisor
 from slurmtf.runtime.recovery.evidence import LogFiles
 from slurmtf.runtime.recovery.record import (
@@ -92,23 +92,13 @@ def watcher_args(
     ]  # fmt: skip
 
 
-def job_log_path() -> Path | None:
-    """The job's log (the batch script's stdout, a file Slurm opened), to which the
-    watcher adds its lines; ``None`` when stdout is no file."""
-    try:
-        path = Path(f"/proc/{os.getpid()}/fd/1").readlink()
-    except OSError:
-        return None
-    return path if path.is_absolute() and path.is_file() else None
-
-
 class WatcherStep:
     """The watcher's step, kept running while the supervisor runs."""
 
     def __init__(self, job: JobSettings, env: Mapping[str, str]) -> None:
         self.job, self.env = job, dict(env)
         self.host = job.slurm.nodename or ""
-        self.job_log = job_log_path()
+        self.job_log = job_log.stdout_file()
         self.child: Child | None = None
         self.place: WatcherPlace | None = None
         self.starts = 0

@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from slurmtf.runtime.joblog import stamp
+from slurmtf.runtime.job_log import stamp
 
 BEAT_NAME = "supervisor-{job}.json"
 STATES = ("running", "restarting", "requeueing", "stopping", "ended")

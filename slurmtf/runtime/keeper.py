@@ -37,7 +37,7 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtf.runtime.heartbeat import PULSE, STUCK_BEATS, Beat, read_beat, write_beat
-from slurmtf.runtime.joblog import log, stamp
+from slurmtf.runtime.job_log import log, stamp
 
 PASSED_ON = (signal.SIGUSR1, signal.SIGUSR2)
 ENDING = (signal.SIGTERM, signal.SIGINT)

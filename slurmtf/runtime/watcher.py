@@ -44,7 +44,7 @@ from slurmtf.runtime.heartbeat import (
     read_beat,
     write_beat,
 )
-from slurmtf.runtime.joblog import now, stamp
+from slurmtf.runtime.job_log import append, line, now, stamp
 from slurmtf.runtime.recovery.decision import Budget, after_batch_host
 from slurmtf.runtime.recovery.record import read_record, record_batch_side, restarts_so_far
 from slurmtf.slurm.runner import Runner
@@ -189,14 +189,10 @@ class Watcher:
     def say(self, text: str, *, job_log: bool = True) -> None:
         """A line of the watcher's log and (``job_log``), when it can be reached, of the
         job's log."""
-        line = f"{now()} slurmtf: watcher: {text}"
-        print(line, flush=True)
+        said = line(f"watcher: {text}")
+        print(said, flush=True)
         if job_log and self.s.job_log is not None:
-            try:
-                with self.s.job_log.open("a") as handle:
-                    handle.write(line + "\n")
-            except OSError:
-                pass
+            append(self.s.job_log, said)
 
 
 def _end(_signum: int, _frame: FrameType | None) -> None:

@@ -12,7 +12,7 @@ bigger step does not ask and takes Slurm's count.
 
 ``SLURMTF_RESV_PORTS``: ``auto`` (default: ask when the cluster has ``MpiParams=ports``),
 ``1`` (ask whatever the configuration says), ``0`` (never ask; the resolver ignores them).
-The supervisor of every job (:mod:`slurmtf.runtime.supervisor`) asks with this rule;
+The supervisor of every job (:mod:`slurmtf.runtime.job.supervisor`) asks with this rule;
 tests/test_resv_ports.py holds it.
 """
 

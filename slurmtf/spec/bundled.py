@@ -20,7 +20,7 @@ PACKAGE_DIR = "sbatch"  # slurmtf/sbatch/*.sbatch, package data
 # each jobs/*.sbatch to it (KIND: the script's name).
 HAND_OVER = (
     "set -u",
-    "# Hand the job to slurmtf's supervisor (`slurmtf job`, slurmtf/runtime/supervisor.py): it",
+    "# Hand the job to slurmtf's supervisor (`slurmtf job`, slurmtf/runtime/job/supervisor.py): it",
     "# runs the steps, restarts them, requeues and ends with the job's status. A checkout's",
     "# slurmtf (SLURMTF_REPO or the submit directory, first on PYTHONPATH), else the one the",
     "# interpreter imports: SLURMTF_PYTHON, else PYTHON (the ranks' interpreter).",

@@ -359,7 +359,7 @@ class JobSpec:
 
 
 # The lines a job's script runs before its srun: the supervisor (`slurmtf job submitit`,
-# slurmtf/runtime/supervisor.py) stands in for submitit's `srun`, so that the step can run
+# slurmtf/runtime/job/supervisor.py) stands in for submitit's `srun`, so that the step can run
 # again in place (the same pickled job, the same log files) on the nodes it leaves. It
 # runs with the interpreter of the submit (`python`), which imports slurmtf.
 SUPERVISOR_LINES = (

@@ -18,7 +18,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 FLAG = os.environ.get("SLURMTF_TEST_CRASH_ONCE", "")
-TARGET = "slurmtf.runtime.supervisor"
+TARGET = "slurmtf.runtime.job.supervisor"
 
 
 def _bug(_signum: int, _frame: FrameType | None) -> None:

@@ -1,7 +1,6 @@
-"""slurmtf's own steps before and after training, run outside any container prefix with
-the supervisor's interpreter: staging a data set on every node (``STAGE_DATA=1``,
-``slurmtf data stage``), removing the copies at the end, and ``CHECK_FIRST=1``'s
-``slurmtf check``.
+"""Staging a data set on every node before training (``STAGE_DATA=1``, ``slurmtf data
+stage``) and removing the copies at the end: slurmtf's own steps, run outside any
+container prefix with the supervisor's interpreter.
 
 STAGE_DATA=1: each node copies the data set SRC once (one task per node) to its local
 scratch ($STAGE_DIR, $SLURM_TMPDIR or $TMPDIR) and verifies it against
@@ -14,7 +13,6 @@ is requeued, so that a restart on the same node reuses it.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -22,15 +20,14 @@ from pathlib import Path
 
 from slurmtf.datasets.stage import STAGED_ENV
 from slurmtf.errors import InputError
-from slurmtf.runtime.children import run_bounded
-from slurmtf.runtime.commands import data_source
-from slurmtf.runtime.joblog import log
-from slurmtf.runtime.jobsettings import JobSettings, JobStop
+from slurmtf.runtime.job.children import run_bounded
+from slurmtf.runtime.job.commands import data_source, own_command
+from slurmtf.runtime.job.settings import JobSettings, JobStop
+from slurmtf.runtime.job_log import log
 from slurmtf.runtime.slurm_calls import per_node_step
 from slurmtf.slurm.runner import Runner
 
 STAGE_TIMEOUT_S = 6 * 3600.0
-CHECK_TIMEOUT_S = 3600.0
 UNSTAGE_TIMEOUT_S = 600.0
 
 
@@ -45,7 +42,7 @@ class Staging:
 
     def own(self, *args: str) -> list[str]:
         """A command of slurmtf's own: the supervisor's interpreter, no container."""
-        return [self.python, "-m", "slurmtf.cli", *args]
+        return own_command(self.python, *args)
 
     def per_node(self) -> list[str]:
         return per_node_step(self.job.num_nodes)
@@ -90,23 +87,6 @@ class Staging:
         if run_bounded(command, self.base_env, UNSTAGE_TIMEOUT_S) != 0:
             log(f"could not remove the staged copies of {self.source}", error=True)
         self.source = ""
-
-    def check(self, attempt: int) -> tuple[str, ...]:
-        """``slurmtf check`` over the job's nodes: its outlier nodes (none when healthy,
-        or when the check could not run: then training goes ahead)."""
-        report = self.job.log_dir / f"check-{self.job.job_id}-{attempt}.json"
-        rc = run_bounded(self.own("check", f"--json={report}"), self.base_env, CHECK_TIMEOUT_S)
-        if rc == 0:
-            return ()
-        try:
-            outliers = json.loads(report.read_text())["outliers"]
-            bad = sorted({str(o["node"]) for o in outliers})
-        except (OSError, ValueError, KeyError, TypeError):
-            bad = []
-        if rc != 1 or not bad:
-            log(f"check_first: the check did not run (exit {rc}); training anyway", error=True)
-            return ()
-        return tuple(bad)
 
 
 def _text(path: Path) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from slurmtf.errors import InputError
-from slurmtf.runtime.jobsettings import INSTALL_LINE, MODEL_KINDS, JobSettings, JobStop
+from slurmtf.runtime.job.settings import INSTALL_LINE, MODEL_KINDS, JobSettings, JobStop
 
 RUN_LAUNCHER = "slurmtf.run"
 SERVE = "slurmtf.serve"
@@ -151,6 +151,12 @@ def submitit_command(job: JobSettings, words: Sequence[str]) -> RankCommand:
     if job.container:  # the image's interpreter, not the path of the submitting one
         command = [*job.container, *job.rank_python, *command[1:]]
     return RankCommand(tuple(command), env, srun_args=tuple(words[:start]))
+
+
+def own_command(python: str, *args: str) -> list[str]:
+    """A command of slurmtf's own (staging, the check): ``python -m slurmtf.cli ARGS``
+    with the supervisor's interpreter, behind no container prefix."""
+    return [python, "-m", "slurmtf.cli", *args]
 
 
 def data_source(default: str, args: Sequence[str]) -> str:

@@ -17,7 +17,7 @@ While a step runs, the ranks' ``peer_lost`` events name nodes to probe (the rank
 node append them to that node's file, :mod:`slurmtf.events`: a look at the step opens one
 file per node, however many ranks each runs); one that does not answer ends the step at
 once (its srun would wait for it until Slurm's SlurmdTimeout). Every srun is a child in
-its own process group, ended with bounded waits (:mod:`slurmtf.runtime.children`);
+its own process group, ended with bounded waits (:mod:`slurmtf.runtime.job.children`);
 USR1/USR2 reaching the supervisor go on to the running step (srun forwards them to the
 ranks); SIGTERM (the job cancelled) ends the step and the job.
 
@@ -35,7 +35,6 @@ import dataclasses
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -45,27 +44,29 @@ from slurmtf.events import NODE_EVENTS_VAR, node_events_path
 from slurmtf.monitor import records
 from slurmtf.runtime import slurm_calls
 from slurmtf.runtime.batchhost import WatcherStep, take_over
-from slurmtf.runtime.children import Child
-from slurmtf.runtime.commands import RankCommand, find_model, rank_command
-from slurmtf.runtime.follow import Copier, EventFollower, sizes
 from slurmtf.runtime.heartbeat import Beat, Heartbeat, beat_path, read_beat
-from slurmtf.runtime.joblog import log, plain
-from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, cpus_note, gpu_bind
-from slurmtf.runtime.keeper import Ending
-from slurmtf.runtime.placement import (
+from slurmtf.runtime.job.check_first import CheckFirst
+from slurmtf.runtime.job.children import Child
+from slurmtf.runtime.job.commands import RankCommand, find_model, rank_command
+from slurmtf.runtime.job.follow import Copier, EventFollower, sizes
+from slurmtf.runtime.job.settings import MODEL_KINDS, JobSettings
+from slurmtf.runtime.job.srun_flags import cpus_note, gpu_bind, resv_ports, step_tasks
+from slurmtf.runtime.job.staging import Staging
+from slurmtf.runtime.job.step_nodes import (
     Placement,
     allocated_nodes,
     every_node,
     first_placement,
     next_placement,
 )
+from slurmtf.runtime.job_log import log, plain, to_stderr
+from slurmtf.runtime.keeper import Ending
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.decision import Decision
 from slurmtf.runtime.recovery.evidence import LogFiles, lost_in, probe_lost
 from slurmtf.runtime.recovery.node_choice import Nodes
 from slurmtf.runtime.recovery.record import read_record, restarts_so_far
-from slurmtf.runtime.staging import Staging
-from slurmtf.slurm.resv_ports import cluster_span, resv_ports_args
+from slurmtf.slurm.resv_ports import cluster_span
 from slurmtf.slurm.runner import Runner
 
 FORWARDED = (signal.SIGUSR1, signal.SIGUSR2)
@@ -157,7 +158,7 @@ class Supervisor:
         self.nodes, self.place = first_placement(self.job, minimum)
         record_job(self.job, self.runner, self.env)
         if header:
-            plain(self.job.header(self.attempt))
+            plain(job_header(self.job, self.attempt))
             self.announce()
         shared = cpus_note(self.job, self.place.tasks)
         if shared:
@@ -261,11 +262,7 @@ class Supervisor:
             return []
         if self.resv_span is None:
             self.resv_span = cluster_span(self.runner) if self.job.in_slurm else 0
-        counts = [a.removeprefix("--ntasks=") for a in place if a.startswith("--ntasks=")]
-        ntasks = counts[-1] if counts else (self.job.ntasks or str(self.job.num_nodes))
-        if not ntasks.isdigit():
-            return []
-        return resv_ports_args(int(ntasks), self.resv_span, self.job.resv_mode)
+        return resv_ports(self.job, place, self.resv_span)
 
     def run_step(self) -> StepEnd:
         """One attempt of the step: the ranks see its number as SLURM_RESTART_COUNT
@@ -287,7 +284,7 @@ class Supervisor:
             None
             if self.job.kind == "submitit"
             else Copier(
-                self.job.srun_err, self.files.offsets.get(str(self.job.srun_err), 0), _to_stderr
+                self.job.srun_err, self.files.offsets.get(str(self.job.srun_err), 0), to_stderr
             )
         )
         self.child = Child(
@@ -351,7 +348,7 @@ class Supervisor:
         self.files = LogFiles(
             self.job.log_dir, self.job.logs.prefix, self.job.logs.suffix, self.job.srun_err
         )
-        bad = self.staging.check(self.attempt)
+        bad = CheckFirst(self.job, self.env).outliers(self.attempt)
         if not bad:
             return None
         log(f"check_first: outlier node(s) {','.join(bad)}", error=True)
@@ -380,6 +377,16 @@ class Supervisor:
         self.beats.now()  # the watcher stands down: the job ends
 
 
+def job_header(job: JobSettings, attempt: int) -> str:
+    """The job log's first line about the job: its attempt, nodes, tasks and folders."""
+    per_node = step_tasks(job, job.num_nodes)[1] or job.ntasks_per_node or "?"
+    return (
+        f"job {job.job_id} restart {attempt} of {job.budget}: {job.num_nodes} node(s) "
+        f"{job.nodelist} x {per_node} task(s), model_dir {job.model_dir}, "
+        f"per-rank logs {job.log_dir}"
+    )
+
+
 def record_job(job: JobSettings, runner: Runner, environ: Mapping[str, str]) -> None:
     """One line per job in the user's record, written at the job's first start; a job
     of the job scripts also names its logs in Slurm's Comment field."""
@@ -393,8 +400,3 @@ def record_job(job: JobSettings, runner: Runner, environ: Mapping[str, str]) -> 
 
 def _glob(text: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
-
-
-def _to_stderr(data: bytes) -> None:
-    sys.stderr.buffer.write(data)
-    sys.stderr.buffer.flush()

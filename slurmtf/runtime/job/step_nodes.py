@@ -12,7 +12,8 @@ from __future__ import annotations
 import dataclasses
 
 from slurmtf.cluster.hostlists import expand_hostlist
-from slurmtf.runtime.jobsettings import JobSettings, first_count, step_tasks
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.srun_flags import first_count, step_tasks
 from slurmtf.runtime.recovery.decision import Decision
 from slurmtf.runtime.recovery.node_choice import Nodes, job_nodes
 

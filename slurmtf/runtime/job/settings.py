@@ -5,19 +5,18 @@ variables and the settings the job scripts document: ``MODEL_DIR``, ``LOG_DIR``,
 ``PYTHON``, ``CONTAINER``, ``MAX_RESTARTS``, ``SPARE_NODES``, ``MIN_NODES``,
 ``TASKS_PER_NODE``, ``STAGE_DATA``, ...) into one frozen value; everything after it
 takes values. The step's task and CPU flags and its GPU binding are functions of it
-(:func:`step_tasks`, :func:`gpu_bind`).
+(:mod:`slurmtf.runtime.job.srun_flags`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 
 from slurmtf.cluster.env import SlurmEnv, read_slurm_env
 from slurmtf.cluster.ports import parse_resv_mode
-from slurmtf.cluster.step_flags import SHARE_CPUS, cpu_flags, gpu_bind_flags
 from slurmtf.contracts import NODE_EVENTS_NAME
 from slurmtf.errors import InputError, SlurmtfError
 
@@ -170,14 +169,6 @@ class JobSettings:
         """The ranks' ``SLURMTF_NODE_EVENTS``: one file per node (``%N``) in the log folder."""
         return str(self.log_dir / NODE_EVENTS_NAME.format(job=self.job_id))
 
-    def header(self, attempt: int) -> str:
-        per_node = step_tasks(self, self.num_nodes)[1] or self.ntasks_per_node or "?"
-        return (
-            f"job {self.job_id} restart {attempt} of {self.budget}: {self.num_nodes} node(s) "
-            f"{self.nodelist} x {per_node} task(s), model_dir {self.model_dir}, "
-            f"per-rank logs {self.log_dir}"
-        )
-
 
 def submitit_logs(job_id: str) -> LogNames:
     """The log names of a job ``slurmtf submit`` wrote (submitit's ``%j_%t_log``)."""
@@ -227,73 +218,3 @@ def _seconds(name: str, text: str) -> float:
     if not value > 0:
         raise InputError(name, text, "is not a number of seconds", f"e.g. {name}=1")
     return value
-
-
-def first_count(text: str) -> int | None:
-    """``2(x3),1`` -> 2: Slurm's per-node counts, the first node's."""
-    head = text.split("(", 1)[0].split(",", 1)[0]
-    return int(head) if head.isdigit() else None
-
-
-def step_tasks(job: JobSettings, nodes: int) -> tuple[list[str], str]:
-    """srun's task flags for a step on ``nodes`` nodes, and the tasks per node ("" when
-    the job's own count stands). A job submitted with a task count gets it as Slurm gave
-    it, the same count per node on fewer nodes (spares, a node left out); a job without
-    one (the job scripts ask none, so that a --nodes=MIN-MAX range gets every node Slurm
-    can give) runs TASKS_PER_NODE tasks on each node, by default one per GPU, on the CPUs
-    the job has (:func:`slurmtf.cluster.step_flags.cpu_flags`: split, or shared)."""
-    if job.ntasks:
-        if nodes == job.num_nodes:
-            return [], ""
-        fixed = first_count(job.ntasks_per_node) or int(job.ntasks) // max(job.num_nodes, 1)
-        return _task_flags(nodes, fixed), str(fixed)
-    per_node = tasks_per_node(job)
-    cpus = cpu_flags(per_node, job.job_cpus_per_node, job.cpus_per_task)
-    return [*_task_flags(nodes, per_node), *cpus], str(per_node)
-
-
-def tasks_per_node(job: JobSettings) -> int:
-    """The tasks on each node of a job that asked no task count: ``TASKS_PER_NODE``, else
-    one per GPU of the node (one without GPUs)."""
-    gpus = int(job.gpus_on_node) if job.gpus_on_node.isdigit() else 0
-    per_node = job.tasks_per_node or str(max(gpus, 1))
-    if not per_node.isdigit() or int(per_node) < 1:
-        raise InputError(
-            "TASKS_PER_NODE", per_node, "is not a task count",
-            "TASKS_PER_NODE=1 (one worker with all the node's GPUs) or leave it unset "
-            "(one per GPU)",
-        )  # fmt: skip
-    return int(per_node)
-
-
-def cpus_note(job: JobSettings, tasks: Sequence[str]) -> str:
-    """The job log's line when the step's tasks share the node's CPUs (srun
-    ``--overcommit``: the job has fewer CPUs a node than tasks), else ""."""
-    if SHARE_CPUS not in tasks:
-        return ""
-    per_node = tasks_per_node(job)
-    gpus = int(job.gpus_on_node) if job.gpus_on_node.isdigit() else 0
-    more = (
-        "sbatch --cpus-per-gpu=N gives each GPU's worker N CPUs"
-        if gpus >= per_node
-        else f"sbatch --mincpus={per_node} gives each task a CPU"
-    )
-    return (
-        f"{per_node} task(s) per node share the job's CPUs ({job.job_cpus_per_node} per node; "
-        f"srun --overcommit). HINT: {more} (or --ntasks-per-node={per_node} "
-        "--cpus-per-task=N)"
-    )
-
-
-def _task_flags(nodes: int, per_node: int) -> list[str]:
-    return [f"--nodes={nodes}", f"--ntasks-per-node={per_node}", f"--ntasks={nodes * per_node}"]
-
-
-def gpu_bind(job: JobSettings, per_node: str) -> list[str]:
-    """Slurm binds each task to its own GPUs (--gpu-bind=per_task:K, Slurm 21.08+) unless
-    the job chose a binding itself (--gpus-per-task, --gpu-bind: SLURM_TRES_BIND /
-    SLURM_TRES_PER_TASK from Slurm 23.11, SLURM_GPU_BIND / SLURM_GPUS_PER_TASK before);
-    the model checks it (:func:`slurmtf.cluster.step_flags.gpu_bind_flags`)."""
-    per = per_node or job.ntasks_per_node or "1"
-    tasks = first_count(per)
-    return list(gpu_bind_flags(job.slurm, tasks)) if tasks else []
