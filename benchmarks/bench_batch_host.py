@@ -40,7 +40,7 @@ from benchmarks.bench_recovery import last_step, resumed_step
 from benchmarks.bench_restarts import proc_figures
 from benchmarks.harness import JSONDict, parent, processes
 from benchmarks.protocol import Benchmark, Options
-from slurmtf.runtime.heartbeat import beat_path, read_beat
+from slurmtf.runtime.batch_host.heartbeat import beat_path, read_beat
 from slurmtf.sandbox import Sandbox, nodefaults
 
 CASES = ("supervisor_kill", "supervisor_stop", "host_freeze")

@@ -58,8 +58,8 @@ def __getattr__(name: str) -> Any:
 # went (docs/ARCHITECTURE.md): the old names keep importing, as the same module objects,
 # for users' scripts and for jobs pickled before the upgrade. A module split in two maps
 # to the one that holds what its users read (``attempts``: the recovery record;
-# ``jobsettings``: the settings); the former module ``slurmtf.runtime.recovery`` is the
-# package now, whose names it forwards.
+# ``jobsettings``: the settings; ``batchhost``: the watcher step); the former module
+# ``slurmtf.runtime.recovery`` is the package now, whose names it forwards.
 MOVED_MODULES = {
     "slurmtf.allocator": "slurmtf.runtime.rank.allocator",
     "slurmtf.collectives": "slurmtf.tf.collectives",
@@ -83,15 +83,18 @@ MOVED_MODULES = {
     "slurmtf.runner": "slurmtf.slurm.runner",
     "slurmtf.runtime.allocator": "slurmtf.runtime.rank.allocator",
     "slurmtf.runtime.attempts": "slurmtf.runtime.recovery.record",
+    "slurmtf.runtime.batchhost": "slurmtf.runtime.batch_host.watcher_step",
     "slurmtf.runtime.chief_watch": "slurmtf.runtime.rank.chief_watch",
     "slurmtf.runtime.children": "slurmtf.runtime.job.children",
     "slurmtf.runtime.commands": "slurmtf.runtime.job.commands",
     "slurmtf.runtime.endings": "slurmtf.runtime.recovery.endings",
     "slurmtf.runtime.follow": "slurmtf.runtime.job.follow",
+    "slurmtf.runtime.heartbeat": "slurmtf.runtime.batch_host.heartbeat",
     "slurmtf.runtime.held_port": "slurmtf.runtime.rank.held_port",
     "slurmtf.runtime.joblog": "slurmtf.runtime.job_log",
     "slurmtf.runtime.jobsettings": "slurmtf.runtime.job.settings",
     "slurmtf.runtime.jobslurm": "slurmtf.runtime.slurm_calls",
+    "slurmtf.runtime.keeper": "slurmtf.runtime.batch_host.keeper",
     "slurmtf.runtime.launcher": "slurmtf.runtime.rank.launcher",
     "slurmtf.runtime.node_choice": "slurmtf.runtime.recovery.node_choice",
     "slurmtf.runtime.placement": "slurmtf.runtime.job.step_nodes",
@@ -101,6 +104,7 @@ MOVED_MODULES = {
     "slurmtf.runtime.staging": "slurmtf.runtime.job.staging",
     "slurmtf.runtime.supervisor": "slurmtf.runtime.job.supervisor",
     "slurmtf.runtime.teardown": "slurmtf.runtime.rank.teardown",
+    "slurmtf.runtime.watcher": "slurmtf.runtime.batch_host.watcher",
     "slurmtf.shell": "slurmtf.spec.shell",
     "slurmtf.stragglers": "slurmtf.check.stragglers",
     "slurmtf.sweeps": "slurmtf.monitor.sweeps",

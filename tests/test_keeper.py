@@ -1,4 +1,4 @@
-"""The keeper and the heartbeat (slurmtf/runtime/keeper.py, heartbeat.py): a supervisor
+"""The keeper and the heartbeat (slurmtf/runtime/batch_host/keeper.py, heartbeat.py): a supervisor
 that is killed, dies of an exception or stops beating is started again in place, told
 how the one before ended; one that returns the job's status is not; SIGTERM is passed
 on and ends the job; nothing it started is left behind. Real processes (fork), no Slurm.
@@ -20,9 +20,16 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.runtime.heartbeat import PULSE, Beat, Heartbeat, beat_path, read_beat, write_beat
+from slurmtf.runtime.batch_host.heartbeat import (
+    PULSE,
+    Beat,
+    Heartbeat,
+    beat_path,
+    read_beat,
+    write_beat,
+)
+from slurmtf.runtime.batch_host.keeper import Ending, Keeper
 from slurmtf.runtime.job_log import stamp
-from slurmtf.runtime.keeper import Ending, Keeper
 
 BEAT_S = 0.25  # a forked supervisor under load may take a while to pulse
 HOST = "node1"

@@ -1,5 +1,5 @@
-"""The watcher (slurmtf/runtime/watcher.py) and the supervisor's side of it
-(slurmtf/runtime/batchhost.py): a heartbeat that falls silent on a batch host that no
+"""The watcher (slurmtf/runtime/batch_host/watcher.py) and the supervisor's side of it
+(batch_host/watcher_step.py, succession.py): a heartbeat that falls silent on a batch host that no
 longer answers requeues the job at once without the host; a silent supervisor on a
 host that answers is left to its keeper, then requeued; a job that ends, is cancelled,
 is requeued or restarts its supervisor in place is left alone; the budget is kept. A
@@ -19,21 +19,15 @@ import pytest
 
 from slurmtf.errors import InputError, SlurmCommandError
 from slurmtf.runtime import slurm_calls
-from slurmtf.runtime.batchhost import (
-    WatcherPlace,
-    after_keeper,
-    after_slurm_requeue,
-    take_over,
-    watcher_args,
-    watcher_place,
-)
-from slurmtf.runtime.heartbeat import Beat, beat_path, read_beat, write_beat
+from slurmtf.runtime.batch_host.heartbeat import Beat, beat_path, read_beat, write_beat
+from slurmtf.runtime.batch_host.keeper import Ending
+from slurmtf.runtime.batch_host.succession import after_keeper, after_slurm_requeue, take_over
+from slurmtf.runtime.batch_host.watcher import Watcher, WatchSettings
+from slurmtf.runtime.batch_host.watcher_step import WatcherPlace, watcher_args, watcher_place
 from slurmtf.runtime.job.settings import JobSettings
 from slurmtf.runtime.job.supervisor import Supervisor
-from slurmtf.runtime.keeper import Ending
 from slurmtf.runtime.recovery.decision import Budget, after_batch_host, after_supervisor
 from slurmtf.runtime.recovery.record import batch_side_lines, read_record, restarts_so_far
-from slurmtf.runtime.watcher import Watcher, WatchSettings
 
 BEAT_S = 5.0
 

@@ -41,7 +41,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 
 # Not listed (what slurmtf starts itself): name -> module.
 HIDDEN: dict[str, str] = {
-    "watcher": "slurmtf.cli.watcher",  # the supervisor's watcher step (runtime/batchhost.py)
+    "watcher": "slurmtf.cli.watcher",  # the watcher step (runtime/batch_host/watcher_step.py)
 }
 
 # Subcommands whose module takes the subcommand name as its first argument.

@@ -4,7 +4,7 @@ Every job script hands its job over to it (``exec python3 -m slurmtf job mnist -
 and so do the jobs ``slurmtf submit`` writes (their ``srun`` line, ``KIND`` submitit).
 It runs the job's srun steps, restarts them in place, requeues, and ends with the
 job's status (:mod:`slurmtf.runtime.job.supervisor`). The process the job script execs into
-is the supervisor's keeper (:mod:`slurmtf.runtime.keeper`): it forks the supervisor and
+is the supervisor's keeper (:mod:`slurmtf.runtime.batch_host.keeper`): it forks the supervisor and
 starts it again when it dies. KIND is one of mnist, resnet (the
 bundled models; ARGS are model flags), train (ARGS: your script and its arguments),
 parameter_server (the same, under ParameterServerStrategy), command (ARGS: any command
@@ -26,11 +26,11 @@ from collections.abc import Mapping, Sequence
 from slurmtf.cli import ArgumentParser, add_flag, report_error
 from slurmtf.contracts import EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError, UsageError
-from slurmtf.runtime.heartbeat import Beat, beat_path
+from slurmtf.runtime.batch_host.heartbeat import Beat, beat_path
+from slurmtf.runtime.batch_host.keeper import Ending, Keeper
 from slurmtf.runtime.job.settings import KINDS, JobSettings, JobStop, submitit_logs
 from slurmtf.runtime.job.supervisor import Supervisor
 from slurmtf.runtime.job_log import log
-from slurmtf.runtime.keeper import Ending, Keeper
 from slurmtf.slurm.runner import default_runner
 
 PROGRAM = "slurmtf job"

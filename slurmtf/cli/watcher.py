@@ -1,6 +1,6 @@
 """``slurmtf watcher``: the job's watcher, which the supervisor starts as a one-task
 ``srun --overlap`` step on a node other than the batch host; it requeues the job when
-the batch host is lost (:mod:`slurmtf.runtime.watcher`). Not for users to run: the
+the batch host is lost (:mod:`slurmtf.runtime.batch_host.watcher`). Not for users to run: the
 supervisor passes every option."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.errors import InputError
-from slurmtf.runtime.watcher import Watcher, WatchSettings
+from slurmtf.runtime.batch_host.watcher import Watcher, WatchSettings
 from slurmtf.slurm.runner import default_runner
 
 PROGRAM = "slurmtf watcher"

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from slurmtf.events import Event, named, read_events
-from slurmtf.runtime.heartbeat import Beat, beat_path, read_beat
+from slurmtf.runtime.batch_host.heartbeat import Beat, beat_path, read_beat
 from slurmtf.training.checkpoints import WORKERS_FILE
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
 
@@ -379,7 +379,7 @@ def check_status(sandbox: SlurmSandbox, job_id: str, state_home: Path, steps: in
 
 
 def batch_side(log_dir: Path, job_id: str) -> Beat:
-    """The supervisor's heartbeat (slurmtf.runtime.heartbeat): its batch host and PID."""
+    """The supervisor's heartbeat (slurmtf.runtime.batch_host.heartbeat): its batch host and PID."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         beat = read_beat(beat_path(log_dir, job_id))

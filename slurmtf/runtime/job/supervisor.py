@@ -22,10 +22,11 @@ USR1/USR2 reaching the supervisor go on to the running step (srun forwards them 
 ranks); SIGTERM (the job cancelled) ends the step and the job.
 
 The supervisor is the child of the batch script's own process, its keeper
-(:mod:`slurmtf.runtime.keeper`), which starts it again when it dies. It beats every
-``SLURMTF_HEARTBEAT_S`` seconds (:mod:`slurmtf.runtime.heartbeat`) for its keeper and for
-a watcher step on another node, which requeues the job when the batch host is lost
-(:mod:`slurmtf.runtime.batchhost`, :mod:`slurmtf.runtime.watcher`).
+(:mod:`slurmtf.runtime.batch_host.keeper`), which starts it again when it dies. It beats
+every ``SLURMTF_HEARTBEAT_S`` seconds (:mod:`slurmtf.runtime.batch_host.heartbeat`) for
+its keeper and for a watcher step on another node, which requeues the job when the batch
+host is lost (:mod:`slurmtf.runtime.batch_host.watcher_step`,
+:mod:`slurmtf.runtime.batch_host.watcher`).
 """
 
 from __future__ import annotations
@@ -43,8 +44,10 @@ from slurmtf.cluster.step_flags import het_task_counts
 from slurmtf.events import NODE_EVENTS_VAR, node_events_path
 from slurmtf.monitor import records
 from slurmtf.runtime import slurm_calls
-from slurmtf.runtime.batchhost import WatcherStep, take_over
-from slurmtf.runtime.heartbeat import Beat, Heartbeat, beat_path, read_beat
+from slurmtf.runtime.batch_host.heartbeat import Beat, Heartbeat, beat_path, read_beat
+from slurmtf.runtime.batch_host.keeper import Ending
+from slurmtf.runtime.batch_host.succession import take_over
+from slurmtf.runtime.batch_host.watcher_step import WatcherStep
 from slurmtf.runtime.job.check_first import CheckFirst
 from slurmtf.runtime.job.children import Child
 from slurmtf.runtime.job.commands import RankCommand, find_model, rank_command
@@ -60,7 +63,6 @@ from slurmtf.runtime.job.step_nodes import (
     next_placement,
 )
 from slurmtf.runtime.job_log import log, plain, to_stderr
-from slurmtf.runtime.keeper import Ending
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.decision import Decision
 from slurmtf.runtime.recovery.evidence import LogFiles, lost_in, probe_lost
@@ -135,7 +137,7 @@ class Supervisor:
                     signal.signal(signum, handler)
 
     def beat_state(self) -> str:
-        """What the heartbeat says of this supervisor (slurmtf.runtime.heartbeat)."""
+        """What the heartbeat says of this supervisor (slurmtf.runtime.batch_host.heartbeat)."""
         if self.requeued:
             return "requeueing"
         if self.terminated:

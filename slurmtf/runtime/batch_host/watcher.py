@@ -1,10 +1,11 @@
 """The job's watcher: one task on a node other than the batch host (``slurmtf watcher``,
-which the supervisor starts as an ``srun --overlap`` step: :mod:`slurmtf.runtime.
-batchhost`). It reads the supervisor's heartbeat (:mod:`slurmtf.runtime.heartbeat`) and
-requeues the job when the batch host is lost.
+which the supervisor starts as an ``srun --overlap`` step:
+:mod:`slurmtf.runtime.batch_host.watcher_step`). It reads the supervisor's heartbeat
+(:mod:`slurmtf.runtime.batch_host.heartbeat`) and requeues the job when the batch host is
+lost.
 
 Every beat it reads the heartbeat file; a write it has not seen is news. After
-:data:`~slurmtf.runtime.heartbeat.SILENT_BEATS` beats without news it probes the batch
+:data:`~slurmtf.runtime.batch_host.heartbeat.SILENT_BEATS` beats without news it probes the batch
 host (a one-task ``srun --overlap`` there, at most ``--probe_s`` seconds):
 
 * the host does not answer: the batch host is lost (dead or hung). Slurm says so only
@@ -12,9 +13,9 @@ host (a one-task ``srun --overlap`` there, at most ``--probe_s`` seconds):
   other nodes, without a batch script, until its time limit. The watcher requeues the
   job at once, without that node (``ExcNodeList``), within ``MAX_RESTARTS``;
 * the host answers: the supervisor is stopped or hung on a live node. Its keeper ends a
-  supervisor that misses :data:`~slurmtf.runtime.heartbeat.STUCK_BEATS` beats and starts
+  supervisor that misses :data:`~slurmtf.runtime.batch_host.heartbeat.STUCK_BEATS` beats and starts
   it again in place; the watcher says what it sees and waits. When the heartbeat is
-  still silent after :data:`~slurmtf.runtime.heartbeat.GIVE_UP_BEATS` beats, the keeper
+  still silent after :data:`~slurmtf.runtime.batch_host.heartbeat.GIVE_UP_BEATS` beats, the keeper
   is gone too, and the job is requeued without that node all the same.
 
 It never acts for a job that ends or goes back to the queue: it stands down (exits 0)
@@ -34,7 +35,7 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtf.runtime import slurm_calls
-from slurmtf.runtime.heartbeat import (
+from slurmtf.runtime.batch_host.heartbeat import (
     GIVE_UP_BEATS,
     QUIET,
     SILENT_BEATS,

@@ -4,7 +4,7 @@ Every job script execs ``slurmtf job KIND``, which becomes the batch step's main
 Slurm ends the job the moment that process ends, and every step with it. So that
 process does nothing that can fail. It forks the supervisor (:mod:`slurmtf.runtime.
 supervisor`) and waits for it, reading a pipe on which the supervisor's heartbeat
-pulses every few seconds (:mod:`slurmtf.runtime.heartbeat`). How the supervisor ends:
+pulses every few seconds (:mod:`slurmtf.runtime.batch_host.heartbeat`). How the supervisor ends:
 
 * it returns the job's status (``=N`` on the pipe): the keeper exits with it;
 * it is killed (SIGKILL, the OOM killer), dies of an uncaught exception (``!`` and its
@@ -36,7 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
-from slurmtf.runtime.heartbeat import PULSE, STUCK_BEATS, Beat, read_beat, write_beat
+from slurmtf.runtime.batch_host.heartbeat import PULSE, STUCK_BEATS, Beat, read_beat, write_beat
 from slurmtf.runtime.job_log import log, stamp
 
 PASSED_ON = (signal.SIGUSR1, signal.SIGUSR2)
