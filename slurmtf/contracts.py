@@ -22,6 +22,9 @@ EXIT_FAILURE = 1  # anything slurmtf raises on purpose that is not bad input
 EXIT_USAGE = 2  # bad input: a flag, an argument or a variable (as argparse exits)
 EXIT_PREEMPTED = 75  # EX_TEMPFAIL: checkpoint saved on the preemption signal; requeue me
 
+# The line a hint gives for installing slurmtf on the nodes (after `PYTHON -m `).
+INSTALL_LINE = 'pip install "slurmtf[gpu]" (or [cpu]; README, "Install on a cluster")'
+
 DEFAULT_LOG_DIR = "slurmtf_logs"  # submit's per-job logs, relative to the submit directory
 # How a rank's stdout/stderr files are named ({job}, {rank}, {kind}: out or err): by
 # submitit (`slurmtf submit`) and by the job scripts (their supervisor, `rank%t.out`).

@@ -28,7 +28,7 @@ from slurmtf.contracts import EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError, UsageError
 from slurmtf.runtime.batch_host.heartbeat import Beat, beat_path
 from slurmtf.runtime.batch_host.keeper import Ending, Keeper
-from slurmtf.runtime.job.settings import KINDS, JobSettings, JobStop, submitit_logs
+from slurmtf.runtime.job.settings import JOB_KINDS, JobSettings, JobStop, submitit_logs
 from slurmtf.runtime.job.supervisor import Supervisor
 from slurmtf.runtime.job_log import log
 from slurmtf.slurm.runner import default_runner
@@ -50,7 +50,7 @@ OPTIONS = {
 def _parser() -> ArgumentParser:
     parser = ArgumentParser(prog=PROGRAM, usage="slurmtf job KIND [OPTIONS] -- [ARGS...]",
                             description=__doc__)  # fmt: skip
-    parser.add_argument("kind", choices=KINDS)
+    parser.add_argument("kind", choices=JOB_KINDS)
     add_flag(parser, "log_dir", help="the job's log folder [LOG_DIR]")
     add_flag(parser, "max_restarts", help="restarts in place or requeues [MAX_RESTARTS, 3]")
     add_flag(parser, "spare_nodes", help="nodes kept idle for a lost node's place [SPARE_NODES]")

@@ -38,6 +38,7 @@ from types import FrameType
 
 from slurmtf.runtime.batch_host.heartbeat import PULSE, STUCK_BEATS, Beat, read_beat, write_beat
 from slurmtf.runtime.job_log import log, stamp
+from slurmtf.runtime.recovery.endings import signal_name
 
 PASSED_ON = (signal.SIGUSR1, signal.SIGUSR2)
 ENDING = (signal.SIGTERM, signal.SIGINT)
@@ -64,7 +65,7 @@ class Ending:
         if self.error:
             return f"died of an uncaught exception at {at}: {self.error}"
         if self.status > 128:
-            name = _signal_name(self.status - 128)
+            name = signal_name(self.status - 128)
             oom = " (the OOM killer or kill -9)" if name == "SIGKILL" else ""
             return f"was killed by {name}{oom} at {at}"
         return f"exited {self.status} without the job's status at {at}"
@@ -72,13 +73,6 @@ class Ending:
     def who(self) -> str:
         where = f" on {self.host}" if self.host else ""
         return f"the supervisor (pid {self.pid}{where})"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
 
 
 Supervise = Callable[[int, "Ending | None"], int]  # (pipe to the keeper, the last end) -> status

@@ -24,10 +24,9 @@ from slurmtf.errors import InputError, SlurmtfError
 # a ParameterServerStrategy job, any command (users' own scripts through job.sh), and
 # the step of a job `slurmtf submit` wrote (submitit's srun line).
 MODEL_KINDS = ("mnist", "resnet")
-KINDS = (*MODEL_KINDS, "train", "parameter_server", "command", "submitit")
+JOB_KINDS = (*MODEL_KINDS, "train", "parameter_server", "command", "submitit")
 # The interpreter ranks run behind a container prefix unless CONTAINER_PYTHON names one.
 CONTAINER_PYTHON = "python3"
-INSTALL_LINE = 'pip install "slurmtf[gpu]" (or [cpu]; README, "Install on a cluster")'
 
 
 class JobStop(SlurmtfError):

@@ -65,7 +65,7 @@ from slurmtf.runtime.job.step_nodes import (
 from slurmtf.runtime.job_log import log, plain, to_stderr
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.decision import Decision
-from slurmtf.runtime.recovery.evidence import LogFiles, lost_in, probe_lost
+from slurmtf.runtime.recovery.evidence import LogFiles, glob_escape, lost_in, probe_lost
 from slurmtf.runtime.recovery.node_choice import Nodes
 from slurmtf.runtime.recovery.record import read_record, restarts_so_far
 from slurmtf.slurm.resv_ports import cluster_span
@@ -338,7 +338,7 @@ class Supervisor:
         return [node_events_path(self.job.node_events, node) for node in out]
 
     def _log_paths(self) -> list[Path]:
-        return [*self.job.log_dir.glob(f"{_glob(self.job.logs.prefix)}*"), self.job.srun_err]
+        return [*self.job.log_dir.glob(f"{glob_escape(self.job.logs.prefix)}*"), self.job.srun_err]
 
     # --- before training ------------------------------------------------------------
     def check_first(self) -> int | None:
@@ -398,7 +398,3 @@ def record_job(job: JobSettings, runner: Runner, environ: Mapping[str, str]) -> 
         path = records.record_path(environ)
         records.append(job.job_id, job.log_dir, job.logs.pattern, job.job_name, path)
         slurm_calls.set_comment(job.job_id, f"{records.COMMENT_PREFIX}{job.log_dir}", runner)
-
-
-def _glob(text: str) -> str:
-    return "".join(f"[{c}]" if c in "*?[" else c for c in text)

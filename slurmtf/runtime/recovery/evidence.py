@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from slurmtf.contracts import rank_error_line
+from slurmtf.contracts import INSTALL_LINE, rank_error_line
 from slurmtf.events import Event, named, parse_events
 from slurmtf.runtime.recovery.endings import Attempt, TaskEnding
 from slurmtf.runtime.recovery.node_choice import Nodes
@@ -24,7 +24,6 @@ from slurmtf.slurm.runner import Runner
 
 _NODE_FAILURE = re.compile(r"Node failure on (\S+)")
 _MISSING = re.compile(r"No module named '([A-Za-z_]+)'")  # a package, not a module of it
-INSTALL_LINE = 'pip install "slurmtf[gpu]" (or [cpu]; README, "Install on a cluster")'
 
 
 @dataclasses.dataclass(frozen=True)

@@ -53,7 +53,7 @@ def write_record(path: Path, record: Mapping[str, Any]) -> None:
         handle.write(json.dumps(dict(record)) + "\n")
 
 
-KINDS = ("supervisor", "batch_host")  # decisions about the job's batch side
+BATCH_SIDE_KINDS = ("supervisor", "batch_host")  # decisions about the job's batch side
 
 
 def record_batch_side(
@@ -71,7 +71,7 @@ def record_batch_side(
 
 def batch_side_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     """The lines of the record's decisions about the job's batch side, in order."""
-    return [str(r["line"]) for r in records if r.get("kind") in KINDS and r.get("line")]
+    return [str(r["line"]) for r in records if r.get("kind") in BATCH_SIDE_KINDS and r.get("line")]
 
 
 def err_sizes(files: LogFiles) -> dict[str, int]:
