@@ -1,5 +1,6 @@
 """The package's layout: old module names still import, a job pickled by an earlier
-layout still loads, and docs/ARCHITECTURE.md's diagram shows every top-level entry."""
+layout still loads, docs/ARCHITECTURE.md's diagram shows every top-level entry, and each
+package's docstring lists its modules, one line each."""
 
 from __future__ import annotations
 
@@ -89,3 +90,29 @@ def test_every_subpackage_says_what_lives_there_and_what_it_may_import() -> None
     for init in sorted((ROOT / "slurmtf").glob("*/__init__.py")):
         doc = importlib.import_module(f"slurmtf.{init.parent.name}").__doc__ or ""
         assert "May import" in doc, f"{init}: the docstring names no allowed imports"
+
+
+def packages() -> list[Path]:
+    """Every package under slurmtf/ (the top level's entries are the diagram's, above)."""
+    return sorted(
+        p.parent for p in (ROOT / "slurmtf").rglob("__init__.py") if p.parent.parent != ROOT
+    )
+
+
+def listed(package: Path) -> list[str]:
+    """The names a package's docstring lists, one line each: ``- ``name``: what it holds``."""
+    name = ".".join(package.relative_to(ROOT).parts)
+    doc = importlib.import_module(name).__doc__ or ""
+    return re.findall(r"^- ``(\w+)``: \S", doc, re.M)
+
+
+@pytest.mark.parametrize("package", packages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_package_lists_each_of_its_modules_once(package: Path) -> None:
+    modules = {p.stem for p in package.glob("*.py") if not p.name.startswith("__")}
+    modules |= {p.parent.name for p in package.glob("*/__init__.py")}
+    names = listed(package)
+    assert len(names) == len(set(names)), f"{package.name}: listed twice: {names}"
+    assert set(names) >= modules, (
+        f"{package.name}: not in its docstring: {sorted(modules - set(names))}"
+    )
+    assert set(names) <= modules, f"{package.name}: no such module: {sorted(set(names) - modules)}"

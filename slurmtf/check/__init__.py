@@ -1,10 +1,12 @@
-"""``slurmtf check``: what slows an allocation, node by node (docs/CHECK.md).
+"""``slurmtf check``: what slows an allocation, node by node (docs/CHECK.md). The front end
+is ``slurmtf.cli.check``.
 
-``verdict`` is pure (measurements in, outliers out); ``mesh`` (TCP between the ranks)
-and ``probe`` (one rank of the check step, TensorFlow inside) are the edges;
-``slurmtf.cli.check`` is the front end.
+- ``verdict``: per-node measurements in, outliers and a table out (pure).
+- ``outliers``: the one outlier rule (by the median), shared with ``stragglers``.
+- ``mesh``: plain TCP between the ranks of a check step (an all-gather, timed streams).
+- ``probe``: one rank of the check step (TensorFlow inside).
+- ``stragglers``: stragglers in a running job, from the ranks' timing samples (pure).
 
 May import: ``slurmtf.cluster``, ``slurmtf.tf``, ``slurmtf.resolver`` and the vocabulary
-(``errors``, ``events``, ``contracts``). ``stragglers`` (stragglers in a running job, from
-the ranks' timing samples) is pure and shares ``verdict``'s outlier test.
+(``errors``, ``events``, ``contracts``).
 """

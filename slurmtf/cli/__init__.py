@@ -5,6 +5,22 @@ take values and raise :class:`~slurmtf.errors.SlurmtfError`; the modules here pa
 arguments (argparse), call them and turn errors into exit codes through
 :func:`report_error` (2: bad input, 1: anything else).
 
+- ``resolve``: ``slurmtf resolve``: this task's TF_CONFIG.
+- ``sandbox``: ``slurmtf sandbox up|status|down|env``: a local multi-node Slurm cluster.
+- ``submit``: ``slurmtf submit``: a training job or a sweep, through submitit.
+- ``jobs``: ``slurmtf status|logs|cancel JOB``.
+- ``sweep``: ``slurmtf sweep JOB``: a sweep's results, one row per point.
+- ``run``: ``slurmtf run``: an unmodified training script on this task.
+- ``check``: ``slurmtf check``: which node or link slows an allocation.
+- ``firewall``: ``slurmtf firewall --print-config``: how to install the per-job firewall.
+- ``plot``: ``slurmtf plot JOB``: loss, accuracy and examples/s against step.
+- ``data``: ``slurmtf data ...``: write, fetch, verify or stage a data set.
+- ``job_scripts``: ``slurmtf job-scripts DIR``: the bundled sbatch scripts.
+- ``serve``: ``slurmtf serve``: the ps and worker servers of a parameter-server job.
+- ``job``: ``slurmtf job KIND``: the supervisor of a batch job (what job scripts hand over to).
+- ``launch``: ``python -m slurmtf.launch``: what each task of a submitted job runs.
+- ``watcher``: ``slurmtf watcher`` (hidden): the supervisor's watcher step.
+
 May import: every other part of slurmtf; nothing imports this package but the
 ``python -m`` hand-overs of the entry modules and the models' ``main``.
 """

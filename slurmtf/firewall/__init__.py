@@ -1,8 +1,8 @@
 """A per-job firewall for TensorFlow's open gRPC ports, as a Slurm node prolog/epilog.
 
-:mod:`~slurmtf.firewall.rules` is the pure part (ports, addresses, nftables text);
-:mod:`~slurmtf.firewall.node` runs on the node; ``prolog.sh`` and ``epilog.sh`` beside
-this file are what slurm.conf names (``slurmtf firewall --print-config``).
+- ``rules``: the pure part (ports, addresses, nftables text).
+- ``node``: what runs on the node (``prolog.sh`` and ``epilog.sh`` beside this file, which
+  slurm.conf names: ``slurmtf firewall --print-config``).
 
 May import: ``slurmtf.cluster`` (ports) and ``slurmtf.errors``; ``node`` also
 ``slurmtf.slurm`` (it runs in slurmd's prolog: nothing that imports TensorFlow).

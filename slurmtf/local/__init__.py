@@ -1,5 +1,7 @@
-"""``--cluster=local``: one Slurm step on this machine (``step``: rank environments,
-free ports, starting ranks) and a whole job as local processes (``job``).
+"""``--cluster=local``: the job as local processes.
+
+- ``step``: one Slurm step on this machine (rank environments, free ports, starting ranks).
+- ``job``: a whole job as local processes, restarted and decided as the job scripts do.
 
 May import: ``slurmtf.runtime``, ``slurmtf.spec``, ``slurmtf.cluster``,
 ``slurmtf.monitor`` and the vocabulary.

@@ -1,9 +1,14 @@
-"""Watching a job: its state and logs (``status``: ``slurmtf status|logs`` and the
-``--wait`` follower), what Slurm says of it, asked once, or that the controller did not
-answer (``slurm_view``), what its own files say (``job_logs``), where its logs are
-(``records``), events as human lines (``console``), its pictures (``plot``) and a sweep's
-results (``sweep_rows``, pure; ``sweeps``, from Slurm and the logs).
+"""Watching a job. Never TensorFlow.
 
-May import: ``slurmtf.slurm``, ``slurmtf.spec``, ``slurmtf.check`` (stragglers) and the
-vocabulary. Never TensorFlow.
+- ``status``: its state and logs (``slurmtf status|logs``, the ``--wait`` follower).
+- ``slurm_view``: what Slurm says of it, asked once, or that the controller did not answer.
+- ``job_logs``: what its own files say.
+- ``records``: where its logs are (the user's record of submitted jobs, Slurm's Comment).
+- ``console``: events as the lines a person reads.
+- ``plot``: its pictures (loss, accuracy, examples/s).
+- ``sweep_rows``: a sweep's results table, from values (pure).
+- ``sweeps``: a sweep's points, from Slurm and the logs.
+
+May import: ``slurmtf.slurm``, ``slurmtf.spec``, ``slurmtf.check`` (stragglers),
+``slurmtf.runtime.recovery.record`` (the job's recovery record, read) and the vocabulary.
 """

@@ -1,8 +1,11 @@
-"""Slurm's commands: the one subprocess runner (``runner``, passed in so that tests can
-fake Slurm), the one parser of ``scontrol -o`` records (``scontrol``), the one home of
-what each Slurm release does (``release``), of when a step asks for reserved ports
-(``resv_ports``) and of a controller that does not answer (``controller``: Slurm's words
-read once, the brief retry of commands that need it).
+"""Slurm's commands and what each release does.
+
+- ``runner``: the one subprocess runner, passed in so that tests can fake Slurm.
+- ``scontrol``: the one parser of ``scontrol -o`` records.
+- ``sacct``: ``sacct``'s ``ExitCode`` as each release prints it.
+- ``release``: the one home of what each Slurm release does.
+- ``resv_ports``: whether a cluster reserves ports and how a step asks for them.
+- ``controller``: a controller that does not answer (Slurm's words read once, a brief retry).
 
 May import: ``slurmtf.errors`` only.
 """

@@ -1,8 +1,23 @@
-"""Distributed training shared by the bundled models (imports TensorFlow).
+"""Distributed training shared by the bundled models (imports TensorFlow): the parts every
+model needs once. ``import slurmtf`` never imports this package.
 
-``slurmtf.training`` holds the parts every model needs once: flags, the strategy
-choice, the custom training loop, checkpoints, preemption and export. ``import
-slurmtf`` never imports this package.
+- ``app``: the models' entry point: flags, layout, strategy, loop.
+- ``flags``: the command-line flags the models share.
+- ``model_spec``: what a model tells the loop, and where this process runs in the job.
+- ``process``: this process before it trains (threads, log file, batch, precision, seed).
+- ``strategy``: the tf.distribute strategy from the layout and the flags.
+- ``plan``: the step counts and learning-rate schedule of a run.
+- ``loop``: the custom training loop, as the story of a run.
+- ``phases``: its phases (build, train, evaluate, save, finish).
+- ``steps``: the compiled training and evaluation steps.
+- ``grad_reduce``: the gradient all-reduce in a smaller dtype, packed.
+- ``checkpoints``: checkpoints the chief writes (the others pretend).
+- ``export``: the chief's outputs (TensorBoard summaries, the SavedModel).
+- ``preemption``: on the preemption signal every rank saves at the same step, exits 75.
+- ``watchdog``: one thread per rank that fails a run that stops making progress.
+- ``steptiming``: each rank's compute and all-reduce wait per step; stragglers reported.
+- ``reporting``: per-rank log files and the chief's progress lines.
+- ``sidecar``: the sidecar evaluator (an ``evaluator`` task evaluates each checkpoint).
 
 May import: ``slurmtf.runtime`` (teardown, allocator, chief watch), ``slurmtf.tf``,
 ``slurmtf.cluster``, ``slurmtf.spec`` (node ranges), ``slurmtf.check`` (stragglers),
