@@ -153,7 +153,7 @@ def test_a_job_that_ends_or_goes_back_to_the_queue_is_left_alone(
     beat(tmp_path, state=state)
     slurm = FakeSlurm(dead=["node1"])
     assert watch(tmp_path, slurm, beats=0)[0] == 0
-    assert slurm.calls == []
+    assert slurm.calls == ["scontrol show config"]  # its kill timers, once at the start
 
 
 def test_a_supervisor_restarting_in_place_is_news_not_silence(tmp_path: Path) -> None:
@@ -173,7 +173,7 @@ def test_a_supervisor_restarting_in_place_is_news_not_silence(tmp_path: Path) ->
             beat(tmp_path, count, state)
 
     assert Watcher(settings(tmp_path), slurm, clock=clock, sleep=sleep).run() == 0
-    assert slurm.calls == []
+    assert slurm.calls == ["scontrol show config"]  # its kill timers, once at the start
 
 
 def test_a_silent_supervisor_on_a_host_that_answers_is_left_to_its_keeper_then_requeued(
@@ -410,3 +410,48 @@ def test_the_watcher_setting_is_one_or_zero(tmp_path: Path) -> None:
         job(tmp_path, SLURMTF_WATCHER="no")
     with pytest.raises(InputError, match=r"SLURMTF_HEARTBEAT_S='-1': is not a number of seconds"):
         job(tmp_path, SLURMTF_HEARTBEAT_S="-1")
+
+
+class StepsSlurm(FakeSlurm):
+    """Also lists the job's steps (the training step, the watcher's, the batch step) and
+    a 22.05 configuration whose kill timers can lose the race."""
+
+    CONFIG = ("SLURM_VERSION           = 22.05.8\nKillWait                = 5 sec\n"
+              "MessageTimeout          = 30 sec\nUnkillableStepTimeout   = 60 sec\n")  # fmt: skip
+
+    def __call__(self, args: Sequence[str], **kwargs: Any) -> str:
+        if args[0] == "squeue":
+            self.calls.append(shlex.join(args))
+            return "7.batch batch\n7.0 python3\n7.1 slurmtf-watcher\n7.extern extern\n"
+        if list(args) == ["scontrol", "show", "config"]:
+            self.calls.append(shlex.join(args))
+            return self.CONFIG
+        return super().__call__(args, **kwargs)
+
+
+def test_the_job_s_other_steps_are_cancelled_right_before_the_requeue(tmp_path: Path) -> None:
+    """Their tasks on the healthy nodes end before the requeue's terminate request (which
+    on 22.05 arms the timer that drained node2 'Kill task failed'); its own step aside."""
+    beat(tmp_path)
+    slurm = StepsSlurm(dead=["node1"])
+    assert watch(tmp_path, slurm, beats=1)[0] == 0
+    cancels = slurm.ran("scancel")
+    assert cancels == ["scancel 7.0"]
+    assert slurm.calls.index(cancels[0]) == slurm.calls.index("scontrol requeue 7") - 1
+
+
+def test_with_the_budget_spent_no_step_is_cancelled_the_job_is(tmp_path: Path) -> None:
+    beat(tmp_path)
+    slurm = StepsSlurm(dead=["node1"])
+    assert watch(tmp_path, slurm, beats=1, budget=0)[0] == 0
+    assert slurm.ran("scancel") == ["scancel 7"]
+    assert slurm.ran("scontrol requeue") == []
+
+
+def test_the_watcher_says_at_its_start_when_the_kill_timers_can_drain_a_node(
+    tmp_path: Path,
+) -> None:
+    beat(tmp_path, state="ended")
+    assert watch(tmp_path, StepsSlurm(), beats=0)[0] == 0
+    said = (tmp_path / "job.out").read_text()
+    assert "HINT: an admin sets UnkillableStepTimeout=178 or more in slurm.conf" in said

@@ -4,7 +4,7 @@ watcher), each through the runner with a bound, and the srun lines of slurmtf's 
 
 * the job's steps: listed, ended (the steps of a hung node, the watcher's step aside, or
   of an earlier supervisor), the job cancelled;
-* the job's records (``scontrol show job``), SlurmdTimeout, the minimum of a
+* the job's records (``scontrol show job``), SlurmdTimeout and the kill timers, the minimum of a
   ``--nodes=MIN-MAX`` range, the log folder in its ``Comment``;
 * requeueing without nodes (``ExcNodeList``; a node the job asked by name also leaves its
   ``ReqNodeList``), after waiting until Slurm took a hung node out of the job;
@@ -23,6 +23,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.errors import SlurmCommandError, SlurmtfError
+from slurmtf.slurm.kill_timers import drain_risk
+from slurmtf.slurm.release import SlurmRelease
 from slurmtf.slurm.runner import Runner
 from slurmtf.slurm.scontrol import parse_records, submit_line_nodes
 
@@ -91,12 +93,29 @@ def job_fields(job_id: str, runner: Runner) -> dict[str, str]:
     return found[0] if found else {}
 
 
+def config(runner: Runner) -> dict[str, str]:
+    """``scontrol show config`` as name -> value (``KillWait`` -> ``5 sec``); {} when
+    Slurm does not answer."""
+    pairs = (
+        line.partition(" = ") for line in _ask(runner, ["scontrol", "show", "config"]).splitlines()
+    )
+    return {name.strip(): value.strip() for name, sep, value in pairs if sep and name.strip()}
+
+
 def slurmd_timeout(runner: Runner) -> int:
-    for line in _ask(runner, ["scontrol", "show", "config"]).splitlines():
-        words = line.split()
-        if words[:1] == ["SlurmdTimeout"] and len(words) >= 3 and words[2].isdigit():
-            return int(words[2])
-    return 300
+    words = config(runner).get("SlurmdTimeout", "").split()
+    return int(words[0]) if words and words[0].isdigit() else 300
+
+
+def kill_timer_line(runner: Runner) -> str:
+    """The site's line when its kill timers can drain a healthy node
+    (:func:`slurmtf.slurm.kill_timers.drain_risk`), from one ``scontrol show config``."""
+    values = config(runner)
+    try:
+        release = SlurmRelease.parse(values.get("SLURM_VERSION", ""), "SLURM_VERSION")
+    except SlurmtfError:
+        return ""
+    return drain_risk(release, values)
 
 
 def wait_node_gone(

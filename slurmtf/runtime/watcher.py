@@ -105,6 +105,9 @@ class Watcher:
         signal.signal(signal.SIGTERM, _end)
         path = beat_path(self.s.log_dir, self.s.job_id)
         self.say(f"watching {self.s.host} (the batch host) through {path}", job_log=False)
+        risk = slurm_calls.kill_timer_line(self.runner)
+        if risk:
+            self.say(risk)
         try:
             while True:
                 seen = self.sight.look(read_beat(path), self.clock())
@@ -162,6 +165,8 @@ class Watcher:
         record_batch_side(self.s.log_dir, job, used, decision, line, kind="batch_host",
                           host=host, lost_at=round(lost_at, 3))  # fmt: skip
         self.say(line)
+        if decision.action == "requeue":
+            self.end_steps()
         if decision.action == "stop" or not slurm_calls.requeue(
             job, (host,), self.runner, self.say
         ):
@@ -172,6 +177,14 @@ class Watcher:
                  f"about SlurmdTimeout ({timeout} s) after {host}'s last answer, then for its "
                  "requeue delay (cred_expire), and starts it again on other nodes")  # fmt: skip
         return True
+
+    def end_steps(self) -> None:
+        """scancel the job's steps but the watcher's own right before the requeue: their
+        tasks on the healthy nodes end now, not at the requeue's terminate request, which
+        before Slurm 26.05 arms the unkillable-step timer while their stepds still try
+        to reach the frozen host's srun (it drained the node 'Kill task failed')."""
+        ended = slurm_calls.end_steps(self.s.job_id, self.runner)
+        self.say(f"ended the step(s) {','.join(ended) or '-'} before the requeue", job_log=False)
 
     def mark_requeueing(self) -> None:
         """The heartbeat says ``requeueing``: the job's next start knows it was recorded."""
