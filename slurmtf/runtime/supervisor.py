@@ -44,7 +44,7 @@ from slurmtf.cluster.step_flags import het_task_counts
 from slurmtf.events import NODE_EVENTS_VAR, node_events_path
 from slurmtf.monitor import records
 from slurmtf.runtime import slurm_calls
-from slurmtf.runtime.batchhost import WatcherStep, take_over
+from slurmtf.runtime.batchhost import WatcherStep, keeper_died, take_over
 from slurmtf.runtime.children import Child
 from slurmtf.runtime.commands import RankCommand, find_model, rank_command
 from slurmtf.runtime.follow import Copier, EventFollower, sizes
@@ -52,6 +52,7 @@ from slurmtf.runtime.heartbeat import Beat, Heartbeat, beat_path, read_beat
 from slurmtf.runtime.joblog import log, plain
 from slurmtf.runtime.jobsettings import MODEL_KINDS, JobSettings, cpus_note, gpu_bind
 from slurmtf.runtime.keeper import Ending
+from slurmtf.runtime.keeper_death import keeper_gone
 from slurmtf.runtime.placement import (
     Placement,
     allocated_nodes,
@@ -168,7 +169,9 @@ class Supervisor:
             return checked
         self.staging.stage(self.args)
         while True:
-            end = None if self.terminated else self.run_step()
+            end = None if self.terminated or keeper_gone() else self.run_step()
+            if keeper_gone() is not None:
+                return self.after_keeper()
             if self.beats.usurped:
                 log(USURPED, error=True)
                 return 1
@@ -229,6 +232,14 @@ class Supervisor:
         self.requeued = True
         self.beats.now()  # the watcher stands down
         return slurm_calls.requeue(self.job.job_id, decision.exclude, self.runner, log)
+
+    def after_keeper(self) -> int:
+        """The keeper is gone: the job is requeued at once (``batchhost.keeper_died``)."""
+        return keeper_died(self.job, self.runner, self._mark)
+
+    def _mark(self, state: str) -> None:
+        self.requeued, self.terminated = state == "requeueing", state != "requeueing"
+        self.beats.now()  # the watcher stands down
 
     # --- one step -----------------------------------------------------------------
     def step_args(self, command: RankCommand) -> list[str]:
@@ -318,6 +329,8 @@ class Supervisor:
             if self.terminated:
                 return StepEnd(self.child.stop())
             if self.beats.usurped:  # SIGKILL: srun would signal a step of the job's next start
+                return StepEnd(self.child.stop(grace=0))
+            if keeper_gone() is not None:  # Slurm ends the job: its steps go now
                 return StepEnd(self.child.stop(grace=0))
             self.watcher.keep(self.place.excluded)
             news = follower.new_events() if watching else []
