@@ -455,3 +455,50 @@ def test_the_watcher_says_at_its_start_when_the_kill_timers_can_drain_a_node(
     assert watch(tmp_path, StepsSlurm(), beats=0)[0] == 0
     said = (tmp_path / "job.out").read_text()
     assert "HINT: an admin sets UnkillableStepTimeout=178 or more in slurm.conf" in said
+
+
+class EndedSlurm(FakeSlurm):
+    """The job ends: scontrol says its batch step's ExitCode is ``code``."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__()
+        self.code = code
+
+    def __call__(self, args: Sequence[str], **kwargs: Any) -> str:
+        if args[:3] == ["scontrol", "show", "job"]:
+            self.calls.append(shlex.join(args))
+            return f"JobId=7 JobState=COMPLETING Reason=None ExitCode={self.code} NumNodes=2\n"
+        return super().__call__(args, **kwargs)
+
+
+def backstop(tmp_path: Path, slurm: FakeSlurm, state: str = "running") -> None:
+    beat(tmp_path, state=state)
+    clock = Clock()
+    watcher = Watcher(settings(tmp_path), slurm, clock=clock, sleep=clock.sleep)
+    assert watcher.backstop() == 0
+
+
+def test_a_keeper_killed_with_its_supervisor_is_requeued_by_the_watcher(tmp_path: Path) -> None:
+    """SIGTERM, the heartbeat still says running, the batch step ended by SIGKILL."""
+    slurm = EndedSlurm("0:9")
+    backstop(tmp_path, slurm)
+    assert slurm.ran("scontrol requeue") == ["scontrol requeue 7"]
+    (record,) = read_record(tmp_path, "7")
+    assert (record["kind"], record["action"]) == ("keeper", "requeue")
+    assert record["line"].startswith("the keeper and the supervisor on node1 were killed")
+    written = read_beat(beat_path(tmp_path, "7"))
+    assert written is not None
+    assert written.state == "requeueing"
+
+
+ENDINGS = [("0:15", "running"), ("0:9", "stopping"), ("0:9", "requeueing"), ("0:0", "running")]
+
+
+@pytest.mark.parametrize(("code", "state"), ENDINGS)
+def test_a_job_that_ends_otherwise_is_not_requeued_by_the_backstop(
+    tmp_path: Path, code: str, state: str
+) -> None:
+    slurm = EndedSlurm(code)
+    backstop(tmp_path, slurm, state)
+    assert slurm.ran("scontrol requeue") == []
+    assert read_record(tmp_path, "7") == []
