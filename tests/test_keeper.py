@@ -262,6 +262,9 @@ def test_slurmtf_job_is_its_supervisors_keeper(tmp_path: Path) -> None:
                               stderr=subprocess.STDOUT, text=True)  # fmt: skip
     try:
         first = wait_for(functools.partial(supervisor_of, keeper.pid))
+        titles = [Path(f"/proc/{pid}/cmdline").read_bytes() for pid in (keeper.pid, first)]
+        expected = [b"slurmtf job command (keeper)", b"slurmtf job command (supervisor)"]
+        assert [t.rstrip(b"\0") for t in titles] == expected
         wait_for((tmp_path / "sruns").exists)
         os.kill(first, signal.SIGKILL)
         second = wait_for(lambda: supervisor_of(keeper.pid) not in (None, first) and
@@ -286,7 +289,7 @@ def test_slurmtf_job_is_its_supervisors_keeper(tmp_path: Path) -> None:
 
 
 def supervisor_of(keeper: int) -> int | None:
-    """The keeper's child that runs ``slurmtf job`` too."""
+    """The keeper's child, the supervisor (by its title)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -295,7 +298,7 @@ def supervisor_of(keeper: int) -> int | None:
             cmdline = (entry / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == keeper and b"slurmtf\0job" in cmdline:
+        if int(stat.rsplit(")", 1)[1].split()[1]) == keeper and b"(supervisor)" in cmdline:
             return int(entry.name)
     return None
 

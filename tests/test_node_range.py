@@ -124,12 +124,15 @@ DRAINED = (
 
 def test_status_says_why_a_fixed_count_job_waits() -> None:
     fields = {"JobState": "PENDING", "Reason": DRAINED, "NumNodes": "3-3"}
-    (line,) = shape_lines(fields, [], fake_runner(SINFO))
+    line, why = shape_lines(fields, [], fake_runner(SINFO))
     assert line == (
         "  pending: waits for nodes that are down, drained or reserved (Nodes required for job "
         "are DOWN, DRAINED or reserved for jobs in higher priority partitions); it asks 3 "
         "node(s); unavailable: node3 drain (node-range-test), node4 down (Not responding) "
         "(a --nodes=MIN-MAX range would start on the nodes left)"
+    )
+    assert why.endswith(
+        "HINT: an admin runs `scontrol update nodename=node3,node4 state=resume` once they are fine"
     )
     fields = {"JobState": "PENDING", "Reason": "Resources", "NumNodes": "2-3"}
     (line,) = shape_lines(fields, [], fake_runner("node1|idle|none\n"))

@@ -50,34 +50,38 @@ def test_the_placement_in_words(nodes: Nodes, words: str) -> None:
     assert nodes.placement() == words
 
 
-def test_a_node_whose_ranks_were_killed_twice_is_never_used_again() -> None:
-    once = Nodes(ALLOC, minimum=2, width=2, kills=(("node2", 1),))
-    twice = Nodes(ALLOC, minimum=2, width=2, kills=(("node2", 2),))
+def test_a_node_whose_ranks_crashed_twice_is_never_used_again() -> None:
+    once = Nodes(ALLOC, minimum=2, width=2, crashes=(("node2", 1),))
+    twice = Nodes(ALLOC, minimum=2, width=2, crashes=(("node2", 2),))
     assert once.next_excluded() == ()
     assert twice.next_excluded() == ("node2",)
     assert twice.step_nodes() == ("node1", "node3")
     # without a spare or a range the job cannot go on without it: requeued without it
-    stuck = Nodes(ALLOC, minimum=3, kills=(("node2", 5),))
+    stuck = Nodes(ALLOC, minimum=3, crashes=(("node2", 5),))
     assert stuck.next_excluded() == ("node2",)
     killed = Attempt(status=137, endings=(TaskEnding((1,), "Killed"),))
     decision = decide(killed, Budget(0, 3), stuck)
     assert (decision.action, decision.exclude) == ("requeue", ("node2",))
 
 
-def test_only_the_first_kill_strikes_its_node_once() -> None:
-    """srun's lines after one SIGKILLed rank of a 3-node x 4-task step: the rank, then the
-    tasks srun itself ended. Only the killed rank's node is struck, and once."""
+def test_only_the_first_crash_strikes_its_node_once() -> None:
+    """srun's lines after one crashed rank of a 3-node x 4-task step: the rank, then the
+    tasks srun itself ended. Only the crashed rank's node is struck, and once; a rank
+    killed from outside (SIGKILL, SIGTERM, ...) strikes none."""
     workers = [f"node{r // 4 + 1}:{12000 + r}" for r in range(12)]
     events = {r: [{"event": "cluster", "rank": r, "workers": workers}] for r in range(12)}
-    lines = ["task 5: Killed", "tasks 8-11: Terminated", "tasks 4,6-7: Terminated",
+    lines = ["task 5: Segmentation fault", "tasks 8-11: Terminated", "tasks 4,6-7: Terminated",
              "tasks 0-3: Killed"]  # fmt: skip
     endings = tuple(e for e in map(TaskEnding.parse, lines) if e is not None)
-    assert Attempt(137, endings, events).killed_nodes() == ("node2",)
-    both = (TaskEnding.parse("tasks 4-5: Killed"),)
-    assert Attempt(137, tuple(e for e in both if e), events).killed_nodes() == ("node2",)
+    assert Attempt(139, endings, events).crashed_nodes() == ("node2",)
+    both = (TaskEnding.parse("tasks 4-5: Bus error"),)
+    assert Attempt(135, tuple(e for e in both if e), events).crashed_nodes() == ("node2",)
     exited = tuple(e for e in map(TaskEnding.parse, ["task 0: Exited with exit code 1",
                                                    "tasks 1-11: Killed"]) if e)  # fmt: skip
-    assert Attempt(1, exited, events).killed_nodes() == ()
+    assert Attempt(1, exited, events).crashed_nodes() == ()
+    for word in ("Killed", "Terminated", "Interrupt", "Hangup", "User defined signal 1"):
+        outside = tuple(e for e in (TaskEnding.parse(f"task 5: {word}"),) if e)
+        assert Attempt(137, outside, events).crashed_nodes() == (), word
 
 
 def test_a_silent_node_with_a_spare_restarts_in_place_on_the_spare() -> None:
@@ -226,12 +230,13 @@ def test_the_decision_after_the_watch_does_not_probe_again(tmp_path: Path) -> No
     assert record["nodes"] == ["node1", "node3"]
 
 
-def test_kills_per_node_are_recorded_and_counted_across_attempts(tmp_path: Path) -> None:
+def test_crashes_per_node_are_recorded_and_counted_across_attempts(tmp_path: Path) -> None:
+    """Two SIGSEGVs on node2 of a job with a spare: the second leaves node2 out."""
     workers = ["node1:12000", "node2:12001", "node3:12002"]
     (tmp_path / "rank0.out").write_text(json.dumps({"event": "cluster", "workers": workers}))
-    (tmp_path / "srun.err").write_text("srun: error: node2: task 1: Killed\n")
+    (tmp_path / "srun.err").write_text("srun: error: node2: task 1: Segmentation fault\n")
     files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
-    step = Step("7", 137, 5, nodes=job_nodes(ALLOC, "1"))
+    step = Step("7", 139, 5, nodes=job_nodes(ALLOC, "1"))
     first, _ = decide_and_record(step, files, silent())
     second, _ = decide_and_record(step, files, silent())
     assert first.exclude == ()
@@ -302,3 +307,17 @@ def test_the_nodes_events_name_the_lost_nodes_in_order_of_mention() -> None:
     runner = silent("node3")
     assert probe_lost(lost_in(events), Nodes(ALLOC), (), runner, 1) == (("node3",), ("node1",))
     assert sorted(runner.probed) == ["node1", "node3"]  # side by side, each once
+
+
+def test_three_sigkills_on_a_two_node_job_restart_in_place_every_time(tmp_path: Path) -> None:
+    """The OOM killer or anyone's kill -9 (rank 1, rank 0, rank 1) is no evidence against a
+    node: every one restarts in place on both nodes, within the budget."""
+    workers = ["node1:12000", "node2:12001"]
+    (tmp_path / "rank0.out").write_text(json.dumps({"event": "cluster", "workers": workers}))
+    files = LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
+    step = Step("7", 137, 10, nodes=job_nodes(("node1", "node2")))
+    for rank, restart in ((1, 1), (0, 2), (1, 3)):
+        (tmp_path / "srun.err").write_text(f"srun: error: node{rank + 1}: task {rank}: Killed\n")
+        out, line = decide_and_record(step, files, silent())
+        assert (out.action, out.restart, out.exclude) == ("restart", restart, ()), line
+        assert out.nodes in ((), ("node1", "node2")), line

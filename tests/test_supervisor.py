@@ -256,10 +256,11 @@ def test_a_retryable_failure_requeues_and_excludes_the_dead_node(
     status, out, runner = supervise(tmp_path, capfd, PEER_FIRST, {0: PEER}, dead=["node2"])
     assert status == 0, out
     assert "requeueing job 77 (restart 1 of 3, MAX_RESTARTS)" in out
-    assert scontrol(runner)[-3:] == [
+    assert scontrol(runner)[-4:] == [
         "scontrol requeue 77",
         "scontrol show job 77",
         "scontrol update JobId=77 ExcNodeList=node2",
+        "scontrol show job 77",  # why it waits, when Slurm says it cannot start
     ], runner.calls
 
 
@@ -388,6 +389,7 @@ def test_check_first_requeues_without_the_outlier_node(
         "scontrol requeue 77",
         "scontrol show job 77",
         "scontrol update JobId=77 ExcNodeList=node3",
+        "scontrol show job 77",
     ]
 
 

@@ -147,7 +147,7 @@ def test_a_job_that_ends_or_goes_back_to_the_queue_is_left_alone(
     beat(tmp_path, state=state)
     slurm = FakeSlurm(dead=["node1"])
     assert watch(tmp_path, slurm, beats=0)[0] == 0
-    assert slurm.calls == []
+    assert slurm.calls == ["scontrol show config"]  # its kill timers, once at the start
 
 
 def test_a_supervisor_restarting_in_place_is_news_not_silence(tmp_path: Path) -> None:
@@ -167,7 +167,7 @@ def test_a_supervisor_restarting_in_place_is_news_not_silence(tmp_path: Path) ->
             beat(tmp_path, count, state)
 
     assert Watcher(settings(tmp_path), slurm, clock=clock, sleep=sleep).run() == 0
-    assert slurm.calls == []
+    assert slurm.calls == ["scontrol show config"]  # its kill timers, once at the start
 
 
 def test_a_silent_supervisor_on_a_host_that_answers_is_left_to_its_keeper_then_requeued(
@@ -404,3 +404,95 @@ def test_the_watcher_setting_is_one_or_zero(tmp_path: Path) -> None:
         job(tmp_path, SLURMTF_WATCHER="no")
     with pytest.raises(InputError, match=r"SLURMTF_HEARTBEAT_S='-1': is not a number of seconds"):
         job(tmp_path, SLURMTF_HEARTBEAT_S="-1")
+
+
+class StepsSlurm(FakeSlurm):
+    """Also lists the job's steps (the training step, the watcher's, the batch step) and
+    a 22.05 configuration whose kill timers can lose the race."""
+
+    CONFIG = ("SLURM_VERSION           = 22.05.8\nKillWait                = 5 sec\n"
+              "MessageTimeout          = 30 sec\nUnkillableStepTimeout   = 60 sec\n")  # fmt: skip
+
+    def __call__(self, args: Sequence[str], **kwargs: Any) -> str:
+        if args[0] == "squeue":
+            self.calls.append(shlex.join(args))
+            return "7.batch batch\n7.0 python3\n7.1 slurmtf-watcher\n7.extern extern\n"
+        if list(args) == ["scontrol", "show", "config"]:
+            self.calls.append(shlex.join(args))
+            return self.CONFIG
+        return super().__call__(args, **kwargs)
+
+
+def test_the_job_s_other_steps_are_cancelled_right_before_the_requeue(tmp_path: Path) -> None:
+    """Their tasks on the healthy nodes end before the requeue's terminate request (which
+    on 22.05 arms the timer that drained node2 'Kill task failed'); its own step aside."""
+    beat(tmp_path)
+    slurm = StepsSlurm(dead=["node1"])
+    assert watch(tmp_path, slurm, beats=1)[0] == 0
+    cancels = slurm.ran("scancel")
+    assert cancels == ["scancel 7.0"]
+    assert slurm.calls.index(cancels[0]) == slurm.calls.index("scontrol requeue 7") - 1
+
+
+def test_with_the_budget_spent_no_step_is_cancelled_the_job_is(tmp_path: Path) -> None:
+    beat(tmp_path)
+    slurm = StepsSlurm(dead=["node1"])
+    assert watch(tmp_path, slurm, beats=1, budget=0)[0] == 0
+    assert slurm.ran("scancel") == ["scancel 7"]
+    assert slurm.ran("scontrol requeue") == []
+
+
+def test_the_watcher_says_at_its_start_when_the_kill_timers_can_drain_a_node(
+    tmp_path: Path,
+) -> None:
+    beat(tmp_path, state="ended")
+    assert watch(tmp_path, StepsSlurm(), beats=0)[0] == 0
+    said = (tmp_path / "job.out").read_text()
+    assert "HINT: an admin sets UnkillableStepTimeout=178 or more in slurm.conf" in said
+
+
+class EndedSlurm(FakeSlurm):
+    """The job ends: scontrol says its batch step's ExitCode is ``code``."""
+
+    def __init__(self, code: str) -> None:
+        super().__init__()
+        self.code = code
+
+    def __call__(self, args: Sequence[str], **kwargs: Any) -> str:
+        if args[:3] == ["scontrol", "show", "job"]:
+            self.calls.append(shlex.join(args))
+            return f"JobId=7 JobState=COMPLETING Reason=None ExitCode={self.code} NumNodes=2\n"
+        return super().__call__(args, **kwargs)
+
+
+def backstop(tmp_path: Path, slurm: FakeSlurm, state: str = "running") -> None:
+    beat(tmp_path, state=state)
+    clock = Clock()
+    watcher = Watcher(settings(tmp_path), slurm, clock=clock, sleep=clock.sleep)
+    assert watcher.backstop() == 0
+
+
+def test_a_keeper_killed_with_its_supervisor_is_requeued_by_the_watcher(tmp_path: Path) -> None:
+    """SIGTERM, the heartbeat still says running, the batch step ended by SIGKILL."""
+    slurm = EndedSlurm("0:9")
+    backstop(tmp_path, slurm)
+    assert slurm.ran("scontrol requeue") == ["scontrol requeue 7"]
+    (record,) = read_record(tmp_path, "7")
+    assert (record["kind"], record["action"]) == ("keeper", "requeue")
+    assert record["line"].startswith("the keeper and the supervisor on node1 were killed")
+    written = read_beat(beat_path(tmp_path, "7"))
+    assert written is not None
+    assert written.state == "requeueing"
+
+
+ENDINGS = [("0:15", "running"), ("0:9", "stopping"), ("0:9", "requeueing"), ("0:0", "running")]
+
+
+@pytest.mark.parametrize(("code", "state"), ENDINGS)
+def test_a_job_that_ends_otherwise_is_not_requeued_by_the_backstop(
+    tmp_path: Path, code: str, state: str
+) -> None:
+    slurm = EndedSlurm(code)
+    backstop(tmp_path, slurm, state)
+    assert slurm.ran("scontrol requeue") == []
+    assert read_record(tmp_path, "7") == []

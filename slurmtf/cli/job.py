@@ -105,7 +105,8 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
 
     base = Beat(job.job_id, job.slurm.nodename or "", 0, os.getpid(), 0, time.time())
     # At most one start more than the budget: the budget itself is the supervisor's to count.
-    keeper = Keeper(supervise, beat_path(job.log_dir, job.job_id), base, job.beat_s, job.budget + 1)
+    path = beat_path(job.log_dir, job.job_id)
+    keeper = Keeper(supervise, path, base, job.beat_s, job.budget + 1, kind=job.kind)
     return keeper.run()
 
 

@@ -320,8 +320,10 @@ def shape_lines(fields: dict[str, str] | None, starts: list[Event], runner: Runn
             nodes = runner(["sinfo", "-h", "-N", "-o", "%N|%t|%E"], check=False)
         except SlurmCommandError:
             nodes = ""
-        waits = noderange.pending_line(fields, noderange.parse_nodes_states(nodes))
-        lines.extend([waits] if waits else [])
+        unavailable = noderange.parse_nodes_states(nodes)
+        waits = noderange.pending_line(fields, unavailable)
+        why = noderange.admin_line(fields.get("JobId", ""), fields, unavailable)
+        lines.extend(line for line in (waits, why) if line)
     return lines
 
 

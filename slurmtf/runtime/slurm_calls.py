@@ -4,7 +4,7 @@ watcher), each through the runner with a bound, and the srun lines of slurmtf's 
 
 * the job's steps: listed, ended (the steps of a hung node, the watcher's step aside, or
   of an earlier supervisor), the job cancelled;
-* the job's records (``scontrol show job``), SlurmdTimeout, the minimum of a
+* the job's records (``scontrol show job``), SlurmdTimeout and the kill timers, the minimum of a
   ``--nodes=MIN-MAX`` range, the log folder in its ``Comment``;
 * requeueing without nodes (``ExcNodeList``; a node the job asked by name also leaves its
   ``ReqNodeList``), after waiting until Slurm took a hung node out of the job;
@@ -18,13 +18,17 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.errors import SlurmCommandError, SlurmtfError
+from slurmtf.slurm.kill_timers import drain_risk
+from slurmtf.slurm.node_states import OUT_OF_SERVICE, meetable_exclusion, out_of_service
+from slurmtf.slurm.release import SlurmRelease
 from slurmtf.slurm.runner import Runner
 from slurmtf.slurm.scontrol import parse_records, submit_line_nodes
+from slurmtf.spec.noderange import admin_line
 
 TIMEOUT_S = 30.0
 STALE_STEPS_S = 60.0  # the wait for an earlier supervisor's steps to leave Slurm's books
@@ -91,12 +95,29 @@ def job_fields(job_id: str, runner: Runner) -> dict[str, str]:
     return found[0] if found else {}
 
 
+def config(runner: Runner) -> dict[str, str]:
+    """``scontrol show config`` as name -> value (``KillWait`` -> ``5 sec``); {} when
+    Slurm does not answer."""
+    pairs = (
+        line.partition(" = ") for line in _ask(runner, ["scontrol", "show", "config"]).splitlines()
+    )
+    return {name.strip(): value.strip() for name, sep, value in pairs if sep and name.strip()}
+
+
 def slurmd_timeout(runner: Runner) -> int:
-    for line in _ask(runner, ["scontrol", "show", "config"]).splitlines():
-        words = line.split()
-        if words[:1] == ["SlurmdTimeout"] and len(words) >= 3 and words[2].isdigit():
-            return int(words[2])
-    return 300
+    words = config(runner).get("SlurmdTimeout", "").split()
+    return int(words[0]) if words and words[0].isdigit() else 300
+
+
+def kill_timer_line(runner: Runner) -> str:
+    """The site's line when its kill timers can drain a healthy node
+    (:func:`slurmtf.slurm.kill_timers.drain_risk`), from one ``scontrol show config``."""
+    values = config(runner)
+    try:
+        release = SlurmRelease.parse(values.get("SLURM_VERSION", ""), "SLURM_VERSION")
+    except SlurmtfError:
+        return ""
+    return drain_risk(release, values)
 
 
 def wait_node_gone(
@@ -135,28 +156,66 @@ def requeue(
     sleep: Callable[[float], None] = time.sleep,
 ) -> bool:
     """``scontrol requeue`` (it ends the batch script with SIGTERM: the caller ignores
-    it first), then the nodes to avoid added to the job's ExcNodeList and taken out of
-    the nodes it asked by name (``sbatch -w``: else it could never start again)."""
+    it first), then the nodes to avoid added to the job's ExcNodeList while its
+    partition(s) can still give its node count without them (sinfo), and taken out of the
+    nodes it asked by name (``sbatch -w``) with those Slurm has taken out of service:
+    else it could never start again. Why it then waits, when Slurm says it cannot start."""
     try:
         runner(["scontrol", "requeue", job_id], timeout=TIMEOUT_S)
     except (SlurmtfError, OSError) as exc:
         log(f"scontrol requeue failed: {exc}")
         return False
-    if not exclude:
-        return True
     fields = job_fields(job_id, runner)
-    old = fields.get("ExcNodeList", "")
-    avoid = ",".join([old, *exclude] if old and old != "(null)" else exclude)
-    _update(job_id, f"ExcNodeList={avoid}", runner, sleep)
-    log(f"the restarted job avoids node(s) {avoid}")
-    asked = fields.get("ReqNodeList", "")
-    if asked and asked != "(null)":
-        with contextlib.suppress(SlurmtfError):
-            kept = [n for n in expand_hostlist(asked) if n not in exclude]
-            if len(kept) < len(expand_hostlist(asked)):
-                _update(job_id, f"ReqNodeList={','.join(kept)}", runner, sleep)
-                log(f"the restarted job no longer asks for node(s) {','.join(exclude)}")
+    states = partition_states(fields.get("Partition", ""), runner)
+    old = _hosts(fields.get("ExcNodeList", ""))
+    choice = meetable_exclusion(exclude, states, _fewest(fields.get("NumNodes", "")), old)
+    if choice.line:
+        log(choice.line)
+    if choice.exclude:
+        avoid = ",".join(dict.fromkeys([*old, *choice.exclude]))
+        _update(job_id, f"ExcNodeList={avoid}", runner, sleep)
+        log(f"the restarted job avoids node(s) {avoid}")
+    asked = _hosts(fields.get("ReqNodeList", ""))
+    dropped = [n for n in asked if n in {*choice.exclude, *out_of_service(states)}]
+    if dropped:
+        kept = [n for n in asked if n not in dropped]
+        _update(job_id, f"ReqNodeList={','.join(kept)}", runner, sleep)
+        log(f"the restarted job no longer asks for node(s) {','.join(dropped)}")
+    said = waiting_line(job_id, job_fields(job_id, runner), states)
+    if said:
+        log(said.strip())
     return True
+
+
+def partition_states(partitions: str, runner: Runner) -> dict[str, str]:
+    """The nodes of the job's partition(s) (``Partition=a,b``) and their states (sinfo's
+    ``%T``); {} when sinfo does not tell."""
+    if not partitions or partitions == "(null)":
+        return {}
+    args = ["sinfo", "--noheader", "--Node", f"--partition={partitions}", "--format=%N %T"]
+    out = _ask(runner, args, 10)
+    return dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
+
+
+def waiting_line(job_id: str, fields: Mapping[str, str], states: Mapping[str, str]) -> str:
+    """The job's line when Slurm says it cannot start on the nodes it may have."""
+    down = {n: states[n] for n in out_of_service(states)}
+    return admin_line(job_id, fields, down) or ""
+
+
+def _hosts(text: str) -> list[str]:
+    if not text or text == "(null)":
+        return []
+    try:
+        return expand_hostlist(text)
+    except SlurmtfError:
+        return []
+
+
+def _fewest(num_nodes: str) -> int:
+    """``NumNodes=2`` or ``2-3``: the fewest nodes the job starts on; 0 when unknown."""
+    low = num_nodes.partition("-")[0]
+    return int(low) if low.isdigit() else 0
 
 
 def _update(job_id: str, field: str, runner: Runner, sleep: Callable[[float], None]) -> None:
@@ -235,11 +294,6 @@ def probe_dead(
     return tuple(node for node, dead in zip(nodes, answers, strict=True) if dead)
 
 
-# sinfo's long state names (%T) of a node out of service: drained, draining, down, fail,
-# failing (a trailing * means not responding, ~ powered off, ...).
-_OUT_OF_SERVICE = ("drain", "down", "fail")
-
-
 def drained_nodes(nodes: Sequence[str], runner: Runner) -> tuple[str, ...]:
     """Those of ``nodes`` that Slurm reports drained, draining, down or failing (an
     administrator or a health check took them out of service); none when sinfo cannot
@@ -252,4 +306,4 @@ def drained_nodes(nodes: Sequence[str], runner: Runner) -> tuple[str, ...]:
     except SlurmCommandError:
         return ()
     states = dict(line.split()[:2] for line in out.splitlines() if len(line.split()) >= 2)
-    return tuple(n for n in nodes if states.get(n, "").startswith(_OUT_OF_SERVICE))
+    return tuple(n for n in nodes if states.get(n, "").startswith(OUT_OF_SERVICE))

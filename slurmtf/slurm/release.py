@@ -63,6 +63,11 @@ SRUN_FAILS_ON_NODE_FAILURE = SlurmRelease(23, 2)
 SACCT_EXIT_ABOVE_128 = SlurmRelease(25, 11)
 # ``scontrol show job`` prints SubmitLine= (a running job's --nodes range shows there).
 SCONTROL_SUBMIT_LINE = SlurmRelease(25, 11)
+# slurmstepd tries a task's exit message to its srun 5 times, not 6 (MessageTimeout each).
+FIVE_TASK_EXIT_TRIES = SlurmRelease(25, 11)
+# slurmstepd arms the unkillable-step timer at a terminate request only for a step not yet
+# cancelled (before: at every one, also after its tasks ended, which drained the node).
+TERMINATE_MONITOR_CHECKED = SlurmRelease(26, 5)
 # The daemons accept client commands of the two releases before their own only.
 OLDEST_CLIENT_OF_26_05 = SlurmRelease(24, 11)
 

@@ -13,6 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from slurmtf.cluster.hostlists import expand_hostlist
 from slurmtf.errors import InputError
 
 _RANGE = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
@@ -110,6 +111,44 @@ def pending_line(fields: Mapping[str, str], unavailable: Mapping[str, str]) -> s
     if reason.startswith(_FOR_NODES) and "-" not in asked:
         line += " (a --nodes=MIN-MAX range would start on the nodes left)"
     return line
+
+
+# The reasons of a job Slurm cannot start on the nodes it may have (an admin's to fix).
+_CANNOT_START = ("BadConstraints", "ReqNodeNotAvail", "Nodes_required_for_job_are_DOWN")
+
+
+def admin_line(
+    job_id: str, fields: Mapping[str, str], unavailable: Mapping[str, str]
+) -> str | None:
+    """One line for a pending job Slurm cannot start (BadConstraints, ReqNodeNotAvail,
+    "Nodes required for job are DOWN, DRAINED ..."): why, and what an admin runs, naming
+    the out-of-service nodes it asks by name (any when it names none); ``None`` else."""
+    reason = fields.get("Reason", "")
+    if fields.get("JobState") != "PENDING" or not reason.startswith(_CANNOT_START):
+        return None
+    asked = _names(fields.get("ReqNodeList", ""))
+    nodes = [n for n in unavailable if not asked or n in asked]
+    excluded = _names(fields.get("ExcNodeList", ""))
+    if nodes:
+        listed = ", ".join(f"{n} {unavailable[n]}" for n in nodes)
+        return (f"  why: it needs node(s) Slurm took out of service ({listed}); HINT: an admin "
+                f"runs `scontrol update nodename={','.join(nodes)} state=resume` once they "
+                "are fine")  # fmt: skip
+    if excluded:
+        return (f"  why: the nodes left without {','.join(excluded)} (ExcNodeList) cannot give "
+                f"its node count; HINT: `scontrol update jobid={job_id} ExcNodeList=` lets it "
+                "start")  # fmt: skip
+    return (f"  why: Slurm cannot give it the nodes it asks ({reason.replace('_', ' ')}); "
+            "HINT: an admin looks at `sinfo -R`")  # fmt: skip
+
+
+def _names(text: str) -> list[str]:
+    if not text or text == "(null)":
+        return []
+    try:
+        return expand_hostlist(text)
+    except InputError:
+        return []
 
 
 def parse_nodes_states(text: str) -> dict[str, str]:

@@ -37,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtf.runtime.batch_host.heartbeat import PULSE, STUCK_BEATS, Beat, read_beat, write_beat
+from slurmtf.runtime.batch_host.keeper_death import set_title, watch_keeper
 from slurmtf.runtime.job_log import log, stamp
 from slurmtf.runtime.recovery.endings import signal_name
 
@@ -82,9 +83,16 @@ class Keeper:
     """Runs ``supervise`` in a child until it returns the job's status."""
 
     def __init__(
-        self, supervise: Supervise, beat_path: Path, base: Beat, beat_s: float, limit: int
+        self,
+        supervise: Supervise,
+        beat_path: Path,
+        base: Beat,
+        beat_s: float,
+        limit: int,
+        *,
+        kind: str = "",
     ) -> None:
-        self.supervise, self.beat_path, self.base = supervise, beat_path, base
+        self.supervise, self.beat_path, self.base, self.kind = supervise, beat_path, base, kind
         self.beat_s, self.limit = beat_s, limit
         self.child = 0
         self.ending = False  # SIGTERM or SIGINT: never start another supervisor
@@ -92,6 +100,7 @@ class Keeper:
     def run(self) -> int:
         """The job's status; the process's signal handlers as they were afterwards."""
         before = {s: signal.getsignal(s) for s in (*PASSED_ON, *ENDING)}
+        set_title(f"slurmtf job {self.kind} (keeper)", "slurmtf-keeper")
         _subreaper(True)
         for signum in before:
             signal.signal(signum, self._signal)
@@ -127,8 +136,11 @@ class Keeper:
         read_end, write_end = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        keeper = os.getpid()
         pid = os.fork()
         if pid == 0:  # the supervisor
+            watch_keeper(keeper)  # before anything else: the keeper may die at any time
+            set_title(f"slurmtf job {self.kind} (supervisor)", "slurmtf-superv")
             os.close(read_end)
             _child(self.supervise, write_end, previous)
         os.close(write_end)

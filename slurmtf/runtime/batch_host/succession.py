@@ -5,20 +5,29 @@ Started again by its keeper, it decides what the end of the one before costs
 (:func:`slurmtf.runtime.recovery.decision.after_supervisor`: a restart in place, or a
 stop) and ends the steps that one left. Started by a requeue that no one of slurmtf's
 asked for while the one before still beat (its node failed: Slurm requeued it), it
-records that, with the time of the last beat.
+records that, with the time of the last beat. Its keeper gone (:mod:`.keeper_death`),
+it requeues the job at once (:func:`keeper_died`).
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable
 
 from slurmtf.contracts import EXIT_FAILURE
 from slurmtf.runtime.batch_host.heartbeat import Beat
 from slurmtf.runtime.batch_host.keeper import Ending
+from slurmtf.runtime.batch_host.keeper_death import keeper_gone, watched_keeper
 from slurmtf.runtime.job.settings import JobSettings
-from slurmtf.runtime.job_log import log, now
-from slurmtf.runtime.recovery.decision import Budget, Decision, after_supervisor
+from slurmtf.runtime.job_log import log, now, stamp
+from slurmtf.runtime.recovery.decision import (
+    Budget,
+    Decision,
+    after_batch_host,
+    after_supervisor,
+)
+from slurmtf.runtime.recovery.endings import signal_name
 from slurmtf.runtime.recovery.evidence import LogFiles
 from slurmtf.runtime.recovery.record import (
     err_sizes,
@@ -26,7 +35,12 @@ from slurmtf.runtime.recovery.record import (
     record_batch_side,
     restarts_so_far,
 )
-from slurmtf.runtime.slurm_calls import end_stale_steps
+from slurmtf.runtime.slurm_calls import (
+    end_stale_steps,
+    end_steps,
+    job_fields,
+    requeue,
+)
 from slurmtf.slurm.runner import Runner
 
 
@@ -63,6 +77,46 @@ def after_keeper(job: JobSettings, previous: Ending, used: int) -> tuple[Decisio
     why = f"{previous.who()} {previous.words()}"
     decision = after_supervisor(why, Budget(used, job.budget))
     return decision, decision.line(job.job_id, max(0.0, time.time() - previous.at))
+
+
+def after_keeper_death(
+    job: JobSettings, keeper: int, at: float, runner: Runner
+) -> tuple[Decision, str]:
+    """The keeper, the job's own process, is gone (seen at ``at``): Slurm ends the job, so
+    the supervisor requeues it at once within the budget (no node left out: its host is
+    alive), or stops. The signal that ended the keeper is Slurm's ExitCode (``0:9``)
+    when it has it. The decision and its line, recorded (kind ``keeper``)."""
+    code = job_fields(job.job_id, runner).get("ExitCode", "") if job.in_slurm else ""
+    number = code.partition(":")[2]
+    by = f" by {signal_name(int(number))}" if number.isdigit() and int(number) else ""
+    host = job.slurm.nodename or "?"
+    why = (
+        f"the keeper (pid {keeper} on {host}), the job's own process, was killed{by} at {stamp(at)}"
+    )
+    used = restarts_so_far(read_record(job.log_dir, job.job_id), job.requeues)
+    decision = after_batch_host(why, "", Budget(used, job.budget))
+    line = decision.line(job.job_id)
+    if decision.action == "stop":
+        line = f"{why}; the job ends: {decision.why}"
+    record_batch_side(job.log_dir, job.job_id, used, decision, line, kind="keeper",
+                      host=host, lost_at=round(at, 3))  # fmt: skip
+    return decision, line
+
+
+def keeper_died(job: JobSettings, runner: Runner, mark: Callable[[str], None]) -> int:
+    """The supervisor after its keeper's death: the decision recorded and said, the
+    heartbeat marked (``mark``: ``requeueing`` or ``stopping``), the job's steps ended and
+    the job requeued at once; the supervisor's exit status."""
+    gone = keeper_gone() or time.time()
+    decision, line = after_keeper_death(job, watched_keeper(), gone, runner)
+    log(line, error=True)
+    if decision.action != "requeue" or not job.in_slurm:  # no queue to go back to
+        mark("stopping")
+        return decision.status
+    mark("requeueing")
+    end_steps(job.job_id, runner, watcher_too=True)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # `scontrol requeue` ends the job
+    return 0 if requeue(job.job_id, (), runner, log) else 1
 
 
 def after_slurm_requeue(job: JobSettings, old: Beat | None) -> str:

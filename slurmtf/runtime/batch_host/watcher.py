@@ -20,7 +20,9 @@ host (a one-task ``srun --overlap`` there, at most ``--probe_s`` seconds):
 
 It never acts for a job that ends or goes back to the queue: it stands down (exits 0)
 when the heartbeat says so (``requeueing``, ``stopping``, ``ended``), at SIGTERM (Slurm
-signals every step of a job that ends), and when Slurm no longer says RUNNING. With the
+signals every step of a job that ends), and when Slurm no longer says RUNNING. Its one
+act at SIGTERM is the backstop for a keeper killed with its supervisor
+(:meth:`Watcher.backstop`). With the
 budget spent it cancels the job rather than leave it holding its nodes. Its lines go to
 the job's log, its decision to the job's record (``slurmtf status``, ``slurmtf logs``).
 """
@@ -49,6 +51,9 @@ from slurmtf.runtime.job_log import append, line, now, stamp
 from slurmtf.runtime.recovery.decision import Budget, after_batch_host
 from slurmtf.runtime.recovery.record import read_record, record_batch_side, restarts_so_far
 from slurmtf.slurm.runner import Runner
+
+BACKSTOP_S = 3.0  # how long the watcher leaves a killed keeper's supervisor to act
+_QUEUED = ("PENDING", "REQUEUE")  # JobState of a job back in the queue
 
 
 class _Ended(Exception):
@@ -106,6 +111,9 @@ class Watcher:
         signal.signal(signal.SIGTERM, _end)
         path = beat_path(self.s.log_dir, self.s.job_id)
         self.say(f"watching {self.s.host} (the batch host) through {path}", job_log=False)
+        risk = slurm_calls.kill_timer_line(self.runner)
+        if risk:
+            self.say(risk)
         try:
             while True:
                 seen = self.sight.look(read_beat(path), self.clock())
@@ -118,7 +126,7 @@ class Watcher:
                     return 0
                 self.sleep(self.s.beat_s)
         except _Ended:
-            return 0
+            return self.backstop()
 
     def judge(self, silent: float) -> bool:
         """After ``silent`` seconds without news: requeue (True) or wait (False)."""
@@ -163,6 +171,8 @@ class Watcher:
         record_batch_side(self.s.log_dir, job, used, decision, line, kind="batch_host",
                           host=host, lost_at=round(lost_at, 3))  # fmt: skip
         self.say(line)
+        if decision.action == "requeue":
+            self.end_steps()
         if decision.action == "stop" or not slurm_calls.requeue(
             job, (host,), self.runner, self.say
         ):
@@ -173,6 +183,47 @@ class Watcher:
                  f"about SlurmdTimeout ({timeout} s) after {host}'s last answer, then for its "
                  "requeue delay (cred_expire), and starts it again on other nodes")  # fmt: skip
         return True
+
+    def backstop(self) -> int:
+        """SIGTERM: the job ends. When its heartbeat still says ``running`` after
+        :data:`BACKSTOP_S` (neither the supervisor nor its keeper said why) and Slurm's
+        ExitCode says SIGKILL ended the batch step (``0:9``), the keeper and the supervisor
+        were killed at once (proctrack/cgroup kills the batch step's whole cgroup when its
+        main process dies): the watcher requeues the job within the budget."""
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        path = beat_path(self.s.log_dir, self.s.job_id)
+        deadline = self.clock() + BACKSTOP_S
+        while True:
+            beat = read_beat(path)
+            if beat is None or beat.state not in ("running", "restarting"):
+                return 0  # the supervisor said why, or acts itself
+            if self.clock() >= deadline:
+                break
+            self.sleep(0.2)
+        fields = slurm_calls.job_fields(self.s.job_id, self.runner)
+        code = fields.get("ExitCode", "")
+        if code.partition(":")[2] != "9" or fields.get("JobState", "").startswith(_QUEUED):
+            return 0  # not killed, or Slurm requeued the job itself (a failed node)
+        job, host = self.s.job_id, self.s.host
+        used = restarts_so_far(read_record(self.s.log_dir, job), self.s.requeues)
+        why = (f"the keeper and the supervisor on {host} were killed (the batch step by "
+               f"SIGKILL, ExitCode {code})")  # fmt: skip
+        decision = after_batch_host(why, "", Budget(used, self.s.budget))
+        self.mark_requeueing()
+        line = decision.line(job) if decision.action == "requeue" else f"{why}; {decision.why}"
+        record_batch_side(self.s.log_dir, job, used, decision, line, kind="keeper", host=host)
+        self.say(line)
+        if decision.action == "requeue":
+            slurm_calls.requeue(job, (), self.runner, self.say)
+        return 0
+
+    def end_steps(self) -> None:
+        """scancel the job's steps but the watcher's own right before the requeue: their
+        tasks on the healthy nodes end now, not at the requeue's terminate request, which
+        before Slurm 26.05 arms the unkillable-step timer while their stepds still try
+        to reach the frozen host's srun (it drained the node 'Kill task failed')."""
+        ended = slurm_calls.end_steps(self.s.job_id, self.runner)
+        self.say(f"ended the step(s) {','.join(ended) or '-'} before the requeue", job_log=False)
 
     def mark_requeueing(self) -> None:
         """The heartbeat says ``requeueing``: the job's next start knows it was recorded."""

@@ -46,7 +46,8 @@ from slurmtf.monitor import records
 from slurmtf.runtime import slurm_calls
 from slurmtf.runtime.batch_host.heartbeat import Beat, Heartbeat, beat_path, read_beat
 from slurmtf.runtime.batch_host.keeper import Ending
-from slurmtf.runtime.batch_host.succession import take_over
+from slurmtf.runtime.batch_host.keeper_death import keeper_gone
+from slurmtf.runtime.batch_host.succession import keeper_died, take_over
 from slurmtf.runtime.batch_host.watcher_step import WatcherStep
 from slurmtf.runtime.job.check_first import CheckFirst
 from slurmtf.runtime.job.children import Child
@@ -171,7 +172,9 @@ class Supervisor:
             return checked
         self.staging.stage(self.args)
         while True:
-            end = None if self.terminated else self.run_step()
+            end = None if self.terminated or keeper_gone() else self.run_step()
+            if keeper_gone() is not None:
+                return self.after_keeper()
             if self.beats.usurped:
                 log(USURPED, error=True)
                 return 1
@@ -232,6 +235,14 @@ class Supervisor:
         self.requeued = True
         self.beats.now()  # the watcher stands down
         return slurm_calls.requeue(self.job.job_id, decision.exclude, self.runner, log)
+
+    def after_keeper(self) -> int:
+        """The keeper is gone: the job is requeued at once (``succession.keeper_died``)."""
+        return keeper_died(self.job, self.runner, self._mark)
+
+    def _mark(self, state: str) -> None:
+        self.requeued, self.terminated = state == "requeueing", state != "requeueing"
+        self.beats.now()  # the watcher stands down
 
     # --- one step -----------------------------------------------------------------
     def step_args(self, command: RankCommand) -> list[str]:
@@ -317,6 +328,8 @@ class Supervisor:
             if self.terminated:
                 return StepEnd(self.child.stop())
             if self.beats.usurped:  # SIGKILL: srun would signal a step of the job's next start
+                return StepEnd(self.child.stop(grace=0))
+            if keeper_gone() is not None:  # Slurm ends the job: its steps go now
                 return StepEnd(self.child.stop(grace=0))
             self.watcher.keep(self.place.excluded)
             news = follower.new_events() if watching else []

@@ -65,7 +65,7 @@ def decide_and_record(
         decision = after_check(step.outliers, budget, step.nodes)
         return _recorded(decision, step, files, budget.used, None)
     attempt = read_attempt(step.status, files, step.python)
-    nodes = dataclasses.replace(step.nodes, dead=step.dead, kills=_kills(records, attempt))
+    nodes = dataclasses.replace(step.nodes, dead=step.dead, crashes=_crashes(records, attempt))
     decision = decide(attempt, budget, nodes)
     if decision.action == "restart" and not step.on_this_machine:
         drained = drained_nodes(nodes.allocated, runner)
@@ -85,7 +85,7 @@ def decide_and_record(
     if not step.in_place and not step.on_this_machine:
         decision = as_requeue(decision)
     seconds = _since_failure(files)
-    return _recorded(decision, step, files, budget.used, seconds, killed=attempt.killed_nodes())
+    return _recorded(decision, step, files, budget.used, seconds, crashed=attempt.crashed_nodes())
 
 
 def _suspects(attempt: Attempt, step: Step) -> tuple[str, ...]:
@@ -95,10 +95,11 @@ def _suspects(attempt: Attempt, step: Step) -> tuple[str, ...]:
     return tuple(n for n in attempt.lost_nodes() if n not in known)
 
 
-def _kills(records: Sequence[Mapping[str, Any]], attempt: Attempt) -> tuple[tuple[str, int], ...]:
-    """How often ranks were killed on each node: the record's attempts and this one."""
+def _crashes(records: Sequence[Mapping[str, Any]], attempt: Attempt) -> tuple[tuple[str, int], ...]:
+    """How often ranks crashed in their own way on each node: the record's attempts and
+    this one (the record's ``killed`` of earlier releases counted any signal: not read)."""
     counts: dict[str, int] = {}
-    for node in [*(n for r in records for n in r.get("killed") or ()), *attempt.killed_nodes()]:
+    for node in [*(n for r in records for n in r.get("crashed") or ()), *attempt.crashed_nodes()]:
         counts[str(node)] = counts.get(str(node), 0) + 1
     return tuple(counts.items())
 
@@ -110,10 +111,10 @@ def _recorded(
     attempt: int,
     seconds: float | None,
     *,
-    killed: Sequence[str] = (),
+    crashed: Sequence[str] = (),
 ) -> tuple[Decision, str]:
     """Append the decision to the job's record (not a success), with the nodes whose ranks
-    were killed (``killed``: two kills on one node leave it out); the decision and its line."""
+    crashed (``crashed``: two crashes on one node leave it out); the decision and its line."""
     line = decision.line(step.job_id, seconds)
     if decision.action != "done":
         record = {"time": round(time.time(), 3), "job_id": step.job_id, "attempt": attempt}
@@ -121,8 +122,8 @@ def _recorded(
         record.update(exclude=list(decision.exclude), line=line, ends=err_sizes(files))
         if decision.action == "restart":
             record.update(restart=decision.restart, seconds=seconds, nodes=list(decision.nodes))
-        if killed:
-            record.update(killed=list(killed))
+        if crashed:
+            record.update(crashed=list(crashed))
         write_record(record_path(files.log_dir, step.job_id), record)
     return decision, line
 

@@ -48,6 +48,9 @@ _SIGNAL_WORDS = (
     ("User defined signal 1", "SIGUSR1"),
     ("User defined signal 2", "SIGUSR2"),
 )
+# The signals of a process's own crash: evidence against its node when they repeat there.
+# Any other (SIGKILL, SIGTERM, SIGINT, SIGHUP, SIGUSR1/2) comes from outside.
+OWN_CRASHES = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"})
 _TASK_LINE = re.compile(r"tasks? ([0-9][0-9,-]*): (.*)$")
 _EXIT_CODE = re.compile(r"Exited with exit code (\d+)$")
 # srun's status after a node failure from Slurm 23.02 (slurmtf.slurm.release
@@ -160,17 +163,17 @@ class Attempt:
         nodes = [n for rank in sorted(self.events) for n in self._lost_by(rank)]
         return tuple(dict.fromkeys([*nodes, *self.failed_nodes]))
 
-    def killed_nodes(self) -> tuple[str, ...]:
-        """The nodes of the ranks srun saw end first, when a signal killed them (their
-        nodes from the ranks' ``cluster`` events), each node once: a node that does this
-        :data:`STRIKES` times is left out. The tasks srun ended after the first (its own end
-        of the step: ``Terminated``, or ``Killed`` after KillWait) are not the node's doing:
-        with 16 ranks a node they would strike every node at the first kill."""
+    def crashed_nodes(self) -> tuple[str, ...]:
+        """The nodes of the ranks srun saw end first, when they crashed in their own way
+        (:data:`OWN_CRASHES`; their nodes from the ranks' ``cluster`` events), each node
+        once: a node that does this :data:`STRIKES` times is left out. A signal from
+        outside (SIGKILL of the OOM killer or of anyone, SIGTERM, ...) is no evidence
+        against the node. The tasks srun ended after the first (its own end of the step)
+        are not the node's doing either."""
         found = (e.get("workers") for r in self.events for e in self.of(r, "cluster"))
         workers: list[Any] = next((w for w in found if isinstance(w, list)), [])
         first = self.endings[0] if self.endings else None
-        sig = first.signal if first is not None else None
-        if first is None or sig is None or sig.startswith("a signal"):
+        if first is None or first.signal not in OWN_CRASHES:
             return ()
         nodes = (str(workers[r]).rsplit(":", 1)[0] for r in first.ranks if r < len(workers))
         return tuple(dict.fromkeys(nodes))

@@ -3,7 +3,7 @@
 :class:`Nodes` holds the allocation's nodes (Slurm's order), those left out already, the
 fewest a step may train on (``MIN_NODES``, or a ``--nodes=MIN-MAX`` range's minimum),
 how many it trains on (N of N+``SPARE_NODES``), the nodes found dead after an attempt,
-the kills per node and the nodes Slurm reports drained. From them follow the nodes to
+the own crashes per node and the nodes Slurm reports drained. From them follow the nodes to
 leave out next (:meth:`Nodes.next_excluded`: dead, struck twice, drained), the next
 step's nodes (:meth:`Nodes.step_nodes`: a spare in a lost node's place, else the nodes
 left) and those nodes in words. :func:`job_nodes` checks ``SPARE_NODES`` and
@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from slurmtf.errors import InputError
 
-STRIKES = 2  # ranks on one node killed this often in a job's life: the node is left out
+STRIKES = 2  # ranks on one node crashed this often in a job's life: the node is left out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +26,7 @@ class Nodes:
     """The allocation's nodes (Slurm's order), those left out already, the fewest a step
     may train on, those found dead after this attempt (probed by the edge), how many a
     step trains on (``width``: N of the N+``SPARE_NODES`` allocated; 0: every usable one)
-    how often ranks were killed on each node in the job's life (``kills``) and the nodes
+    how often ranks crashed on each node in the job's life (``crashes``) and the nodes
     Slurm reports drained or down (``drained``: an administrator or a health check took
     them out of service while the job held them)."""
 
@@ -35,17 +35,17 @@ class Nodes:
     minimum: int = 0
     dead: tuple[str, ...] = ()
     width: int = 0
-    kills: tuple[tuple[str, int], ...] = ()
+    crashes: tuple[tuple[str, int], ...] = ()
     drained: tuple[str, ...] = ()
 
     def next_excluded(self) -> tuple[str, ...]:
-        """Left out before, found dead now, then nodes whose ranks were killed
+        """Left out before, found dead now, then nodes whose ranks crashed
         :data:`STRIKES` times and drained nodes: none of them is used again. When too few
         nodes are left for the job (fewer than ``minimum``: no spare, no range, or a
         range whose minimum Slurm does not tell and ``MIN_NODES`` does not name), the
         decision is a requeue without them rather than a restart in place on them.
         Each once, in the order first seen."""
-        struck = [n for n, count in self.kills if count >= STRIKES]
+        struck = [n for n, count in self.crashes if count >= STRIKES]
         drained = [n for n in self.drained if n in self.allocated]
         return tuple(dict.fromkeys([*self.excluded, *self.dead, *struck, *drained]))
 

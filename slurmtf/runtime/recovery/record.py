@@ -53,7 +53,7 @@ def write_record(path: Path, record: Mapping[str, Any]) -> None:
         handle.write(json.dumps(dict(record)) + "\n")
 
 
-BATCH_SIDE_KINDS = ("supervisor", "batch_host")  # decisions about the job's batch side
+BATCH_SIDE_KINDS = ("supervisor", "batch_host", "keeper")  # decisions about the job's batch side
 
 
 def record_batch_side(
@@ -61,8 +61,9 @@ def record_batch_side(
     **extra: Any,
 ) -> None:  # fmt: skip
     """A decision about the job's batch side (``kind``: ``supervisor``, its own end;
-    ``batch_host``, the node it ran on) appended to the job's record, with ``extra``
-    (``host``, ``lost_at``, ...): ``slurmtf status`` and ``logs`` show its line."""
+    ``batch_host``, the node it ran on; ``keeper``, the keeper's death) appended to the
+    job's record, with ``extra`` (``host``, ``lost_at``, ...): ``slurmtf status`` and
+    ``logs`` show its line."""
     record = {"time": round(time.time(), 3), "job_id": job_id, "attempt": attempt}
     record.update(action=decision.action, why=decision.why, status=decision.status)
     record.update(exclude=list(decision.exclude), line=line, kind=kind, **extra)
