@@ -33,6 +33,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("slurmtf.cli.check", "which node or link slows an allocation (--nodes=N to submit)"),
     "firewall": ("slurmtf.cli.firewall", "print how to install the per-job firewall (prolog)"),
     "plot": ("slurmtf.cli.plot", "draw a job's or a sweep's loss, accuracy and examples/s"),
+    "tensorboard": (
+        "slurmtf.cli.tensorboard",
+        "TensorBoard over a job's or a sweep's runs (ssh -L)",
+    ),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
     "job-scripts": ("slurmtf.cli.job_scripts", "write the sbatch job scripts into a folder"),
     "serve": ("slurmtf.cli.serve", "run a ps/worker server until the chief's script ends"),
