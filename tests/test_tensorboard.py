@@ -79,6 +79,15 @@ def test_a_job_run_from_its_record_and_model_dir(state: Path) -> None:
     assert places[0].source == "record"
 
 
+def test_a_job_script_run_from_the_recorded_model_dir(state: Path, tmp_path: Path) -> None:
+    """The job scripts record MODEL_DIR (the models' --model_dir, a `train` script's env)."""
+    model = _summaries(tmp_path / "runs" / "r1" / "logs").parent.parent
+    jobrecord.append("8", state, "rank{rank}.{kind}", "r1", model_dir=model)
+    _log(state / "rank0.out", {"event": "cluster", "rank": 0})
+    runs, _ = board.job_runs("8", FakeSlurm({"scontrol": [GONE]}))
+    assert runs == [Run("8", model)]
+
+
 def test_every_array_task_named_by_its_parameters(state: Path) -> None:
     _sweep(state)
     runs, places = board.job_runs("9", FakeSlurm({"scontrol": [GONE]} | {"*": [GONE]}))

@@ -72,9 +72,11 @@ def folder_flags(command: Sequence[object]) -> list[Path]:
 
 
 def summary_folders(place: JobPlace) -> list[Path]:
-    """A job's (or array task's) folders with summaries: the folder flags of rank 0's
-    launched commands, and ``<log folder>/<job>_model`` (``slurmtf submit``'s default)."""
-    candidates = []
+    """A job's (or array task's) folders with summaries: the ``model_dir`` the job
+    scripts record, the folder flags of rank 0's launched commands, and
+    ``<log folder>/<job>_model`` (``slurmtf submit``'s default)."""
+    recorded = place.model_dir or getattr(jobrecord.lookup(place.job_id), "model_dir", None)
+    candidates = [recorded] if recorded else []
     for launch in named(read_events(place.rank_log(0)), "launch"):
         command = launch.get("command")
         candidates += folder_flags(command) if isinstance(command, list) else []

@@ -173,7 +173,9 @@ def record_job(job: JobSettings, runner: Runner, environ: Mapping[str, str]) -> 
         return
     if job.kind != "submitit":  # `slurmtf submit` records its jobs itself
         path = records.record_path(environ)
-        records.append(job.job_id, job.log_dir, job.logs.pattern, job.job_name, path)
+        records.append(
+            job.job_id, job.log_dir, job.logs.pattern, job.job_name, path, model_dir=job.model_dir
+        )
         comment = f"Comment={records.COMMENT_PREFIX}{job.log_dir}"
         _ask(runner, ["scontrol", "update", f"JobId={job.job_id}", comment], 10)
 
