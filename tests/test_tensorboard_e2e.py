@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -64,8 +65,11 @@ def _until(probe: object, url: str, body: object = None) -> object:
     raise AssertionError(f"{url}: last answer {answer!r}")
 
 
-@pytest.mark.slow
-def test_tensorboard_serves_scalars_and_the_sweeps_hparams(tmp_path: Path) -> None:
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[str]:
+    """``slurmtf tensorboard`` over a run's summaries and a 4-point sweep's HParams
+    folder, started as a user would; its base URL, from the ssh line it printed. Ended by
+    Ctrl-C (SIGINT to its process group, as a terminal sends it): both end, status 0."""
     pytest.importorskip("tensorboard")  # the project's tensorboard extra (dev installs it)
     root = tmp_path / "summaries"
     _scalars(root / "mnist" / "train", "loss", [2.0, 1.0, 0.5])
@@ -78,21 +82,26 @@ def test_tensorboard_serves_scalars_and_the_sweeps_hparams(tmp_path: Path) -> No
         start_new_session=True,
     ) as process:  # fmt: skip
         try:
-            _check(process)
+            yield _base_url(process)
         finally:
-            os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: slurmtf and TensorBoard end
+            os.killpg(process.pid, signal.SIGINT)
             status = process.wait(timeout=30)
     assert status == 0
 
 
-def _check(process: subprocess.Popen[str]) -> None:
-    """The ssh line, then the runs, the scalars and the 4 HParams rows served."""
+def _base_url(process: subprocess.Popen[str]) -> str:
     assert process.stdout is not None
     lines = [process.stdout.readline() for _ in range(3)]
     ssh = re.search(r"ssh -L (\d+):localhost:(\d+) \S+@\S+$", lines[1].strip())
     assert ssh is not None, lines
     assert ssh.group(1) == ssh.group(2)
-    base = f"http://localhost:{ssh.group(1)}"
+    return f"http://localhost:{ssh.group(1)}"
+
+
+@pytest.mark.slow
+def test_tensorboard_serves_scalars_and_the_sweeps_hparams(served: str) -> None:
+    """The runs, the scalars and the 4 HParams rows, through the data API the page calls."""
+    base = served
     runs = _until(lambda a: len(a) >= 6, f"{base}/data/runs")
     assert {"summaries/mnist/train", "summaries/mnist/eval"} <= set(runs)  # type: ignore[arg-type]
     tags = _get(f"{base}/data/plugin/scalars/tags")
@@ -116,3 +125,28 @@ def _check(process: subprocess.Popen[str]) -> None:
         lr: {"loss": round(1.0 - t / 10, 4), "accuracy": round(0.6 + t / 10, 4)}
         for t, lr in enumerate([0.1, 0.03, 0.01, 0.003])
     }
+
+
+@pytest.mark.slow
+def test_tensorboard_page_in_headless_chromium(served: str, tmp_path: Path) -> None:
+    """Headless Chromium loads the page: the scalars dashboard lists the run's tags, the
+    HParams table its 4 points with the metrics; a screenshot of each is kept (in the
+    test's tmp_path, and in $SLURMTF_SCREENSHOTS when set: docs/images/ is made so)."""
+    from tests.helpers.chromium import Browser
+
+    keep = os.environ.get("SLURMTF_SCREENSHOTS")
+    shots = []
+    with Browser(tmp_path / "profile") as browser:
+        for page, words in [
+            ("scalars", ["summaries/mnist/train", "summaries/mnist/eval", "loss"]),
+            ("hparams", ["9_0", "9_1", "9_2", "9_3", "final accuracy (eval, else train)"]),
+        ]:
+            tab = browser.open(f"{served}/#{page}")
+            browser.wait_for(tab, words)
+            shots.append(browser.screenshot(tab, tmp_path / f"tensorboard-{page}.png"))
+    for shot in shots:
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert shot.stat().st_size > 20_000  # a drawn page, not a blank one
+        if keep:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            (Path(keep) / shot.name).write_bytes(shot.read_bytes())
