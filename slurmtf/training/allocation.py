@@ -181,6 +181,7 @@ class Board:
         self.rank = rank
         self.gpus = gpus  # slurmtf.training.gpu_query.GpuProbe, or None
         self.state = Goodput.load(state_path)
+        self.max_ranks = MAX_RANK_SCALARS
 
     def at_start(
         self, step: int, restart_count: int, records: Sequence[Mapping[str, Any]], now: float
@@ -210,7 +211,7 @@ class Board:
         now: float,
     ) -> None:
         """One timing window of ``steps`` steps in ``seconds``."""
-        values = rank_scalars(samples)
+        values = rank_scalars(samples, self.max_ranks)
         for report in reports:
             scalars, text = straggler_summary(report)
             values.update(scalars)
