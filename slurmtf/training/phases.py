@@ -112,7 +112,8 @@ class Training:
         evaluates = not sidecar.has_evaluator(info.layout.roles)
         splits = ("train", "eval") if evaluates else ("train",)
         summaries = Summaries(config.model_dir, info.is_chief, splits)
-        board = allocation.start_board(config.model_dir, info, log_dir(config), start, timing)
+        board_dir = None if config.eval_only else config.model_dir  # a start that trains
+        board = allocation.start_board(board_dir, info, log_dir(config), start, timing)
         return cls(
             spec, config, info, strategy, plan, per_replica, watcher, watch,
             model, schedule, step_var, ckpt, steps, summaries, sync_state, restored, start,
