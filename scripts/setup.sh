@@ -27,6 +27,14 @@ if ! command -v nft >/dev/null && [ "$(id -u)" -eq 0 ]; then
         || { apt-get update -qq && apt-get install -y -qq --no-install-recommends nftables >/dev/null; }
 fi
 
+# The TensorBoard page test (tests/test_tensorboard_e2e.py) drives headless Chromium.
+if ! command -v chromium >/dev/null && [ "$(id -u)" -eq 0 ]; then
+    echo "setup: installing chromium (the TensorBoard page test)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends chromium >/dev/null \
+        || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
+fi
+
 if ! "$PYTHON" -c 'import slurmtf, tensorflow, submitit, hostlist, absl, pytest, hypothesis, sklearn' 2>/dev/null \
    || ! "$PYTHON" - <<'PY' 2>/dev/null
 # The linters pinned in the dev extra ("name==version") are the installed ones.

@@ -14,6 +14,7 @@ arguments (argparse), call them and turn errors into exit codes through
 - ``check``: ``slurmtf check``: which node or link slows an allocation.
 - ``firewall``: ``slurmtf firewall --print-config``: how to install the per-job firewall.
 - ``plot``: ``slurmtf plot JOB``: loss, accuracy and examples/s against step.
+- ``tensorboard``: ``slurmtf tensorboard JOB|DIR``: TensorBoard over a job's runs, for ssh -L.
 - ``data``: ``slurmtf data ...``: write, fetch, verify or stage a data set.
 - ``job_scripts``: ``slurmtf job-scripts DIR``: the bundled sbatch scripts.
 - ``serve``: ``slurmtf serve``: the ps and worker servers of a parameter-server job.
@@ -49,6 +50,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("slurmtf.cli.check", "which node or link slows an allocation (--nodes=N to submit)"),
     "firewall": ("slurmtf.cli.firewall", "print how to install the per-job firewall (prolog)"),
     "plot": ("slurmtf.cli.plot", "draw a job's or a sweep's loss, accuracy and examples/s"),
+    "tensorboard": (
+        "slurmtf.cli.tensorboard",
+        "TensorBoard over a job's or a sweep's runs (ssh -L)",
+    ),
     "data": ("slurmtf.cli.data", "write the real-digit MNIST sample, fetch MNIST/CIFAR-10"),
     "job-scripts": ("slurmtf.cli.job_scripts", "write the sbatch job scripts into a folder"),
     "serve": ("slurmtf.cli.serve", "run a ps/worker server until the chief's script ends"),

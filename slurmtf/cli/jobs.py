@@ -82,6 +82,8 @@ def _run(command: str, options: argparse.Namespace, runner: Runner) -> int:
     if command == "status":
         view = ask_slurm(job_id, runner)  # once: a silent controller costs one wait
         if print_sweep(job_id, options, runner, view):
+            if not (options.json or options.csv):
+                print(f"tensorboard: slurmtf tensorboard {job_id} (every point, HParams table)")
             return 0  # a job array: one row per point (slurmtf.cli.sweep)
         place = locate(job_id, runner, options.log_dir, view)
         print("\n".join(status_lines(job_id, runner, place, view)))

@@ -23,6 +23,7 @@ from slurmtf.contracts import DEFAULT_LOG_DIR, DEFAULT_PREEMPTION_SIGNAL
 from slurmtf.errors import SlurmtfError, UsageError
 from slurmtf.monitor.status import follow
 from slurmtf.slurm.controller import persist
+from slurmtf.slurm.runner import default_runner
 from slurmtf.spec import jobspec
 from slurmtf.submit import dry_run, spec_from_args, submit_slurm
 
@@ -191,6 +192,18 @@ def _script_lines(group: argparse._ArgumentGroup) -> None:
     )
 
 
+def _sweep_hparams(job_id: str) -> None:
+    """A waited-for sweep's HParams data for ``slurmtf tensorboard`` (``slurmtf sweep``
+    brings it up to date later): best effort, the job's status is what submit returns."""
+    from slurmtf.monitor.hparams import write_rows
+    from slurmtf.monitor.sweeps import collect
+
+    try:
+        write_rows(job_id, collect(job_id, default_runner) or [])
+    except SlurmtfError:
+        return
+
+
 def _sweep(group: argparse._ArgumentGroup) -> None:
     """One array task per point of a grid or a random search."""
     add_flag(
@@ -327,6 +340,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         status: int = follow(
             main_id, spec.folder, spec.most_tasks, out=out, log_job=ids[0], verbose=options.verbose
         )
+        if len(ids) > 1:
+            _sweep_hparams(main_id)
         return status
     except (SlurmtfError, UsageError) as exc:
         return report_error(PROGRAM, exc)

@@ -3,7 +3,8 @@
 Each row: the point's parameters, state, restarts, step/total, its final (or, while it
 runs, latest, marked ``*``) loss and accuracy, examples/s and the path of its rank 0
 log; a failed point's last error line under it. ``slurmtf status JOB`` prints the same
-table for a job array. Found from the id alone, like ``slurmtf status``.
+table for a job array. Found from the id alone, like ``slurmtf status``. It also writes
+the sweep's HParams data beside its logs (``<job>_hparams``) for ``slurmtf tensorboard``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.errors import InputError
+from slurmtf.monitor.hparams import write_rows
 from slurmtf.monitor.slurm_view import SlurmView, ask_slurm
 from slurmtf.monitor.sweep_rows import METRICS, render_csv, render_json, render_table, sort_rows
 from slurmtf.monitor.sweeps import collect
@@ -32,6 +34,7 @@ def _parser() -> ArgumentParser:
         metavar="COLUMN",
         help=f"best first by a column ({', '.join(METRICS)}) or a parameter",
     )
+    parser.set_defaults(hparams=True)
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help="one JSON object")
     form.add_argument("--csv", action="store_true", help="CSV with a header line")
@@ -49,6 +52,8 @@ def print_sweep(
         return False
     if view.silent:
         print(f"slurmtf: {view.note()}", file=sys.stderr)
+    if getattr(options, "hparams", False):
+        write_rows(job_id, rows)  # for `slurmtf tensorboard JOB`'s HParams table
     rows = sort_rows(rows, getattr(options, "sort", None))
     if getattr(options, "json", False):
         print(render_json(job_id, rows))

@@ -1,4 +1,4 @@
-"""Watching a job. Never TensorFlow.
+"""Watching a job.
 
 - ``status``: its state and logs (``slurmtf status|logs``, the ``--wait`` follower).
 - ``slurm_view``: what Slurm says of it, asked once, or that the controller did not answer.
@@ -8,7 +8,10 @@
 - ``plot``: its pictures (loss, accuracy, examples/s).
 - ``sweep_rows``: a sweep's results table, from values (pure).
 - ``sweeps``: a sweep's points, from Slurm and the logs.
+- ``board``: TensorBoard over its runs (``slurmtf tensorboard``).
+- ``hparams``: a sweep in TensorBoard's HParams dashboard.
 
 May import: ``slurmtf.slurm``, ``slurmtf.spec``, ``slurmtf.check`` (stragglers),
 ``slurmtf.runtime.recovery.record`` (the job's recovery record, read) and the vocabulary.
+Never TensorFlow (TensorBoard's package, optional, runs without it).
 """

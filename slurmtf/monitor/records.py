@@ -38,6 +38,7 @@ class JobPlace:
     log_dir: Path
     pattern: str
     source: str  # "slurm", "record" or "default"
+    model_dir: Path | None = None  # where its summaries are, when the record names it
 
     def rank_log(self, rank: int, kind: str = "out") -> Path:
         return self.log_dir / self.pattern.format(job=self.job_id, rank=rank, kind=kind)
@@ -58,19 +59,24 @@ def record_path(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def append(
-    job_id: str, log_dir: Path, pattern: str, name: str = "", path: Path | None = None
+    job_id: str,
+    log_dir: Path,
+    pattern: str,
+    name: str = "",
+    path: Path | None = None,
+    *,
+    model_dir: Path | None = None,
 ) -> None:
     """Add one job to the record (best effort: a read-only home must not fail a submit)."""
     path = path or record_path()
-    line = json.dumps(
-        {
-            "job_id": job_id,
-            "log_dir": str(log_dir),
-            "logs": pattern,
-            "name": name,
-            "time": int(time.time()),
-        }
-    )
+    entry = {
+        "job_id": job_id,
+        "log_dir": str(log_dir),
+        "logs": pattern,
+        "name": name,
+        "time": int(time.time()),
+    }
+    line = json.dumps(entry | ({"model_dir": str(model_dir)} if model_dir else {}))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -106,11 +112,13 @@ def lookup(job_id: str, path: Path | None = None) -> JobPlace | None:
         except ValueError:
             continue
         if isinstance(entry, dict) and str(entry.get("job_id")) == job_id:
+            model_dir = entry.get("model_dir")
             return JobPlace(
                 job_id,
                 Path(str(entry["log_dir"])),
                 str(entry.get("logs", SCRIPT_LOG_NAME)),
                 "record",
+                Path(str(model_dir)) if model_dir else None,
             )
     return None
 

@@ -277,6 +277,7 @@ def status_lines(
         lines.append(f"  {straggler}")
     lines.extend(f"  {line}" for line in decision_lines(records))
     lines.extend(log_lines(place))
+    lines.append(f"  tensorboard: slurmtf tensorboard {job_id} (prints the ssh line)")
     lines.extend(error_lines(place, records))
     return lines
 

@@ -16,10 +16,12 @@ model needs once. ``import slurmtf`` never imports this package.
 - ``preemption``: on the preemption signal every rank saves at the same step, exits 75.
 - ``watchdog``: one thread per rank that fails a run that stops making progress.
 - ``steptiming``: each rank's compute and all-reduce wait per step; stragglers reported.
+- ``allocation``: the allocation in TensorBoard (the chief's per-window scalars and texts).
+- ``gpu_query``: GPU utilisation and memory from ``nvidia-smi``, off the step's path.
 - ``reporting``: per-rank log files and the chief's progress lines.
 - ``sidecar``: the sidecar evaluator (an ``evaluator`` task evaluates each checkpoint).
 
-May import: ``slurmtf.runtime`` (teardown, allocator, chief watch), ``slurmtf.tf``,
+May import: ``slurmtf.runtime`` (teardown, allocator, chief watch, the recovery record), ``slurmtf.tf``,
 ``slurmtf.cluster``, ``slurmtf.spec`` (node ranges), ``slurmtf.check`` (stragglers),
 ``slurmtf.datasets``, ``slurmtf.resolver`` and the vocabulary; ``app`` (the models'
 ``main``, a front end) also ``slurmtf.cli``.

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,9 @@ class Summaries:
         self._metadata = summary_pb2.SummaryMetadata(
             plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
         ).SerializeToString()
+        self._text_metadata = summary_pb2.SummaryMetadata(
+            plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="text")
+        ).SerializeToString()
         if self.enabled:
             for split in splits:
                 self._writers[split] = tf.summary.create_file_writer(
@@ -46,6 +49,30 @@ class Summaries:
                     name, tf.constant(value, tf.float32), step=step, metadata=self._metadata
                 )
         self._writers[split].flush()
+
+    def text(self, split: str, step: int, tag: str, value: str) -> None:
+        """One text summary (TensorBoard's Text dashboard)."""
+        if not self.enabled or split not in self._writers:
+            return
+        tf = self._tf
+        with self._writers[split].as_default():
+            tf.summary.write(tag, tf.constant(value), step=step, metadata=self._text_metadata)
+        self._writers[split].flush()
+
+
+class AllocationWriter:
+    """:class:`slurmtf.training.allocation.Writer` on ``<model_dir>/allocation`` (chief)."""
+
+    SPLIT = "allocation"
+
+    def __init__(self, model_dir: str) -> None:
+        self.summaries = Summaries(model_dir, True, (self.SPLIT,))
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        self.summaries.scalars(self.SPLIT, step, dict(values))
+
+    def text(self, tag: str, step: int, value: str) -> None:
+        self.summaries.text(self.SPLIT, step, tag, value)
 
 
 def export_saved_model(

@@ -13,7 +13,7 @@ from absl import logging
 from slurmtf import events
 from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.tf import compat
-from slurmtf.training import reporting, sidecar, steptiming
+from slurmtf.training import allocation, reporting, sidecar, steptiming
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
 from slurmtf.training.flags import TrainConfig
@@ -21,6 +21,7 @@ from slurmtf.training.grad_reduce import GradReduce
 from slurmtf.training.model_spec import ModelSpec, RunInfo
 from slurmtf.training.plan import Plan, make_schedule
 from slurmtf.training.preemption import PreemptionWatcher
+from slurmtf.training.process import log_dir
 from slurmtf.training.steps import Steps, no_state_sync
 
 
@@ -56,6 +57,7 @@ class Training:
     restored: Any
     start: int
     timing: steptiming.StepTiming
+    board: allocation.Board | None = None  # the chief's allocation summaries
     eval_iterator: Any = None  # built at the first evaluation
     # False beside an evaluator task: save at the evaluation cadence, evaluate nowhere.
     evaluates: bool = True
@@ -110,11 +112,13 @@ class Training:
         evaluates = not sidecar.has_evaluator(info.layout.roles)
         splits = ("train", "eval") if evaluates else ("train",)
         summaries = Summaries(config.model_dir, info.is_chief, splits)
+        board_dir = None if config.eval_only else config.model_dir  # a start that trains
+        board = allocation.start_board(board_dir, info, log_dir(config), start, timing)
         return cls(
             spec, config, info, strategy, plan, per_replica, watcher, watch,
             model, schedule, step_var, ckpt, steps, summaries, sync_state, restored, start,
             timing,
-            evaluates=evaluates,
+            board=board, evaluates=evaluates,
         )  # fmt: skip
 
     def evaluate(self, step: int) -> dict[str, float]:
@@ -249,6 +253,8 @@ class Training:
                 export_saved_model(
                     self.config.export_dir, self.spec.build_model, self.model, self.spec.input_shape
                 )
+        if self.board is not None:
+            self.board.close()
         self.done(outcome)
         return EXIT_PREEMPTED if outcome.preempted else 0
 

@@ -28,7 +28,7 @@ import os
 import socket
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,8 @@ class StepTiming:
         self._called = time.perf_counter()
         self._latest: Any = None
         self._warm_up = WARM_UP_STEPS
+        # the chief's allocation summaries (slurmtf.training.allocation.Board.window)
+        self.listener: Callable[..., None] | None = None
 
     @property
     def columns(self) -> int:
@@ -201,9 +203,14 @@ class StepTiming:
                 links={n: round(r, 1) for n, r in own.links.items()}, time=round(now, 3),
             )  # fmt: skip
         if self.is_chief:
-            for found in self.tracker.update(self._start, now, stragglers.find(samples)):
+            reports = self.tracker.update(self._start, now, stragglers.find(samples))
+            for found in reports:
                 events.emit(found.event, **found.fields())
                 logging.warning("%s", found.message())
+            if self.listener is not None:
+                self.listener(
+                    step, samples, reports, seconds=now - self._start, steps=self._steps, now=now
+                )
         self._sums[:] = 0
         self._steps = 0
         self._start = now

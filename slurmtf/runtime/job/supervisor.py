@@ -409,5 +409,7 @@ def record_job(job: JobSettings, runner: Runner, environ: Mapping[str, str]) -> 
         return
     if job.kind != "submitit":  # `slurmtf submit` records its jobs itself
         path = records.record_path(environ)
-        records.append(job.job_id, job.log_dir, job.logs.pattern, job.job_name, path)
+        records.append(
+            job.job_id, job.log_dir, job.logs.pattern, job.job_name, path, model_dir=job.model_dir
+        )
         slurm_calls.set_comment(job.job_id, f"{records.COMMENT_PREFIX}{job.log_dir}", runner)
