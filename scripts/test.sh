@@ -64,8 +64,15 @@ fi
 echo "== pytest"
 # Every prerequisite is installed above, so a missing one is a failure, not a skip.
 export SLURMTF_STRICT_PREREQS=1
+# The suite's modules run side by side on SLURMTF_TEST_WORKERS pytest-xdist workers (2 by
+# default; 0: one process). Most of an end-to-end module is waiting on Slurm and on
+# timeouts; each worker has sandboxes of its own, and a module stays on one worker
+# (--dist loadfile), so that what it shares (its sandbox, a baseline job) starts once.
+workers="${SLURMTF_TEST_WORKERS:-2}"
+parallel=()
+[ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile)
 status=0
-"$PYTHON" -m pytest --durations=25 "$@" || status=$?
+"$PYTHON" -m pytest "${parallel[@]}" --durations="${SLURMTF_TEST_DURATIONS:-25}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "pytest collected no tests: failing" >&2
 fi

@@ -21,8 +21,8 @@ model needs once. ``import slurmtf`` never imports this package.
 - ``reporting``: per-rank log files and the chief's progress lines.
 - ``sidecar``: the sidecar evaluator (an ``evaluator`` task evaluates each checkpoint).
 
-May import: ``slurmtf.runtime`` (teardown, allocator, chief watch, the recovery record), ``slurmtf.tf``,
-``slurmtf.cluster``, ``slurmtf.spec`` (node ranges), ``slurmtf.check`` (stragglers),
+May import: ``slurmtf.runtime`` (teardown, allocator, chief watch, the recovery record),
+``slurmtf.tf``, ``slurmtf.cluster``, ``slurmtf.spec`` (node ranges), ``slurmtf.check`` (stragglers),
 ``slurmtf.datasets``, ``slurmtf.resolver`` and the vocabulary; ``app`` (the models'
 ``main``, a front end) also ``slurmtf.cli``.
 """
