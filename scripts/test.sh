@@ -64,11 +64,11 @@ fi
 echo "== pytest"
 # Every prerequisite is installed above, so a missing one is a failure, not a skip.
 export SLURMTF_STRICT_PREREQS=1
-# The suite's modules run side by side on SLURMTF_TEST_WORKERS pytest-xdist workers (2 by
-# default; 0: one process). Most of an end-to-end module is waiting on Slurm and on
-# timeouts; each worker has sandboxes of its own, and a module stays on one worker
-# (--dist loadfile), so that what it shares (its sandbox, a baseline job) starts once.
-workers="${SLURMTF_TEST_WORKERS:-2}"
+# SLURMTF_TEST_WORKERS=N runs the suite's modules side by side on N pytest-xdist workers
+# (each worker with sandboxes of its own; a module stays on one worker, --dist loadfile, so
+# that what it shares starts once). One process (0) by default until a whole run on 2
+# workers has passed on a quiet machine.
+workers="${SLURMTF_TEST_WORKERS:-0}"
 parallel=()
 [ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile)
 status=0
