@@ -148,7 +148,7 @@ def submitit_command(job: JobSettings, words: Sequence[str]) -> RankCommand:
     while start > 0 and words[start - 1] in ("-u", "-B", "-E", "-s"):
         start -= 1
     start = max(start - 1, 0)  # the interpreter
-    env = {SUPERVISED_ENV: "1"}  # the launcher: on exit 75 the supervisor decides
+    env = {SUPERVISED_ENV: "1"}  # SLURMTF_SUPERVISED: on exit 75 the supervisor decides
     command = words[start:]
     if job.container:  # the image's interpreter, not the path of the submitting one
         command = [*job.container, *job.rank_python, *command[1:]]
