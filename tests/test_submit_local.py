@@ -15,6 +15,8 @@ from slurmtf.cli import launch as launch_cli
 from slurmtf.cli import submit as submit_cli
 from slurmtf.errors import InputError
 from slurmtf.local import job as local
+from slurmtf.runtime.job.commands import rank_command
+from slurmtf.runtime.job.settings import JobSettings
 from slurmtf.runtime.rank import launcher as launch
 from slurmtf.spec import jobspec
 from slurmtf.spec.jobspec import JobSpec
@@ -100,19 +102,35 @@ def test_a_bad_restart_count_is_one_line_naming_it(capsys: pytest.CaptureFixture
         launch.run_task(spec, {}, env)
 
 
-@pytest.mark.parametrize(("job_sh", "status"), [("1", 0), (None, 75)])
-def test_a_preempted_rank_never_requeues_behind_the_job_scripts_back(
-    job_sh: str | None, status: int, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize(
+    ("supervised", "status"),
+    [
+        ({"SLURMTF_SUPERVISED": "1"}, 0),
+        ({"SLURMTF_JOB_SH": "1"}, 0),  # the former name, set by jobs submitted before it
+        ({"SLURMTF_SUPERVISED": "0", "SLURMTF_JOB_SH": "1"}, 75),  # the new name wins
+        ({}, 75),
+    ],
+)
+def test_a_preempted_rank_never_requeues_behind_the_supervisors_back(
+    supervised: dict[str, str], status: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """One budget, one decision: slurmtf/job.sh decides when loaded (every task returns 0
-    so that srun stops no one); without it the task exits 75 and nothing is requeued."""
+    """One budget, one decision: the supervisor decides when it runs the step (every task
+    returns 0 so that srun stops no one); without it the task exits 75 and nothing is
+    requeued."""
     spec = JobSpec(kind="command", target="bash -c 'exit 75'", max_requeues=2)
-    env = {"SLURM_JOB_ID": "9", "SLURM_PROCID": "0", "PATH": "/usr/bin:/bin"}
-    if job_sh is not None:
-        env[launch.JOB_SCRIPT_ENV] = job_sh
+    env = {"SLURM_JOB_ID": "9", "SLURM_PROCID": "0", "PATH": "/usr/bin:/bin", **supervised}
     assert launch.run_task(spec, {}, env) == status
     events = [json.loads(line)["event"] for line in capsys.readouterr().out.splitlines()]
     assert "requeue" not in events
+
+
+def test_the_supervisor_tells_a_submitted_jobs_ranks_it_decides_after_exit_75() -> None:
+    """The step of a job ``slurmtf submit`` wrote gets ``SLURMTF_SUPERVISED=1``, the name
+    the launcher reads first."""
+    job = JobSettings.read("submitit", {"SLURMTF_REPO": "/nowhere"})
+    command = rank_command(job, ["/p/python", "-u", "-m", "submitit.core._submit", "/l"])
+    assert command.env == {"SLURMTF_SUPERVISED": "1"}
+    assert launch.supervised(command.env)
 
 
 def test_the_chief_of_a_ps_job_writes_its_done_file_however_its_script_ends(

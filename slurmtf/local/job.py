@@ -57,7 +57,7 @@ def job_ids(base: int, index: int, size: int) -> dict[str, str]:
 def rank_step(spec: JobSpec, ids: Mapping[str, str], restarts: int) -> LocalStep:
     """The ``srun`` step of one grid point: ``spec.nodes`` loopback nodes, block order."""
     names = node_names(spec.nodes)
-    extra = {**ids, "SLURM_JOB_NAME": spec.job_name, LOCAL_ENV: "1"}  # + the array ids
+    extra = {**ids, "SLURM_JOB_NAME": spec.job_name, LOCAL_ENV: "1"}  # SLURMTF_LOCAL; + array ids
     return LocalStep(
         names, spec.tasks_per_node, ids["SLURM_JOB_ID"], restarts=restarts, extra=extra
     )

@@ -46,8 +46,8 @@ print(json.dumps({"event": "user", "rank": layout.task_index, "workers": layout.
                   "path": sys.path, "executable": sys.executable}))
 """
 # Variables that would let the checkout in, or point at another sandbox or install.
-UNSET = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "SLURMTF_REPO", "SLURMTF_JOB_SH",
-         "SLURM_CONF", "SLURMTF_SANDBOX_DIR", "VIRTUAL_ENV")  # fmt: skip
+UNSET = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "SLURMTF_REPO", "SLURMTF_SUPERVISED",
+         "SLURMTF_JOB_SH", "SLURM_CONF", "SLURMTF_SANDBOX_DIR", "VIRTUAL_ENV")  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from pathlib import Path
 from slurmtf.contracts import INSTALL_LINE
 from slurmtf.errors import InputError
 from slurmtf.runtime.job.settings import MODEL_KINDS, JobSettings, JobStop
-from slurmtf.runtime.rank.launcher import JOB_SCRIPT_ENV
+from slurmtf.runtime.rank.launcher import SUPERVISED_ENV
 
 RUN_LAUNCHER = "slurmtf.run"
 SERVE = "slurmtf.serve"
@@ -148,7 +148,7 @@ def submitit_command(job: JobSettings, words: Sequence[str]) -> RankCommand:
     while start > 0 and words[start - 1] in ("-u", "-B", "-E", "-s"):
         start -= 1
     start = max(start - 1, 0)  # the interpreter
-    env = {JOB_SCRIPT_ENV: "1"}  # the launcher: on exit 75 the supervisor decides
+    env = {SUPERVISED_ENV: "1"}  # SLURMTF_SUPERVISED: on exit 75 the supervisor decides
     command = words[start:]
     if job.container:  # the image's interpreter, not the path of the submitting one
         command = [*job.container, *job.rank_python, *command[1:]]

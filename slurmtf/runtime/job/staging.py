@@ -38,7 +38,7 @@ class Staging:
         self.python = sys.executable  # slurmtf's own interpreter (the supervisor's)
 
     def env(self) -> dict[str, str]:
-        return {STAGED_ENV: self.source} if self.source else {}
+        return {STAGED_ENV: self.source} if self.source else {}  # SLURMTF_STAGED_DATA
 
     def own(self, *args: str) -> list[str]:
         """A command of slurmtf's own: the supervisor's interpreter, no container."""

@@ -286,7 +286,7 @@ class Supervisor:
             env.update(het_task_counts(env))
         if self.attempt:
             env["SLURM_RESTART_COUNT"] = str(self.attempt)
-        env[NODE_EVENTS_VAR] = self.job.node_events
+        env[NODE_EVENTS_VAR] = self.job.node_events  # SLURMTF_NODE_EVENTS
         if command.done_file is not None:
             with contextlib.suppress(OSError):
                 command.done_file.unlink()

@@ -10,7 +10,7 @@ child process whose output goes to this rank's log, and maps its exit status:
 * 75 (preempted after saving a checkpoint): every task returns 0, so that
   ``srun --kill-on-bad-exit`` interrupts nobody, and the job's supervisor
   (``slurmtf job submitit``, to which the setup lines of a job with ``--max_restarts`` > 0
-  hand the step; it exports :data:`JOB_SCRIPT_ENV`) requeues the job within the one
+  hand the step; it exports :data:`SUPERVISED_ENV`) requeues the job within the one
   restart budget that its other failures count against. The launcher never requeues by
   itself: without the supervisor the task exits 75 and the job ends there.
 * anything else: this task exits with it (128+N for a child ended by signal N, which
@@ -52,7 +52,17 @@ from slurmtf.runtime.rank.held_port import check_port
 from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
 
 LOCAL_ENV = "SLURMTF_LOCAL"  # set by --cluster=local: exit 75 is rerun there, not requeued
-JOB_SCRIPT_ENV = "SLURMTF_JOB_SH"  # set by the supervisor, which decides after exit 75
+# Set by the supervisor for the ranks of a job it runs: it decides after exit 75.
+SUPERVISED_ENV = "SLURMTF_SUPERVISED"
+# Its former name, still read: a job submitted before the rename may set only this one.
+OLD_SUPERVISED_ENV = "SLURMTF_JOB_SH"
+
+
+def supervised(environ: Mapping[str, str]) -> bool:
+    """Whether the job's supervisor decides after exit 75 (``SLURMTF_SUPERVISED=1``, or
+    ``SLURMTF_JOB_SH=1`` where a job submitted before the rename set the old name)."""
+    value = environ.get(SUPERVISED_ENV)
+    return (value if value is not None else environ.get(OLD_SUPERVISED_ENV)) == "1"
 
 
 def job_id_of(environ: Mapping[str, str]) -> str:
@@ -114,8 +124,8 @@ def run_task(
     if status != EXIT_PREEMPTED:
         # A child ended by signal N: 128+N, which the supervisor reads as that signal.
         return shell_status(status)
-    if environ.get(JOB_SCRIPT_ENV) == "1" and environ.get(LOCAL_ENV) != "1":
-        return 0  # the job script decides; srun must stop no one
+    if supervised(environ) and environ.get(LOCAL_ENV) != "1":
+        return 0  # the supervisor decides; srun must stop no one
     return EXIT_PREEMPTED
 
 
