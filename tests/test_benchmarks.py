@@ -388,6 +388,16 @@ def test_bench_restarts_finds_the_jobs_processes_by_kind(tmp_path: Path) -> None
     )
 
 
+def test_job_processes_finds_the_titled_keeper_and_supervisor(tmp_path: Path) -> None:
+    job = {"SLURM_JOB_ID": "7"}
+    _fake_proc(tmp_path, 20, ["slurmtf job mnist (keeper)"], job, 1)  # set_title's argv
+    _fake_proc(tmp_path, 21, ["slurmtf job mnist (supervisor)"], job, 2)
+    (tmp_path / "20" / "stat").write_text("20 (slurmtf-keeper) S 1 " + "0 " * 40 + "\n")
+    (tmp_path / "21" / "stat").write_text("21 (slurmtf-superv) S 20 " + "0 " * 40 + "\n")
+    _fake_proc(tmp_path, 22, ["slurmtf job mnist (supervisor)"], {"SLURM_JOB_ID": "8"}, 2)
+    assert harness.job_processes("7", tmp_path) == {"keeper": [20], "batch": [21]}
+
+
 def test_bench_restarts_flatness_and_verdict() -> None:
     from benchmarks import bench_restarts as br
 

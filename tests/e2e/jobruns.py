@@ -26,7 +26,9 @@ import pytest
 
 from slurmtf.events import Event, named, read_events
 from slurmtf.runtime.batch_host.heartbeat import Beat, beat_path, read_beat
+from slurmtf.training.allocation import STATE_NAME as ALLOCATION_STATE
 from slurmtf.training.checkpoints import WORKERS_FILE
+from slurmtf.training.export import AllocationWriter
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
 
 # The MNIST job the preemption and recovery tests interrupt: deterministic, checkpoints
@@ -271,10 +273,11 @@ def check_training(run: SandboxJob, *, loss_falls: bool = True) -> None:
     assert (ckpt / "checkpoint").is_file(), run.report()
     assert list(ckpt.glob("ckpt-*.index")), run.report()
     assert (run.model_dir / "export" / "saved_model.pb").is_file(), run.report()
-    for summaries in ("train", "eval"):
+    for summaries in ("train", "eval", AllocationWriter.SPLIT):
         files = list((run.model_dir / summaries).glob("events.out.tfevents.*"))
         assert len(files) <= 1, f"more than one writer in {summaries}: {files}"
     known = {"checkpoints", "export", "train", "eval", "logs", WORKERS_FILE}
+    known |= {AllocationWriter.SPLIT, ALLOCATION_STATE}  # the chief's allocation board
     unexpected = [
         p.relative_to(run.model_dir)
         for p in run.model_dir.rglob("*")

@@ -24,7 +24,7 @@ from tests.e2e.jobruns import SandboxJob, batch_side, no_process_left, trained_i
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf]
 
-STEPS = 40
+STEPS = 120  # enough that the steps left outlast the old step's end (KillWait)
 ARGS = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=7", "--log_every=1",
         f"--train_steps={STEPS}", "--checkpoint_every=5", "--heartbeat_timeout=10"]  # fmt: skip
 SAID = re.compile(
