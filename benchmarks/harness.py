@@ -384,7 +384,8 @@ def environ_of(pid: int, proc: Path = Path("/proc")) -> dict[bytes, bytes]:
 def process_kind(job_id: str, argv: Sequence[bytes], environ: Iterable[bytes]) -> str:
     """What a process is to job ``job_id`` ("" when it is not the job's): ``stepd`` (a
     slurmstepd titled ``[JOB.STEP]``), ``batch`` (the job's supervisor, which the batch
-    script became, by its command line or its title), ``rank<R>`` (a rank's own Python) or ``other`` (srun, probes...)."""
+    script became, by its command line or its title), ``rank<R>`` (a rank's own Python)
+    or ``other`` (srun, probes...)."""
     if argv and argv[0].startswith(f"slurmstepd: [{job_id}.".encode()):
         return "stepd"
     env = dict(item.split(b"=", 1) for item in environ if b"=" in item)

@@ -8,7 +8,8 @@ its slurmd, the keeper, the supervisor, srun and the rank on it all get SIGSTOP
 finds the heartbeat silent and the host silent, and requeues the job without the host;
 Slurm starts it again on the nodes left once it has given the host up. Training runs
 again from the last checkpoint (about ``SlurmdTimeout`` + 40 s after the loss on a quiet
-machine, within ``SlurmdTimeout`` + 240 s here), on GPUs, and the job ends COMPLETED at the final step with one weights checksum. The job's log,
+machine, within ``SlurmdTimeout`` + 240 s here), on GPUs, and the job ends COMPLETED at
+the final step with one weights checksum. The job's log,
 ``slurmtf status`` (also when the controller cannot be reached) and ``slurmtf logs`` name
 the lost host with the times of the loss and of the requeue. Prints ``MEASURED`` lines:
 the freeze to the requeue, to Slurm setting the host DOWN, to training again.
