@@ -100,7 +100,8 @@ class Keeper:
     def run(self) -> int:
         """The job's status; the process's signal handlers as they were afterwards."""
         before = {s: signal.getsignal(s) for s in (*PASSED_ON, *ENDING)}
-        set_title(f"slurmtf job {self.kind} (keeper)", "slurmtf-keeper")
+        if self.kind:  # the job's own process; a keeper inside another program keeps its title
+            set_title(f"slurmtf job {self.kind} (keeper)", "slurmtf-keeper")
         _subreaper(True)
         for signum in before:
             signal.signal(signum, self._signal)
