@@ -10,6 +10,7 @@ import ast
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -282,6 +283,17 @@ def test_report_from_json(tmp_path: Path) -> None:
     report = run_all.render_report(tmp_path)
     assert "**PENDING:** no GPU" in report
     assert "python -m x" in report
+
+
+@pytest.mark.slow
+def test_the_committed_report_is_the_one_its_json_files_make(tmp_path: Path) -> None:
+    """docs/benchmarks/results.md is ``run_all --report_only`` of the JSON files beside
+    it (rebuild it after writing one there); the plots go to a copy."""
+    committed = run_all.DEFAULT_OUT
+    for name in run_all.NAMES:
+        if (committed / f"{name}.json").exists():
+            shutil.copy(committed / f"{name}.json", tmp_path)
+    assert run_all.render_report(tmp_path) == (committed / "results.md").read_text()
 
 
 # ---------------------------------------------------------------------------- scaling
