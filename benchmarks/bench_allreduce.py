@@ -31,7 +31,6 @@ from benchmarks.protocol import Benchmark, Options, figure
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import emit, parse_events
 
-MB = 1 << 20
 SIZES_MB = (1, 4, 16, 64, 256)
 _HEADER = struct.Struct("!cQ")  # mode (b"U" one way, b"B" both ways, b"Q" quit), size
 
@@ -152,30 +151,11 @@ def measure_tcp(sizes: Sequence[int], iters: int, cpus: Sequence[Sequence[int] |
 
 
 # ---------------------------------------------------------------------------- all-reduce
-def ring_strategy() -> tuple[Any, JSONDict]:
-    """MultiWorkerMirroredStrategy (RING) through the slurmtf resolver, and this rank's
-    ``rank`` and ``workers`` for its JSON line."""
-    import tensorflow as tf
-
-    from slurmtf.resolver import cluster_resolver, resolve
-
-    layout = resolve()
-    options = tf.distribute.experimental.CommunicationOptions(
-        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
-        timeout_seconds=300.0,
-    )
-    strategy = tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=cluster_resolver(layout), communication_options=options
-    )
-    info = {"rank": layout.task_index, "workers": list(layout.workers)}
-    return strategy, info
-
-
 def allreduce_worker(sizes: Sequence[int], iters: int, warmup: int) -> int:
     """One rank: time ``all_reduce(SUM)`` of a float32 tensor of each size; print JSON."""
     import tensorflow as tf
 
-    strategy, info = ring_strategy()
+    strategy, info = harness.ring_strategy()
 
     def replica_fn(v: Any) -> Any:
         # identity places the input on this replica's device; a bare function argument
@@ -262,7 +242,7 @@ def measure_allreduce(
 # ---------------------------------------------------------------------------- entry
 def run(options: Options) -> JSONDict:
     quick = options.quick
-    sizes = [mb * MB for mb in SIZES_MB]
+    sizes = [mb * harness.MB for mb in SIZES_MB]
     avail = harness.cores()
     cpus: list[Sequence[int] | None] = [[avail[0]], [avail[-1]]]
     iters = 3 if quick else 10
@@ -288,7 +268,7 @@ def rows(result: JSONDict) -> list[list[Any]]:
         two_way = tcp["two_way"]["bytes_per_s"]
         out.append(
             [
-                ar["bytes"] // MB,
+                ar["bytes"] // harness.MB,
                 ar["seconds"] * 1e3,
                 busbw / 1e9,
                 tcp["one_way"]["bytes_per_s"] / 1e9,

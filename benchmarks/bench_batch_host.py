@@ -36,8 +36,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from benchmarks import harness, protocol
-from benchmarks.bench_recovery import last_step, resumed_step
-from benchmarks.bench_restarts import proc_figures
 from benchmarks.harness import JSONDict, parent, processes
 from benchmarks.protocol import Benchmark, Options
 from slurmtf.runtime.batch_host.heartbeat import beat_path, read_beat
@@ -80,21 +78,10 @@ def batch_side(job_id: str) -> dict[str, int]:
     return found
 
 
-def cpu_time(pid: int, proc: Path = Path("/proc")) -> float | None:
-    """Seconds ``pid`` ran on a CPU so far, every thread of it, to the nanosecond
-    (``/proc/PID/task/TID/schedstat``: a process that reads a small file every few seconds
-    uses less than the 10 ms clock tick of ``/proc/PID/stat`` in a minute)."""
-    try:
-        tasks = list((proc / str(pid) / "task").iterdir())
-        return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def sample(pids: dict[str, int]) -> JSONDict:
     row: JSONDict = {"time": time.monotonic()}
     for name, pid in pids.items():
-        row[name] = {**(proc_figures(pid) or {}), "cpu_s": cpu_time(pid)}
+        row[name] = {**(harness.proc_figures(pid) or {}), "cpu_s": harness.cpu_seconds(pid)}
     return row
 
 
@@ -134,6 +121,7 @@ def break_it(sandbox: Sandbox, case: str, run: Path, job_id: str) -> list[int]:
 
 def measure(sandbox: Sandbox, case: str, work: Path, sample_s: float) -> JSONDict:
     run = work / case
+    out = run / "logs" / "rank0.out"  # rank 0's events
     run.mkdir(parents=True)
     env = {"MODEL_DIR": str(run / "model"), "LOG_DIR": str(run / "logs"),
            "MAX_RESTARTS": "2", "PYTHON": harness.python()}  # fmt: skip
@@ -143,21 +131,21 @@ def measure(sandbox: Sandbox, case: str, work: Path, sample_s: float) -> JSONDic
     stopped: list[int] = []
     result: JSONDict = {"case": case}
     try:
-        harness.wait_until("step 1", lambda: last_step(run) >= 1, 300)
+        harness.wait_until("step 1", lambda: harness.last_step(out) >= 1, 300)
         if case == CASES[0] and sample_s:
             pids = batch_side(job_id)
             first = sample(pids)
             time.sleep(sample_s)
             result["cost"] = cost(first, sample(pids))
-        harness.wait_until(f"step {BREAK_AT}", lambda: last_step(run) >= BREAK_AT, 300)
+        harness.wait_until(f"step {BREAK_AT}", lambda: harness.last_step(out) >= BREAK_AT, 300)
         if job_state(sandbox, job_id)["state"] != "RUNNING":
             raise RuntimeError(f"job {job_id} ended before its failure: {run}/job.out")
-        before = last_step(run)
+        before = harness.last_step(out)
         stopped = break_it(sandbox, case, run, job_id)
         broken = time.monotonic()
-        harness.wait_until("training again", lambda: resumed_step(run) is not None, 600)
+        harness.wait_until("training again", lambda: harness.resumed_step(out) is not None, 600)
         result["seconds"] = round(time.monotonic() - broken, 1)
-        result["steps_lost"] = max(0, before - (resumed_step(run) or 0) + 1)
+        result["steps_lost"] = max(0, before - (harness.resumed_step(out) or 0) + 1)
         harness.wait_until("the end", lambda: job_state(sandbox, job_id)["state"] in ENDED, 600)
         result.update(job_state(sandbox, job_id))
         text = (run / "job.out").read_text(errors="replace")

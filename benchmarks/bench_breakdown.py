@@ -70,12 +70,11 @@ def worker(
     import keras
     import tensorflow as tf
 
-    from benchmarks.bench_allreduce import ring_strategy
     from slurmtf.training import grad_reduce
     from slurmtf.training.steps import Steps
 
     build_model, INPUT_SHAPE = _model(model_name)
-    strategy, info = ring_strategy()
+    strategy, info = harness.ring_strategy()
     replicas = strategy.num_replicas_in_sync
     images = tf.random.uniform((batch, *INPUT_SHAPE))
     labels = tf.random.uniform((batch,), maxval=10, dtype=tf.int32)

@@ -135,9 +135,7 @@ def measure(nodes: int, work: Path) -> JSONDict:
 
 def reference_allreduce_gbps(sandbox: Sandbox, nodes: int, mbytes: float) -> float:
     """Bus bandwidth (Gbit/s) of ``bench_links``' all-reduce on the sandbox's links."""
-    from benchmarks import bench_links
-
-    size = int(mbytes * bench_links.MB)
+    size = int(mbytes * harness.MB)
     argv = [harness.python(), "-m", "benchmarks.bench_links", "--worker", "--iters", "5",
             "--sizes", str(size), "--dtypes", "fp32"]  # fmt: skip
     done = subprocess.run(["srun", f"-N{nodes}", "--ntasks-per-node=1", *argv],

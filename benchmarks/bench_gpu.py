@@ -249,8 +249,6 @@ def nccl_allreduce(sizes_mb: Sequence[int], iters: int) -> JSONDict:
 
 def model_cli(module: str, flags: Sequence[str], batch: int, steps: int, every: int) -> JSONDict:
     """examples/s of a bundled model's own training loop, from its progress lines."""
-    from benchmarks.bench_scaling import steady_rate
-
     argv = [
         harness.python(), "-m", module, *flags, "--use_synthetic_data",
         f"--batch_size={batch}", f"--train_steps={steps}", f"--log_every={every}",
@@ -260,7 +258,7 @@ def model_cli(module: str, flags: Sequence[str], batch: int, steps: int, every: 
         [argv], [harness.clean_env()], [None], timeout=1200, done_marker='"event": "done"'
     )
     harness.check_runs(runs, module)
-    rate, timed = steady_rate(runs[0].stdout, batch)
+    rate, timed = harness.steady_rate(runs[0].stdout, batch)
     return {"module": module, "flags": list(flags), "batch": batch, "examples_per_s": rate,
             "steps_per_s": rate / batch, "steps_timed": timed}  # fmt: skip
 

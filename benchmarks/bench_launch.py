@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness, protocol
-from benchmarks.bench_scaling import progress_events
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
 from slurmtf.sandbox import Sandbox
@@ -127,7 +126,7 @@ def mnist_job(sandbox: Sandbox, env: dict[str, str], work: Path, tag: str) -> JS
         seen = wait_for(
             {
                 "cluster_s": lambda: '"event": "cluster"' in _read(logs / "rank0.out"),
-                "first_step_s": lambda: bool(progress_events(_read(logs / "rank0.out"))),
+                "first_step_s": lambda: bool(harness.progress_events(_read(logs / "rank0.out"))),
             },
             start,
             timeout=600,
@@ -152,7 +151,7 @@ def end_job(sandbox: Sandbox, env: dict[str, str], work: Path, tag: str) -> JSON
     last_step = None
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        steps = progress_events(_read(logs / "rank0.out"))
+        steps = harness.progress_events(_read(logs / "rank0.out"))
         if last_step is None and steps and steps[-1]["step"] == steps[-1]["total"]:
             last_step = time.time()
         if not harness.queued(sandbox, job):

@@ -27,7 +27,6 @@ from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
 from slurmtf.events import emit, parse_events
 
-MB = 1 << 20
 RATES = ("unshaped", "10gbit", "2.5gbit", "1gbit")
 DTYPES = ("fp32", "bf16", "fp16")
 
@@ -36,10 +35,9 @@ def worker(sizes: Sequence[int], iters: int, dtypes: Sequence[str]) -> int:
     """One rank under srun: time the gradient all-reduce of each size and dtype."""
     import tensorflow as tf
 
-    from benchmarks.bench_allreduce import ring_strategy
     from slurmtf.training.grad_reduce import GradReduce, all_reduce
 
-    strategy, info = ring_strategy()
+    strategy, info = harness.ring_strategy()
 
     def make_step(spec: GradReduce) -> Any:
         def replica_fn(v: Any) -> Any:
@@ -102,7 +100,7 @@ def run(options: Options) -> JSONDict:
     rates = options.flag("rates", ",".join(RATES)).split(",")
     dtypes = options.flag("dtypes", ",".join(DTYPES)).split(",")
     nodes = options.flag("nodes", 2)
-    sizes = [mb * MB for mb in ((4, 16) if quick else (4, 16, 64))]
+    sizes = [mb * harness.MB for mb in ((4, 16) if quick else (4, 16, 64))]
     iters = 3 if quick else 5
     argv = [harness.python(), "-m", "benchmarks.bench_links", "--worker", "--iters", str(iters),
             "--sizes", ",".join(map(str, sizes)), "--dtypes", ",".join(dtypes)]  # fmt: skip
@@ -126,7 +124,7 @@ def rows(result: JSONDict) -> list[list[Any]]:
         for row in entry["results"]:
             busbw = row["busbw_bytes_per_s"]
             out.append([entry["rate"], entry["tcp_bits_per_s"] / 1e9, row["dtype"],
-                        row["bytes"] // MB, row["seconds"] * 1e3, busbw / 1e9,
+                        row["bytes"] // harness.MB, row["seconds"] * 1e3, busbw / 1e9,
                         busbw / cap if cap else None])  # fmt: skip
     return out
 

@@ -17,7 +17,6 @@ import sys
 import time
 
 from benchmarks import harness, protocol
-from benchmarks.bench_scaling import progress_events
 from benchmarks.harness import REPO, JSONDict
 from benchmarks.protocol import Benchmark, Options
 
@@ -71,7 +70,7 @@ def run_case(module: str, flags: list[str], interval: int, threads: int) -> dict
     proc = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)} failed:\n{proc.stderr[-2000:]}")
-    rates = [float(e["examples_per_sec"]) for e in progress_events(proc.stdout)]
+    rates = [float(e["examples_per_sec"]) for e in harness.progress_events(proc.stdout)]
     batch = next(int(f.split("=")[1]) for f in flags if f.startswith("--batch_size="))
     rate = rates[-1]
     return {

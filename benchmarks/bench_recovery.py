@@ -36,7 +36,6 @@ from pathlib import Path
 from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options
-from slurmtf.events import read_events
 from slurmtf.sandbox import Sandbox, nodefaults
 from slurmtf.sandbox.competitor import submit_competitor
 
@@ -64,25 +63,6 @@ def rank_process(job_id: str, rank: int) -> tuple[int, str] | None:
         return None
     node = harness.environ_of(pid).get(b"SLURMD_NODENAME", b"").decode()
     return pid, node
-
-
-def rank0_lines(run: Path) -> list[JSONDict]:
-    return read_events(run / "logs" / "rank0.out")
-
-
-def last_step(run: Path) -> int:
-    steps = [e["step"] for e in rank0_lines(run) if e.get("event") == "progress"]
-    return max(steps, default=0)
-
-
-def resumed_step(run: Path) -> int | None:
-    """The first step rank 0 logged after its second ``cluster`` event, if any yet."""
-    clusters = 0
-    for event in rank0_lines(run):
-        clusters += event.get("event") == "cluster"
-        if clusters >= 2 and event.get("event") == "progress":
-            return int(event["step"])
-    return None
 
 
 def submit(sandbox: Sandbox, kind: str, path: str, run: Path) -> str:
@@ -134,18 +114,21 @@ def mend(sandbox: Sandbox, stopped: list[int], job_id: str) -> None:
 def measure(sandbox: Sandbox, kind: str, path: str, work: Path) -> JSONDict:
     """One run: submit, break at step BREAK_AT with a competitor waiting, time the resume."""
     run = work / f"{kind}-{path}"
+    out = run / "logs" / "rank0.out"  # rank 0's events
     job_id = submit(sandbox, kind, path, run)
-    harness.wait_until(
-        "step 1", lambda: last_step(run) >= 1 or harness.job_state(sandbox, job_id) in ENDED, 300
-    )
-    if last_step(run) < 1:
+
+    def started() -> bool:
+        return harness.last_step(out) >= 1 or harness.job_state(sandbox, job_id) in ENDED
+
+    harness.wait_until("step 1", started, 300)
+    if harness.last_step(out) < 1:
         raise RuntimeError(f"job {job_id} ended before training: {run}/job.out")
     # Another job that needs at least one of our nodes: it can only start when we leave.
     rival = submit_competitor(sandbox, nodes=free_nodes(sandbox) + 1)
     stopped: list[int] = []
     try:
-        harness.wait_until(f"step {BREAK_AT}", lambda: last_step(run) >= BREAK_AT, 300)
-        before = last_step(run)
+        harness.wait_until(f"step {BREAK_AT}", lambda: harness.last_step(out) >= BREAK_AT, 300)
+        before = harness.last_step(out)
         stopped = break_it(sandbox, kind, job_id)
         broken = time.monotonic()
         state = ""
@@ -153,7 +136,7 @@ def measure(sandbox: Sandbox, kind: str, path: str, work: Path) -> JSONDict:
         def resumed_or_ended() -> bool:
             nonlocal state
             state = harness.job_state(sandbox, job_id)
-            return resumed_step(run) is not None or state in ENDED
+            return harness.resumed_step(out) is not None or state in ENDED
 
         harness.wait_until("training again", resumed_or_ended, 600)
         seconds = time.monotonic() - broken
@@ -162,7 +145,7 @@ def measure(sandbox: Sandbox, kind: str, path: str, work: Path) -> JSONDict:
     finally:
         rival.cancel()
         mend(sandbox, stopped, job_id)
-    resumed = resumed_step(run)
+    resumed = harness.resumed_step(out)
     if resumed is None:  # the job ended without training again: say how, from its log
         return {"kind": kind, "path": path, "ended": state, "why": last_line(run),
                 "seconds": None, "load": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip

@@ -58,26 +58,19 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kills", type=int, default=10, help="rank kills in a row (10)")
 
 
-def proc_figures(pid: int, proc: Path = Path("/proc")) -> dict[str, int] | None:
-    """Threads, open fds and RSS (kB) of ``pid``; ``None`` once it is gone."""
-    usage = harness.read_usage(pid, proc)
-    return None if usage is None else {"threads": usage.threads, "fds": usage.fds,
-                                       "rss_kb": usage.rss_kb}  # fmt: skip
-
-
 def sample(job_id: str, tasks: int) -> JSONDict:
     """One row: the batch bash, the slurmstepds (summed), each rank, the process counts."""
     procs = harness.job_processes(job_id)
     row: JSONDict = {"time": round(time.time(), 1)}
     (batch,) = procs.get("batch", [0])[:1] or [0]
-    for key, value in (proc_figures(batch) or {}).items():
+    for key, value in (harness.proc_figures(batch) or {}).items():
         row[f"batch_{key}"] = value
     row["batch_cpu_s"] = harness.cpu_seconds(batch)
-    stepds = [f for f in (proc_figures(p) for p in procs.get("stepd", [])) if f]
+    stepds = [f for f in (harness.proc_figures(p) for p in procs.get("stepd", [])) if f]
     row["stepds"] = len(stepds)
     for key in ("threads", "fds", "rss_kb"):
         row[f"stepd_{key}"] = sum(f[key] for f in stepds)
-    ranks = [proc_figures(p) for r in range(tasks) for p in procs.get(f"rank{r}", [])]
+    ranks = [harness.proc_figures(p) for r in range(tasks) for p in procs.get(f"rank{r}", [])]
     row["rank_processes"] = sum(len(procs.get(f"rank{r}", [])) for r in range(tasks))
     for key in ("threads", "fds", "rss_kb"):
         row[f"rank_{key}"] = [f[key] if f else None for f in ranks]

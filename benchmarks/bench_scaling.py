@@ -13,7 +13,6 @@ All counts are measured in one run, alternating, ``repeats`` times; medians are 
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ from benchmarks import harness, protocol
 from benchmarks.harness import JSONDict
 from benchmarks.protocol import Benchmark, Options, figure
 from slurmtf.cluster.ports import free_port_base
-from slurmtf.events import named, parse_events
+from slurmtf.events import parse_events
 
 DONE = '"event": "done"'  # every rank prints this JSON event line when training ends
 
@@ -53,35 +52,6 @@ MODELS = (
     Model("CIFAR ResNet-20", "models.resnet", PER_BN, 128, RESNET20_PARAMS),
     Model("CIFAR ResNet-20", "models.resnet", PER_BN, 512, RESNET20_PARAMS, 24, 6),
 )  # fmt: skip
-
-
-def progress_events(stdout: str) -> list[JSONDict]:
-    """The chief's ``progress`` events (step, total, loss, accuracy, examples_per_sec)."""
-    return named(parse_events(stdout), "progress")
-
-
-def steady_rate(stdout: str, global_batch: int) -> tuple[float, int]:
-    """Examples/s over every progress interval after the first; (rate, steps timed).
-
-    Each ``progress`` event (the chief's stdout) reports the rate of the interval since
-    the previous one; the overall rate is total examples over total time, so intervals
-    are weighted by time.
-    """
-    points = [(int(e["step"]), float(e["examples_per_sec"])) for e in progress_events(stdout)]
-    if len(points) < 2:
-        raise ValueError(f"need at least 2 progress events to skip the first, got {len(points)}")
-    examples = seconds = 0.0
-    steps = 0
-    for (prev, _), (step, rate) in itertools.pairwise(points):
-        n = step - prev
-        if n <= 0 or rate <= 0:
-            continue
-        examples += n * global_batch
-        seconds += n * global_batch / rate
-        steps += n
-    if seconds <= 0:
-        raise ValueError("no timed interval in the progress events")
-    return examples / seconds, steps
 
 
 def worker_counts(n_cores: int) -> list[int]:
@@ -123,7 +93,7 @@ def run_model(
     )
     harness.check_runs(runs, f"{model.name} with {n} workers")
     cluster = next(e for e in parse_events(runs[0].stdout) if e["event"] == "cluster")
-    rate, timed = steady_rate(runs[0].stdout, global_batch)
+    rate, timed = harness.steady_rate(runs[0].stdout, global_batch)
     return {
         "workers": n,
         "global_batch": global_batch,

@@ -12,9 +12,10 @@ with T CPUs each (every node its own network namespace, ``link="unshaped"``) run
   ``MemAvailable`` before the sandbox and then;
 * launch: seconds from ``sbatch`` to every rank's process running, and to the chief's
   first ``progress`` (every rank registered with it);
-* the supervisor while every rank runs: its CPU seconds per minute (``/proc/PID/stat``
-  over ``--window`` s), then the files it opens or stats under the job's log folder per
-  look (``strace -f -e trace=openat,stat,lstat,newfstatat,statx,access`` for 15 s);
+* the supervisor while every rank runs: its CPU seconds per minute
+  (:func:`benchmarks.harness.cpu_seconds` over ``--window`` s), then the files it opens
+  or stats under the job's log folder per look
+  (``strace -f -e trace=openat,stat,lstat,newfstatat,statx,access`` for 15 s);
 * ``slurmtf status JOB`` and ``slurmtf logs JOB`` (rank 0 and the last rank): wall time;
 * a SIGKILLed rank: seconds to the step's end (its srun gone), to the supervisor's decision
   (the time in its record), to every rank of the next step running and to its chief's first

@@ -1,15 +1,18 @@
-"""Shared pieces of the benchmarks: the pure math, table rendering, machine facts, a
-launcher for local worker processes that look like Slurm tasks to the resolver, and a
-sandbox job's processes and state.
+"""Shared pieces of the benchmarks, the one module through which they share helpers (a
+benchmark imports no other; ``protocol`` is their shape): the pure math, table rendering,
+the chief's progress (rates, the last and the resumed step), the RING strategy of the
+all-reduce workers, machine facts, a launcher for local worker processes that look like
+Slurm tasks to the resolver, and a sandbox job's processes, their resources and state.
 
 The pure functions (``efficiency``, ``bus_bandwidth``, ``markdown_table``, ``fake_slurm_env``,
-``parse_events``) are unit-tested; everything that starts processes is not timed by tests.
+``steady_rate``) are unit-tested; everything that starts processes is not timed by tests.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import itertools
 import os
 import platform
 import signal
@@ -23,11 +26,12 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from slurmtf.events import read_events
+from slurmtf.events import named, parse_events, read_events
 from slurmtf.local.step import LocalStep, scrubbed_env, start_rank
 
 REPO = Path(__file__).resolve().parent.parent
 JSONDict = dict[str, Any]
+MB = 1 << 20
 
 
 # ---------------------------------------------------------------------------- math
@@ -117,6 +121,73 @@ def _looks_numeric(cell: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+# ---------------------------------------------------------------------------- progress
+def progress_events(stdout: str) -> list[JSONDict]:
+    """The chief's ``progress`` events (step, total, loss, accuracy, examples_per_sec)."""
+    return named(parse_events(stdout), "progress")
+
+
+def steady_rate(stdout: str, global_batch: int) -> tuple[float, int]:
+    """Examples/s over every progress interval after the first; (rate, steps timed).
+
+    Each ``progress`` event (the chief's stdout) reports the rate of the interval since
+    the previous one; the overall rate is total examples over total time, so intervals
+    are weighted by time.
+    """
+    points = [(int(e["step"]), float(e["examples_per_sec"])) for e in progress_events(stdout)]
+    if len(points) < 2:
+        raise ValueError(f"need at least 2 progress events to skip the first, got {len(points)}")
+    examples = seconds = 0.0
+    steps = 0
+    for (prev, _), (step, rate) in itertools.pairwise(points):
+        n = step - prev
+        if n <= 0 or rate <= 0:
+            continue
+        examples += n * global_batch
+        seconds += n * global_batch / rate
+        steps += n
+    if seconds <= 0:
+        raise ValueError("no timed interval in the progress events")
+    return examples / seconds, steps
+
+
+def last_step(out: Path) -> int:
+    """The last step rank 0 logged in ``out`` (its stdout: ``progress`` events); 0 for none."""
+    steps = [e["step"] for e in read_events(out) if e.get("event") == "progress"]
+    return max(steps, default=0)
+
+
+def resumed_step(out: Path) -> int | None:
+    """The first step rank 0 logged in ``out`` after its second ``cluster`` event (a
+    restart or requeue), if any yet."""
+    clusters = 0
+    for event in read_events(out):
+        clusters += event.get("event") == "cluster"
+        if clusters >= 2 and event.get("event") == "progress":
+            return int(event["step"])
+    return None
+
+
+# ---------------------------------------------------------------------------- all-reduce
+def ring_strategy() -> tuple[Any, JSONDict]:
+    """MultiWorkerMirroredStrategy (RING) through the slurmtf resolver, and this rank's
+    ``rank`` and ``workers`` for its JSON line (imports TensorFlow: call it in a worker)."""
+    import tensorflow as tf
+
+    from slurmtf.resolver import cluster_resolver, resolve
+
+    layout = resolve()
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+        timeout_seconds=300.0,
+    )
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(
+        cluster_resolver=cluster_resolver(layout), communication_options=options
+    )
+    info = {"rank": layout.task_index, "workers": list(layout.workers)}
+    return strategy, info
 
 
 # ---------------------------------------------------------------------------- machine
@@ -349,13 +420,30 @@ def read_usage(pid: int, proc: Path = Path("/proc")) -> Usage | None:
                  anon_kb=kb.get("RssAnon", 0), file_kb=kb.get("RssFile", 0))  # fmt: skip
 
 
+def proc_figures(pid: int, proc: Path = Path("/proc")) -> dict[str, int] | None:
+    """Threads, open fds and RSS (kB) of ``pid`` (:func:`read_usage`) as a sample's
+    figures; ``None`` once it is gone."""
+    usage = read_usage(pid, proc)
+    return None if usage is None else {"threads": usage.threads, "fds": usage.fds,
+                                       "rss_kb": usage.rss_kb}  # fmt: skip
+
+
 def cpu_seconds(pid: int, proc: Path = Path("/proc")) -> float | None:
-    """User + system CPU seconds ``pid`` used so far (``/proc/PID/stat``)."""
+    """Seconds ``pid`` ran on a CPU so far, user and system, to the nanosecond: the sum
+    over its live threads of ``/proc/PID/task/TID/schedstat`` (its first field); ``None``
+    once it is gone.
+
+    Its own threads only, never its children (the supervisor's srun, a step's ranks), and
+    not threads that already ended: right for the processes the benchmarks follow, whose
+    threads live as long as they do (the supervisor and its heartbeat thread, the keeper,
+    the watcher); a slurmstepd's short-lived message threads are left out. Finer than
+    ``utime + stime`` of ``/proc/PID/stat``, counted in clock ticks (10 ms): a process that
+    reads a small file every few seconds uses less than one tick a minute."""
     try:
-        fields = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        tasks = list((proc / str(pid) / "task").iterdir())
+        return sum(int((t / "schedstat").read_text().split()[0]) for t in tasks) / 1e9
+    except (OSError, IndexError, ValueError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def processes(proc: Path = Path("/proc")) -> Iterator[tuple[int, list[bytes], list[bytes]]]:

@@ -6,9 +6,11 @@ Benchmarks are not timed tests: nothing here measures or asserts a speed.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +24,28 @@ from benchmarks import bench_resolver, harness, projection, run_all
 from benchmarks.protocol import Options
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+SHARED = {"benchmarks", "benchmarks.harness", "benchmarks.protocol"}
+
+
+def benchmark_imports(path: Path) -> set[str]:
+    """The benchmarks modules ``path`` imports (``from benchmarks import x`` names x)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("benchmarks")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("benchmarks"):
+            module = str(node.module)
+            names = [f"{module}.{a.name}" for a in node.names] if module == "benchmarks" else []
+            found |= {module, *names}
+    return found
+
+
+def test_benchmarks_share_helpers_through_the_harness_only() -> None:
+    crossed = {p.name: benchmark_imports(p) - SHARED for p in sorted(BENCHMARKS.glob("*.py"))}
+    assert {name: sorted(mods) for name, mods in crossed.items() if mods} == {}
+    assert "benchmarks.bench_scaling" in benchmark_imports(Path(__file__))  # the reader reads
 
 
 # ---------------------------------------------------------------------------- efficiency
@@ -261,6 +285,17 @@ def test_report_from_json(tmp_path: Path) -> None:
     assert "python -m x" in report
 
 
+@pytest.mark.slow
+def test_the_committed_report_is_the_one_its_json_files_make(tmp_path: Path) -> None:
+    """docs/benchmarks/results.md is ``run_all --report_only`` of the JSON files beside
+    it (rebuild it after writing one there); the plots go to a copy."""
+    committed = run_all.DEFAULT_OUT
+    for name in run_all.NAMES:
+        if (committed / f"{name}.json").exists():
+            shutil.copy(committed / f"{name}.json", tmp_path)
+    assert run_all.render_report(tmp_path) == (committed / "results.md").read_text()
+
+
 # ---------------------------------------------------------------------------- scaling
 PROGRESS_LOG = """\
 {"event": "cluster", "rank": 0, "synthetic": true}
@@ -271,19 +306,15 @@ PROGRESS_LOG = """\
 
 
 def test_steady_rate_skips_the_first_interval_and_weights_by_time() -> None:
-    from benchmarks.bench_scaling import steady_rate
-
-    rate, steps = steady_rate(PROGRESS_LOG, global_batch=100)
+    rate, steps = harness.steady_rate(PROGRESS_LOG, global_batch=100)
     # 10 steps at 400/s (2.5 s) + 20 steps at 200/s (10 s): 3,000 examples in 12.5 s.
     assert steps == 30
     assert rate == pytest.approx(3000 / 12.5)
 
 
 def test_steady_rate_needs_two_lines() -> None:
-    from benchmarks.bench_scaling import steady_rate
-
     with pytest.raises(ValueError, match="progress events"):
-        steady_rate(PROGRESS_LOG.splitlines()[1], global_batch=100)
+        harness.steady_rate(PROGRESS_LOG.splitlines()[1], global_batch=100)
 
 
 @pytest.mark.parametrize(
@@ -313,7 +344,7 @@ def test_scaling_and_allreduce_tables() -> None:
     text = bench_scaling.markdown(scaling)
     assert "| MNIST CNN | 2 | 100 | 900 | 450 | 0.900 |" in text
     assert "2 cores." in text
-    mb = bench_allreduce.MB
+    mb = harness.MB
     allreduce = {
         "allreduce": {"results": [{"bytes": 4 * mb, "seconds": 0.04, "busbw_bytes_per_s": 1e8}]},
         "tcp": {
@@ -378,10 +409,15 @@ def test_bench_restarts_finds_the_jobs_processes_by_kind(tmp_path: Path) -> None
     found = harness.job_processes("7", tmp_path)
     assert found == {"batch": [10], "stepd": [11], "other": [13], "rank1": [14]}
     assert harness.rank_pids("7", tmp_path) == {1: 14}
-    assert br.proc_figures(14, tmp_path) == {"threads": 9, "fds": 1, "rss_kb": 1234}
-    assert br.proc_figures(99, tmp_path) is None
-    (tmp_path / "10" / "stat").write_text("10 (python3) S 1 " + "0 " * 9 + "250 50 0 0\n")
-    assert harness.cpu_seconds(10, tmp_path) == 300 / os.sysconf("SC_CLK_TCK")
+    assert harness.proc_figures(14, tmp_path) == {"threads": 9, "fds": 1, "rss_kb": 1234}
+    assert harness.proc_figures(99, tmp_path) is None
+    assert harness.cpu_seconds(10, tmp_path) is None  # its thread's schedstat unreadable
+    (tmp_path / "10" / "task" / "10" / "schedstat").write_text("2500000000 7000 12\n")
+    (tmp_path / "14" / "task" / "15" / "schedstat").write_text("1000 0 1\n")
+    assert harness.cpu_seconds(10, tmp_path) == 2.5  # nanoseconds on a CPU, every thread
+    for tid in (14, *range(16, 23)):
+        (tmp_path / "14" / "task" / str(tid) / "schedstat").write_text("250000000 0 1\n")
+    assert harness.cpu_seconds(14, tmp_path) == pytest.approx(2.000001)
     assert (
         br.cpu_per_minute([{"time": 0, "batch_cpu_s": 1.0}, {"time": 120, "batch_cpu_s": 2.0}])
         == 0.5
@@ -433,9 +469,10 @@ def test_bench_recovery_reads_the_resumed_step_and_the_table(tmp_path: Path) -> 
              {"event": "progress", "step": 12}, {"event": "cluster"},
              {"event": "progress", "step": 11}]  # fmt: skip
     (logs / "rank0.out").write_text("".join(json.dumps(x) + "\n" for x in lines[:3]))
-    assert (brec.last_step(tmp_path), brec.resumed_step(tmp_path)) == (12, None)
+    out = logs / "rank0.out"
+    assert (harness.last_step(out), harness.resumed_step(out)) == (12, None)
     (logs / "rank0.out").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert brec.resumed_step(tmp_path) == 11
+    assert harness.resumed_step(out) == 11
     row = {"kind": "spare", "path": "in_place", "seconds": 25.2, "steps_lost": 2,
            "slurm_restarts": 0, "competitor_pending": True, "load": [2.0, 2.1, 2.2]}  # fmt: skip
     table = brec.markdown({"results": [row]})
@@ -543,8 +580,8 @@ def test_bench_batch_host_reads_cost_per_minute_and_renders() -> None:
     assert cost["watcher"] == {"threads": 1, "rss_kb": 20100, "cpu_s_per_min": 0.25}
     assert cost["keeper"]["cpu_s_per_min"] is None
     proc = Path(__file__).parent / "data" / "no-such-proc"
-    assert bb.cpu_time(os.getpid()) is not None
-    assert bb.cpu_time(1, proc) is None
+    assert harness.cpu_seconds(os.getpid()) is not None
+    assert harness.cpu_seconds(1, proc) is None
     result = {"slurm": "22.05.8", "slurmd_timeout": 60, "results": [
         {"case": "host_freeze", "seconds": 101.5, "steps_lost": 3, "restarts": "1",
          "state": "COMPLETED", "load": [1.0], "cost": cost}]}  # fmt: skip

@@ -16,7 +16,7 @@ import pytest
 
 from slurmtf.errors import InputError
 from slurmtf.training.flags import TrainConfig
-from slurmtf.training.grad_reduce import FP16_TARGET, GradReduce, fp16_exponent
+from slurmtf.training.grad_reduce import FP16_TARGET, GradReduce, fp16_scales
 from tests.helpers.datafiles import write_mnist
 from tests.helpers.localjobs import REPO, Job
 
@@ -39,15 +39,26 @@ def test_spec_validation_and_default() -> None:
         TrainConfig(bytes_per_pack=-1)
 
 
-@pytest.mark.parametrize(
-    ("bound", "exponent"),
-    [(1.0, 14), (3e-7, 35), (FP16_TARGET, 0), (1e5, -3), (0.0, 0), (math.inf, 0), (1e-40, 100)],
-)
-def test_fp16_exponent(bound: float, exponent: float) -> None:
-    assert fp16_exponent(bound) == exponent
-    if 0 < bound < math.inf and exponent < 100:
-        scaled = bound * 2.0**exponent
-        assert FP16_TARGET / 2 < scaled <= FP16_TARGET  # as large as safe, never above
+# (bound, the exponent of fp16_scales' scale): 2**14 the target, clipped at +-100, 0 (a
+# scale of 1) for bounds that are zero, negative, not finite, or subnormal in fp32 (1e-40,
+# 1e-38: flushed to zero by TensorFlow's CPU kernels).
+FP16_BOUNDS = [
+    (1.0, 14), (3e-7, 35), (FP16_TARGET, 0), (1e5, -3), (1e30, -86), (3e38, -100),
+    (1e-30, 100), (0.0, 0), (-1.0, 0), (math.inf, 0), (-math.inf, 0), (math.nan, 0),
+    (1e-38, 0), (1e-40, 0),
+]  # fmt: skip
+
+
+@pytest.mark.tf
+def test_fp16_scales() -> None:
+    import tensorflow as tf
+
+    bounds = [bound for bound, _ in FP16_BOUNDS]
+    scales = fp16_scales(tf.constant(bounds, tf.float32)).numpy().tolist()
+    assert [math.log2(s) for s in scales] == [exponent for _, exponent in FP16_BOUNDS]
+    for bound, scale in zip(bounds, scales, strict=True):
+        if 1e-30 < bound < 1e30:
+            assert FP16_TARGET / 2 < bound * scale <= FP16_TARGET  # as large as safe, no more
 
 
 _TWO_REPLICAS = """

@@ -38,20 +38,31 @@ def test_the_package_links_to_the_checkouts_scripts_one_copy_each() -> None:
     assert [s.name for s in jobscripts.bundled()] == NAMES
 
 
-def test_every_script_hands_over_with_the_one_canonical_block() -> None:
-    for script in jobscripts.bundled():
-        kind = script.name.removesuffix(".sbatch")
-        assert script.text.endswith(jobscripts.hand_over(kind)), f"{script.name}: not HAND_OVER"
+def handing_over(script: jobscripts.JobScript) -> str:
+    """A script's last lines, from its ``set -u``: how it hands the job to the supervisor,
+    with its own kind written ``KIND``."""
+    kind = script.name.removesuffix(".sbatch")
+    block = script.text[script.text.rindex("\nset -u\n") + 1 :]
+    return block.replace(f" job {kind} ", " job KIND ")
+
+
+def test_every_script_hands_over_with_the_same_block() -> None:
+    scripts = jobscripts.bundled()
+    blocks = {script.name: handing_over(script) for script in scripts}
+    assert blocks["mnist.sbatch"].endswith('\nexec $PY -m slurmtf job KIND -- "$@"\n')
+    assert set(blocks.values()) == {blocks["mnist.sbatch"]}, blocks
+    for script in scripts:
         code = [x for x in script.text.splitlines() if x.strip() and not x.lstrip().startswith("#")]
         assert len(code) <= 15, f"{script.name}: {len(code)} lines of code"
         assert '"event"' not in script.text, script.name
 
 
 def hand_over(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Run the canonical block in bash from an empty folder, the supervisor replaced by a
+    """Run the scripts' hand-over block in bash from an empty folder, the supervisor replaced by a
     line that prints the slurmtf the interpreter imports."""
-    block = jobscripts.hand_over("mnist").replace(
-        'exec $PY -m slurmtf job mnist -- "$@"',
+    mnist = next(script for script in jobscripts.bundled() if script.name == "mnist.sbatch")
+    block = handing_over(mnist).replace(
+        'exec $PY -m slurmtf job KIND -- "$@"',
         "$PY -c 'import slurmtf; print(\"loaded\", slurmtf.__file__)'",
     )
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "PYTHON"))}

@@ -1,5 +1,6 @@
-"""The nodes of the next step after a node is lost (runtime.recovery.decision.Nodes, job_nodes) and
-the watch during a step (runtime.recovery.evidence.watch_step): spares, ranges, strikes, probes."""
+"""The nodes of the next step after a node is lost (runtime.recovery.node_choice.Nodes,
+job_nodes) and the watch during a step (runtime.recovery.evidence.lost_in, probe_lost):
+spares, ranges, strikes, probes."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from slurmtf.runtime.job.settings import JobSettings, restart_in_place
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.decision import Budget, decide
 from slurmtf.runtime.recovery.endings import Attempt, TaskEnding
-from slurmtf.runtime.recovery.evidence import LogFiles, lost_in, probe_lost, watch_step
+from slurmtf.runtime.recovery.evidence import LogFiles, lost_in, probe_lost
 from slurmtf.runtime.recovery.node_choice import Nodes, job_nodes
 from slurmtf.runtime.slurm_calls import drained_nodes, probe_args
 
@@ -206,17 +207,27 @@ def test_drained_nodes_is_none_when_sinfo_fails() -> None:
     assert drained_nodes(ALLOC, broken) == ()
 
 
-def test_the_watch_names_a_lost_node_that_does_not_answer(tmp_path: Path) -> None:
-    lost, alive = watch_step(peer_lost_logs(tmp_path), Nodes(ALLOC), (), silent("node2"), 1)
+PEER_LOST = [{"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]}]
+
+
+def test_the_watch_names_a_lost_node_that_does_not_answer() -> None:
+    lost, alive = probe_lost(lost_in(PEER_LOST), Nodes(ALLOC), (), silent("node2"), 1)
     assert (lost, alive) == (("node2",), ())
 
 
-def test_the_watch_probes_a_node_once_and_leaves_one_that_answers(tmp_path: Path) -> None:
+def test_the_watch_probes_a_node_once_and_leaves_one_that_answers() -> None:
     runner = silent()
-    files = peer_lost_logs(tmp_path)
-    assert watch_step(files, Nodes(ALLOC), (), runner, 1) == ((), ("node2",))
-    assert watch_step(files, Nodes(ALLOC), ("node2",), runner, 1) == ((), ("node2",))
+    said = lost_in(PEER_LOST)
+    assert probe_lost(said, Nodes(ALLOC), (), runner, 1) == ((), ("node2",))
+    assert probe_lost(said, Nodes(ALLOC), ("node2",), runner, 1) == ((), ("node2",))
     assert runner.probed == ["node2"]
+
+
+def test_the_watch_leaves_excluded_nodes_unprobed() -> None:
+    runner = silent("node2")
+    left_out = Nodes(ALLOC, excluded=("node2",))
+    assert probe_lost(lost_in(PEER_LOST), left_out, (), runner, 1) == ((), ())
+    assert runner.probed == []
 
 
 def test_the_decision_after_the_watch_does_not_probe_again(tmp_path: Path) -> None:

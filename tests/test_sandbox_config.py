@@ -14,6 +14,7 @@ from slurmtf.errors import InputError
 from slurmtf.sandbox import Sandbox, daemons, sacct
 from slurmtf.sandbox import config as c
 from slurmtf.sandbox.config import SandboxConfig
+from tests.helpers.procs import pids_mentioning
 
 DATA = Path(__file__).parent / "data" / "sandbox"
 GOLDEN = SandboxConfig(dir=Path("/srv/sbx"), nodes=3, gpus_per_node=2, ctld_port=20000)
@@ -220,10 +221,10 @@ def test_daemon_start_and_stop_by_pid(tmp_path: Path) -> None:
     pid = daemons.start(argv, tmp_path / "out.log", dict(os.environ))
     assert daemons.alive(pid, marker)
     assert not daemons.alive(pid, marker + "-other")  # a reused PID is not ours
-    assert pid in daemons.pids_mentioning(marker)
+    assert pid in pids_mentioning(marker)
     assert daemons.stop({pid: marker}, timeout=5) == []
     assert not daemons.alive(pid, marker)
-    assert daemons.pids_mentioning(marker) == []
+    assert pids_mentioning(marker) == []
 
 
 def test_port_free_sees_a_listener() -> None:

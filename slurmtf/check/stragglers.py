@@ -40,8 +40,6 @@ from slurmtf.check.outliers import outliers
 COMPUTE_FACTOR = 1.5  # compute this many times the median of the others
 LINK_FACTOR = 3.0  # a node's fastest link this many times below the others' median
 MIN_COST = 0.10  # a straggler costs at least this share of each step
-DEFAULT_EVERY_S = 30.0  # --timing_every
-DEFAULT_WINDOW_S = 120.0  # --straggler_window
 
 
 @dataclass(frozen=True)

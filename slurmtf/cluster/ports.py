@@ -187,11 +187,6 @@ class PortPlan:
     source: str
     rule: str
 
-    @property
-    def moves(self) -> bool:
-        """Whether a restart gives the ranks other ports (not for a base the user fixed)."""
-        return self.source != "fixed"
-
 
 def plan_ports(
     local_ids: Sequence[int],

@@ -54,12 +54,6 @@ def read_new(path: Path, offset: int) -> tuple[list[str], int]:
     return data[:end].decode(errors="replace").splitlines(), offset + end
 
 
-def last_error(path: Path) -> str | None:
-    """The line of a rank's stderr that says what went wrong (``rank_error_line``), if any."""
-    found = last_error_at(path)
-    return found[0] if found else None
-
-
 def last_error_at(path: Path) -> tuple[str, int] | None:
     """The line of a rank's stderr that says what went wrong (``rank_error_line``) and
     the byte offset where it starts."""

@@ -147,18 +147,6 @@ def foreign_daemon(command: str, marker: str) -> bool:
     return daemon and f"{marker.rstrip('/')}/" not in command
 
 
-def pids_mentioning(text: str, exclude: Iterable[int] = ()) -> list[int]:
-    """Live processes whose command line contains ``text`` (e.g. a sandbox directory)."""
-    skip = set(exclude) | {os.getpid()}
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) not in skip:
-            pid = int(entry.name)
-            if text in cmdline(pid) and not is_zombie(pid):
-                found.append(pid)
-    return sorted(found)
-
-
 def signal_all(pids: Iterable[int], sig: signal.Signals) -> None:
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):

@@ -50,26 +50,18 @@ class SlurmRelease:
         return f"{self.year:02d}.{self.month:02d}"
 
 
-# The first release of each behaviour (Slurm's NEWS and source; docs/SLURM_VERSIONS.md).
+# The first release of each behaviour code branches on (Slurm's NEWS and source). What
+# differs without a branch (every release read the same way) is in docs/SLURM_VERSIONS.md.
 DEBIAN_12 = SlurmRelease(22, 5, 8)
 # cgroup.conf ``CgroupPlugin=disabled``: a node may run without the cgroup plugin.
 CGROUP_PLUGIN_DISABLED = SlurmRelease(24, 5)
-# sbatch/salloc export SLURM_TRES_PER_TASK and SLURM_TRES_BIND instead of
-# SLURM_GPUS_PER_TASK and SLURM_GPU_BIND; steps inherit --cpus-per-task (implies --exact).
-TRES_VARIABLES = SlurmRelease(23, 11)
-# srun exits non-zero when its step suffers a node failure (22.05: 0, "Node failure on X").
-SRUN_FAILS_ON_NODE_FAILURE = SlurmRelease(23, 2)
 # sacct reports an exit code above 128 as it is (before: 128 subtracted).
 SACCT_EXIT_ABOVE_128 = SlurmRelease(25, 11)
-# ``scontrol show job`` prints SubmitLine= (a running job's --nodes range shows there).
-SCONTROL_SUBMIT_LINE = SlurmRelease(25, 11)
 # slurmstepd tries a task's exit message to its srun 5 times, not 6 (MessageTimeout each).
 FIVE_TASK_EXIT_TRIES = SlurmRelease(25, 11)
 # slurmstepd arms the unkillable-step timer at a terminate request only for a step not yet
 # cancelled (before: at every one, also after its tasks ended, which drained the node).
 TERMINATE_MONITOR_CHECKED = SlurmRelease(26, 5)
-# The daemons accept client commands of the two releases before their own only.
-OLDEST_CLIENT_OF_26_05 = SlurmRelease(24, 11)
 
 
 def installed_release(runner: Runner, command: str = "sinfo") -> SlurmRelease:

@@ -15,31 +15,6 @@ from slurmtf.errors import InputError
 
 PACKAGE_DIR = "sbatch"  # slurmtf/sbatch/*.sbatch, package data
 
-# How every job script ends: it hands the job over to the supervisor (`slurmtf job KIND`),
-# found in a checkout or installed. The one definition; tests/test_job_scripts.py holds
-# each jobs/*.sbatch to it (KIND: the script's name).
-HAND_OVER = (
-    "set -u",
-    "# Hand the job to slurmtf's supervisor (`slurmtf job`, slurmtf/runtime/job/supervisor.py): it",
-    "# runs the steps, restarts them, requeues and ends with the job's status. A checkout's",
-    "# slurmtf (SLURMTF_REPO or the submit directory, first on PYTHONPATH), else the one the",
-    "# interpreter imports: SLURMTF_PYTHON, else PYTHON (the ranks' interpreter).",
-    'REPO="${SLURMTF_REPO:-${SLURM_SUBMIT_DIR:-$PWD}}"',
-    'export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"',
-    'PY="${SLURMTF_PYTHON:-${PYTHON:-python3}}"',
-    "if ! $PY -c 'import slurmtf' 2>/dev/null; then",
-    '    echo "$PY cannot import slurmtf. HINT: $PY -m pip install \\"slurmtf[gpu]\\" (or [cpu])," \\',  # noqa: E501
-    '         "or SLURMTF_REPO=<a checkout of slurmtf>" >&2',
-    "    exit 2",
-    "fi",
-    'exec $PY -m slurmtf job KIND -- "$@"',
-)
-
-
-def hand_over(kind: str) -> str:
-    """The hand-over block of the ``kind`` job script."""
-    return "\n".join(HAND_OVER).replace(" job KIND ", f" job {kind} ") + "\n"
-
 
 @dataclasses.dataclass(frozen=True)
 class JobScript:

@@ -65,10 +65,6 @@ def legacy_keras_selected(environ: dict[str, str] | None = None) -> bool:
     return env.get("TF_USE_LEGACY_KERAS", "").strip().lower() in ("1", "true", "yes")
 
 
-def is_enabled() -> bool:
-    return bool(_state["applied"])
-
-
 def enable_multiworker_fit(*, environ: dict[str, str] | None = None) -> bool:
     """Make Keras 3 ``fit``/``evaluate``/``predict`` and its file-writing callbacks work
     under ``MultiWorkerMirroredStrategy``. Idempotent; returns whether the fixes are on.

@@ -55,18 +55,14 @@ class GradReduce:
         return self.dtype != "fp32" or self.bytes_per_pack > 0
 
 
-def fp16_exponent(bound: float) -> float:
-    """The power of two (exponent) that scales a sum bounded by ``bound`` into fp16 safely.
+def fp16_scales(bound: Any) -> Any:
+    """The powers of two that scale sums bounded by ``bound`` (a float32 tensor, one bound
+    per tensor) into fp16 safely: the largest with ``bound * scale <= FP16_TARGET``, within
+    2**-100..2**100; 1 for a bound that is zero, negative or not finite.
 
-    Pure mirror of :func:`_fp16_scales` for one tensor: 0 for a zero or non-finite bound.
-    """
-    if not math.isfinite(bound) or bound <= 0:
-        return 0.0
-    exp = math.floor(math.log2(FP16_TARGET / bound))
-    return float(max(-_MAX_EXPONENT, min(_MAX_EXPONENT, exp)))
-
-
-def _fp16_scales(bound: Any) -> Any:
+    A subnormal float32 bound (below ~1.2e-38) counts as zero where TensorFlow flushes
+    subnormals (its CPU kernels do): scale 1. Its gradients are lost in fp16 either way,
+    since even 2**100 leaves them below fp16's smallest value (2**-24)."""
     import tensorflow as tf
 
     ok = tf.math.logical_and(tf.math.is_finite(bound), bound > 0)
@@ -92,7 +88,7 @@ def all_reduce(grads: Sequence[Any], spec: GradReduce) -> list[Any]:
     local_max = tf.stack([tf.reduce_max(tf.abs(g)) for g in wide])
     # The sum of every replica's largest |g| bounds every element of the summed tensor
     # (and every partial sum on the way), so the scaled fp16 sum cannot overflow.
-    scales = tf.unstack(_fp16_scales(ctx.all_reduce(total, local_max, options=options)))
+    scales = tf.unstack(fp16_scales(ctx.all_reduce(total, local_max, options=options)))
     packed = [tf.cast(g * s, tf.float16) for g, s in zip(wide, scales, strict=True)]
     summed = ctx.all_reduce(total, packed, options=options)
     return [

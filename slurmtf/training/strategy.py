@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 from slurmtf.errors import InputError
 from slurmtf.tf import coordination
@@ -21,19 +21,6 @@ log = logging.getLogger(__name__)
 EVALUATOR = "evaluator"
 # tf.errors raised when a collective or the start loses or waits too long for a peer.
 PEER_FAILURES = {"UnavailableError", "DeadlineExceededError", "AbortedError", "CancelledError"}
-
-
-class Layout(Protocol):
-    """The part of ``slurmtf.cluster.layout.ClusterLayout`` the strategy choice needs."""
-
-    @property
-    def num_workers(self) -> int: ...
-
-    @property
-    def task_index(self) -> int: ...
-
-    @property
-    def is_chief(self) -> bool: ...
 
 
 @dataclasses.dataclass(frozen=True)

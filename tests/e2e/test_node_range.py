@@ -18,12 +18,14 @@ from pathlib import Path
 import pytest
 
 from slurmtf.events import read_events
-from slurmtf.slurm.release import SCONTROL_SUBMIT_LINE
+from slurmtf.slurm.release import SlurmRelease
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, wait_until
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
+# ``scontrol show job`` prints SubmitLine= (the job's --nodes range) from Slurm 25.11.
+SUBMIT_LINE_FROM = SlurmRelease(25, 11)
 STEPS = 30
 BATCH = 12  # splits over 3 and over 2 workers
 ARGS = [
@@ -100,7 +102,7 @@ def test_a_range_job_without_min_nodes_never_trains_on_the_drained_node(
     check_two_workers_with_the_same_batch(job, node)
     show = slurm_sandbox.run(["scontrol", "show", "job", job.job_id]).stdout
     output = job.job_output()
-    if slurm_sandbox.sandbox.config().release >= SCONTROL_SUBMIT_LINE:
+    if slurm_sandbox.sandbox.config().release >= SUBMIT_LINE_FROM:
         assert "Restarts=0 " in show, show
         assert f"{node} left out, training on the 2 node(s) left (minimum 2)" in output, output
     else:

@@ -14,6 +14,7 @@ from slurmtf.cli.sandbox import main as sandbox_main
 from slurmtf.sandbox import Sandbox, daemons
 from slurmtf.slurm.release import SlurmRelease
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, require_sandbox_prereqs
+from tests.helpers.procs import pids_mentioning
 
 pytestmark = pytest.mark.slurm
 
@@ -175,7 +176,7 @@ def test_separate_sandbox_up_down_leaves_nothing(tmp_path_factory: pytest.TempPa
         assert not daemons.alive(pid, str(sbx_dir)), f"{name} (pid {pid}) survived down"
     assert [p for p in job_pids if not daemons.is_zombie(p)] == []
     assert daemons.pids_in_namespaces(namespaces) == []
-    assert daemons.pids_mentioning(str(sbx_dir)) == []
+    assert pids_mentioning(str(sbx_dir)) == []
     assert sandbox_main(["status", "--dir", str(sbx_dir)]) == 3
     assert sandbox_main(["down", "--dir", str(sbx_dir)]) == 0  # down again: harmless
 

@@ -25,16 +25,18 @@ if sys.argv[1] == "keras-first":
     import keras
 import tensorflow as tf
 from tensorflow.python.distribute import cross_device_utils
-from slurmtf.tf import keras_compat
-seen = {"unique_keys": cross_device_utils.CollectiveReplicaLauncher._prefer_unique_instance_key,
-        "keras_fix": keras_compat.is_enabled()}
+seen = {"unique_keys": cross_device_utils.CollectiveReplicaLauncher._prefer_unique_instance_key}
 import keras
 seen["keras3"] = keras.__version__.startswith("3.")
+seen["keras_fix"] = False
+if seen["keras3"]:
+    from keras.src.backend.tensorflow import trainer
+    # patched on every Keras 3 release; the patch wraps it (functools.update_wrapper)
+    seen["keras_fix"] = hasattr(trainer.reduce_per_replica, "__wrapped__")
 if sys.argv[1] == "keras-first" and seen["keras3"]:
     from slurmtf.resolver import cluster_resolver
     cluster_resolver()
-    from keras.src.backend.tensorflow import trainer
-    reduce = trainer.reduce_per_replica  # patched on every Keras 3 release
+    reduce = trainer.reduce_per_replica
     seen["wrapped_twice"] = hasattr(reduce.__wrapped__, "__wrapped__")
 print("SEEN", json.dumps(seen), flush=True)
 """

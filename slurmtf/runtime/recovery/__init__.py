@@ -24,7 +24,7 @@ import warnings
 from typing import Any
 
 _FORMER = frozenset({
-    "ACTIONS", "NO_NODES", "Budget", "Decision", "decide", "after_check", "after_supervisor",
+    "NO_NODES", "Budget", "Decision", "decide", "after_check", "after_supervisor",
     "after_batch_host", "as_requeue", "classify", "tolerate_workers",
 })  # fmt: skip
 

@@ -36,7 +36,6 @@ from slurmtf.runtime.rank import held_port
 from slurmtf.runtime.recovery.endings import Attempt, TaskEnding, tasks_status
 from slurmtf.runtime.recovery.node_choice import Nodes
 
-ACTIONS = ("done", "restart", "requeue", "stop")
 NO_NODES = Nodes()  # no allocation known: nothing to leave out or choose
 
 
@@ -54,10 +53,10 @@ class Budget:
 
 @dataclasses.dataclass(frozen=True)
 class Decision:
-    """What to do next: ``action`` (one of :data:`ACTIONS`), ``why`` (this attempt's
-    ending in words), the job's exit ``status`` for ``stop``, the nodes to leave out of
-    the next step or the requeued job, and ``restart``: the attempt number that follows
-    (restarts in place + requeues)."""
+    """What to do next: ``action`` (``done``, ``restart``, ``requeue`` or ``stop``),
+    ``why`` (this attempt's ending in words), the job's exit ``status`` for ``stop``, the
+    nodes to leave out of the next step or the requeued job, and ``restart``: the attempt
+    number that follows (restarts in place + requeues)."""
 
     action: str
     why: str

@@ -53,8 +53,8 @@ _SIGNAL_WORDS = (
 OWN_CRASHES = frozenset({"SIGSEGV", "SIGBUS", "SIGILL", "SIGFPE", "SIGABRT"})
 _TASK_LINE = re.compile(r"tasks? ([0-9][0-9,-]*): (.*)$")
 _EXIT_CODE = re.compile(r"Exited with exit code (\d+)$")
-# srun's status after a node failure from Slurm 23.02 (slurmtf.slurm.release
-# SRUN_FAILS_ON_NODE_FAILURE).
+# srun's status after a node failure from Slurm 23.02 (22.05: the tasks' status; read the
+# same on every release by tasks_status, docs/SLURM_VERSIONS.md).
 NODE_FAILURE_STATUS = 1
 
 

@@ -92,14 +92,6 @@ def own_error(text: str, python: str = "python3") -> str:
     return line
 
 
-def watch_step(
-    files: LogFiles, nodes: Nodes, probed: Sequence[str], runner: Runner, timeout: float
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """:func:`probe_lost` of the nodes every rank's log says its peers lost so far (the
-    supervisor reads them from the nodes' files instead: :func:`lost_in`)."""
-    return probe_lost(read_attempt(0, files).lost_nodes(), nodes, probed, runner, timeout)
-
-
 def lost_in(events: Sequence[Event], srun_text: str = "") -> tuple[str, ...]:
     """The nodes that ``peer_lost`` events among ``events`` name, in order of mention, then
     srun's failed nodes in ``srun_text`` (``Node failure on NODE``); none without such an
