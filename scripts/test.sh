@@ -70,7 +70,9 @@ export SLURMTF_STRICT_PREREQS=1
 # workers has passed on a quiet machine.
 workers="${SLURMTF_TEST_WORKERS:-0}"
 parallel=()
-[ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile)
+# --no-loadscope-reorder: the modules come longest first (tests/conftest.py, from
+# tests/module_seconds.json), not by their number of tests.
+[ "$workers" = 0 ] || parallel=(-n "$workers" --dist loadfile --no-loadscope-reorder)
 status=0
 "$PYTHON" -m pytest "${parallel[@]}" --durations="${SLURMTF_TEST_DURATIONS:-25}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then

@@ -14,7 +14,21 @@ import submitit  # noqa: F401
 
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.local.step import is_scrubbed
+from tests.helpers.durations import longest_first, read_seconds
 from tests.helpers.localjobs import Cluster, Job
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """On pytest-xdist workers (``scripts/test.sh`` with ``SLURMTF_TEST_WORKERS``), the
+    longest modules first by tests/module_seconds.json (:mod:`tests.helpers.durations`);
+    every worker orders alike, so their collections stay equal. One process keeps
+    pytest's order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    root = config.rootpath
+    modules = list(dict.fromkeys(str(item.path.relative_to(root)) for item in items))
+    rank = {module: i for i, module in enumerate(longest_first(modules, read_seconds()))}
+    items.sort(key=lambda item: rank[str(item.path.relative_to(root))])
 
 
 class FakeSlurmEnv:
