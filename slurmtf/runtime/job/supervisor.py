@@ -43,6 +43,7 @@ from types import FrameType
 from slurmtf.cluster.step_flags import het_task_counts
 from slurmtf.events import NODE_EVENTS_VAR, node_events_path
 from slurmtf.monitor import records
+from slurmtf.monitor.tracker_runs import job_run_env
 from slurmtf.runtime import slurm_calls
 from slurmtf.runtime.batch_host.heartbeat import Beat, Heartbeat, beat_path, read_beat
 from slurmtf.runtime.batch_host.keeper import Ending
@@ -287,6 +288,7 @@ class Supervisor:
         if self.attempt:
             env["SLURM_RESTART_COUNT"] = str(self.attempt)
         env[NODE_EVENTS_VAR] = self.job.node_events  # SLURMTF_NODE_EVENTS
+        env.update(job_run_env(env, log))  # SLURMTF_MLFLOW_RUN_ID, SLURMTF_MLFLOW_LAST_STEP
         if command.done_file is not None:
             with contextlib.suppress(OSError):
                 command.done_file.unlink()
