@@ -55,6 +55,7 @@ def test_other_ranks_log_nowhere_that_counts() -> None:
     assert env["WANDB_MODE"] == "disabled"
     assert "MLFLOW_RUN_ID" not in env
     assert env["MLFLOW_TRACKING_URI"] == "file:///scratch/slurmtf-mlruns-1234-rank2"
+    assert env["MLFLOW_ALLOW_FILE_STORE"] == "true"
     assert given["MLFLOW_RUN_ID"] == "user"  # the input is left as it was
 
 
@@ -215,3 +216,46 @@ def test_a_job_without_trackers_imports_neither() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def step_env(rank: int) -> dict[str, str]:
+    """Rank ``rank`` of a 2-task step of job 1234 on this machine, with free ports."""
+    from slurmtf.cluster.ports import free_port_base
+
+    return {
+        **JOB, "SLURM_STEP_NODELIST": "localhost", "SLURM_STEP_TASKS_PER_NODE": "2",
+        "SLURM_STEP_NUM_TASKS": "2", "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank),
+        "SLURM_NODEID": "0", "SLURMD_NODENAME": "localhost",
+        "SLURMTF_PORT_BASE": str(free_port_base(2)),
+        "MLFLOW_TRACKING_URI": "http://127.0.0.1:9", tracking.RUN_ID_ENV: "abc", "TMPDIR": "/t",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_submit_launcher_gives_its_child_the_ranks_variables(rank: int) -> None:
+    from slurmtf.resolver import resolve
+    from slurmtf.runtime.rank.launcher import child_environment
+
+    environ = step_env(rank)
+    env = child_environment(environ, resolve(environ))
+    if rank == 0:
+        assert (env["WANDB_RUN_ID"], env["MLFLOW_RUN_ID"]) == ("slurm-1234", "abc")
+    else:
+        assert env["WANDB_MODE"] == "disabled"
+        assert env["MLFLOW_TRACKING_URI"] == "file:///t/slurmtf-mlruns-1234-rank1"
+        assert "MLFLOW_RUN_ID" not in env
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_slurmtf_run_sets_the_ranks_variables_before_the_script(rank: int) -> None:
+    from slurmtf.runtime.rank.script import prepare_task
+
+    environ = step_env(rank)
+    layout = prepare_task(environ)
+    assert layout.is_chief is (rank == 0)
+    assert "TF_CONFIG" in environ
+    if rank == 0:
+        assert (environ["WANDB_RESUME"], environ["MLFLOW_RUN_ID"]) == ("allow", "abc")
+    else:
+        assert environ["WANDB_MODE"] == "disabled"
+        assert environ["MLFLOW_TRACKING_URI"].startswith("file:///t/")

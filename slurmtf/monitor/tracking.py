@@ -13,7 +13,8 @@ imported):
   run by its tag ``slurmtf.job=<key>`` (or makes it: :mod:`slurmtf.monitor.tracker_runs`)
   and hands its id to the ranks as ``SLURMTF_MLFLOW_RUN_ID``; the chief gets it as
   ``MLFLOW_RUN_ID`` (``mlflow.start_run()`` then resumes that run); the other ranks get no
-  run id and a tracking URI of their own throwaway local store, so their ``start_run()``
+  run id and a tracking URI of their own throwaway local store (a ``file:`` store, with
+  ``MLFLOW_ALLOW_FILE_STORE=true``, which MLflow 3.7+ asks for), so their ``start_run()``
   makes nothing on the server.
 
 Values the user set win: a ``WANDB_RUN_ID``, ``WANDB_RESUME`` or ``MLFLOW_RUN_ID`` in the
@@ -117,6 +118,7 @@ def rank_env(
         env.pop("MLFLOW_RUN_ID", None)
         where = tmp or environ.get("TMPDIR") or "/tmp"
         env["MLFLOW_TRACKING_URI"] = throwaway_store(where, key, rank)
+        env.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")  # MLflow 3.7+ refuses file: else
     return env
 
 
