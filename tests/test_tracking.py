@@ -259,3 +259,20 @@ def test_slurmtf_run_sets_the_ranks_variables_before_the_script(rank: int) -> No
     else:
         assert environ["WANDB_MODE"] == "disabled"
         assert environ["MLFLOW_TRACKING_URI"].startswith("file:///t/")
+
+
+def test_the_chief_of_a_parameter_server_job_resumes_the_jobs_runs() -> None:
+    """``slurmtf serve -- COMMAND`` on the chief: the command gets the chief's variables."""
+    from slurmtf.local.step import LocalStep, scrubbed_env
+
+    step = LocalStep(nodes=("localhost",), tasks_per_node=3, job_id="1234")
+    extra = {"SLURMTF_JOBS": "chief:1,ps:1,worker", "SLURMTF_PORT_BASE": "15100",
+             "MLFLOW_TRACKING_URI": "http://127.0.0.1:9", tracking.RUN_ID_ENV: "abc"}  # fmt: skip
+    env = scrubbed_env(extra=step.rank_env(0) | extra)
+    show = "import os; print(os.environ['MLFLOW_RUN_ID'], os.environ['WANDB_RUN_ID'])"
+    done = subprocess.run(
+        [sys.executable, "-m", "slurmtf.serve", "--", sys.executable, "-c", show],
+        env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["abc", "slurm-1234"]

@@ -10,17 +10,32 @@ not the job: the chief's ``start_run()`` then makes a run of its own.
 from __future__ import annotations
 
 import importlib.util
-from collections.abc import Callable, Mapping
+import sys
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from slurmtf.monitor.tracking import (
     JOB_TAG,
     LAST_STEP_ENV,
     RUN_ID_ENV,
+    export_rank_env,
     job_key,
     run_name,
     wants_mlflow,
 )
+
+
+def export_tracker_env(environ: MutableMapping[str, str], *, chief: bool, rank: int) -> None:
+    """This rank's tracker variables into ``environ`` (before the user's script). Without a
+    supervisor or local runner that found the job's MLflow run (SLURMTF_MLFLOW_RUN_ID,
+    SLURMTF_MLFLOW_LAST_STEP), the chief asks itself."""
+    if chief and RUN_ID_ENV not in environ:
+        environ.update(job_run_env(environ, _to_stderr))
+    export_rank_env(environ, chief=chief, rank=rank)
+
+
+def _to_stderr(line: str) -> None:
+    print(f"slurmtf: {line}", file=sys.stderr, flush=True)
 
 
 def job_run_env(

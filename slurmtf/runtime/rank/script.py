@@ -61,8 +61,7 @@ from slurmtf.cluster.ports import free_port_base
 from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
 from slurmtf.datasets.stage import resolve_data_dir, staged_args
 from slurmtf.events import emit
-from slurmtf.monitor import tracking
-from slurmtf.monitor.tracker_runs import job_run_env
+from slurmtf.monitor.tracker_runs import export_tracker_env
 from slurmtf.resolver import export_tf_config
 from slurmtf.runtime.rank import allocator, teardown
 from slurmtf.runtime.rank.held_port import check_port
@@ -103,21 +102,8 @@ def prepare_task(environ: MutableMapping[str, str] = os.environ) -> ClusterLayou
     check_port(layout)  # before the script's TensorFlow binds it
     apply_gpu_split(layout, environ)
     export_tf_config(layout, environ)
-    export_tracker_env(layout, environ)
+    export_tracker_env(environ, chief=layout.is_chief, rank=layout.task_index)
     return layout
-
-
-def _say(line: str) -> None:
-    print(f"slurmtf: {line}", file=sys.stderr, flush=True)
-
-
-def export_tracker_env(layout: ClusterLayout, environ: MutableMapping[str, str]) -> None:
-    """The job's one tracker run for this rank (:mod:`slurmtf.monitor.tracking`). Without
-    a supervisor or local runner that found the job's MLflow run (SLURMTF_MLFLOW_RUN_ID,
-    SLURMTF_MLFLOW_LAST_STEP), the chief asks itself."""
-    if layout.is_chief and tracking.RUN_ID_ENV not in environ:
-        environ.update(job_run_env(environ, _say))
-    tracking.export_rank_env(environ, chief=layout.is_chief, rank=layout.task_index)
 
 
 class _ImportWatch(importlib.abc.MetaPathFinder):
