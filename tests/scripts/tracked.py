@@ -50,6 +50,7 @@ def main() -> int:
         if rank == 0:
             emit("progress", step=step, total=args.steps)
             if step % args.checkpoint_every == 0:
+                args.model_dir.mkdir(parents=True, exist_ok=True)
                 (args.model_dir / "step.tmp").write_text(str(step))
                 (args.model_dir / "step.tmp").replace(checkpoint)
     board.finish()
