@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -202,6 +203,21 @@ def test_a_server_that_fails_costs_a_line_not_the_job() -> None:
     assert job_run_env({**JOB, **URI}, said.append, Down()) == {}
     assert "refused" in said[0]
     assert "1234" in said[0]
+
+
+def test_the_look_up_is_bounded_unless_the_job_set_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from slurmtf.monitor.tracker_runs import BOUNDS, bounded
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "60")
+    for name in BOUNDS:
+        if name != "MLFLOW_HTTP_REQUEST_TIMEOUT":
+            monkeypatch.delenv(name, raising=False)
+    with bounded(BOUNDS):
+        inside = {name: os.environ[name] for name in BOUNDS}
+    assert inside == {**BOUNDS, "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
+    assert [name for name in BOUNDS if name in os.environ] == ["MLFLOW_HTTP_REQUEST_TIMEOUT"]
 
 
 def test_a_job_without_trackers_imports_neither() -> None:

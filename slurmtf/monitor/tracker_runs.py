@@ -9,9 +9,11 @@ not the job: the chief's ``start_run()`` then makes a run of its own.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import os
 import sys
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from slurmtf.monitor.tracking import (
@@ -23,6 +25,15 @@ from slurmtf.monitor.tracking import (
     run_name,
     wants_mlflow,
 )
+
+# MLflow's HTTP client retries a server that does not answer for about 4 minutes (7
+# retries, backoff factor 2, measured): the look-up is bounded to seconds instead
+# (retries 1 s and 2 s apart, 10 s per request), unless the job sets these itself.
+BOUNDS = {
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+}
 
 
 def export_tracker_env(environ: MutableMapping[str, str], *, chief: bool, rank: int) -> None:
@@ -55,7 +66,8 @@ def job_run_env(
 
         client = MlflowClient(tracking_uri=environ.get("MLFLOW_TRACKING_URI") or None)
     try:
-        run_id, last = find_or_create(client, environ, key)
+        with bounded(BOUNDS):
+            run_id, last = find_or_create(client, environ, key)
     except Exception as exc:  # any failure of the server: the job goes on
         say(f"MLflow: cannot find or make the run of job {key} ({type(exc).__name__}: {exc})")
         return {}
@@ -63,6 +75,19 @@ def job_run_env(
     if last >= 0:
         env[LAST_STEP_ENV] = str(last)
     return env
+
+
+@contextlib.contextmanager
+def bounded(bounds: Mapping[str, str]) -> Iterator[None]:
+    """``bounds`` in ``os.environ`` (where MLflow's client reads them) for the look-up
+    only, each where the environment has none; as it was afterwards."""
+    added = [name for name in bounds if name not in os.environ]
+    os.environ.update({name: bounds[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 def find_or_create(client: Any, environ: Mapping[str, str], key: str) -> tuple[str, int]:
