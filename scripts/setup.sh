@@ -35,7 +35,7 @@ if ! command -v chromium >/dev/null && [ "$(id -u)" -eq 0 ]; then
         || { apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium >/dev/null; }
 fi
 
-if ! "$PYTHON" -c 'import slurmtf, tensorflow, submitit, hostlist, absl, pytest, xdist, hypothesis, sklearn' 2>/dev/null \
+if ! "$PYTHON" -c 'import slurmtf, tensorflow, submitit, hostlist, absl, pytest, xdist, hypothesis, sklearn, mlflow, wandb' 2>/dev/null \
    || ! "$PYTHON" - <<'PY' 2>/dev/null
 # The linters pinned in the dev extra ("name==version") are the installed ones.
 import importlib.metadata, tomllib

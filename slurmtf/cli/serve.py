@@ -27,6 +27,7 @@ from slurmtf.cluster.layout import ClusterLayout, build_layout
 from slurmtf.contracts import EXIT_FAILURE
 from slurmtf.errors import InputError
 from slurmtf.events import emit
+from slurmtf.monitor.tracker_runs import export_tracker_env
 from slurmtf.resolver import export_tf_config
 from slurmtf.runtime.rank.chief_watch import POLL_S, START_TIMEOUT_S, ChiefNeverStarted
 from slurmtf.runtime.rank.servers import (
@@ -100,6 +101,8 @@ def _run(args: argparse.Namespace) -> int:
     layout = build_layout(read_slurm_env(os.environ), jobs=args.jobs, jobs_name="--jobs")
     if layout.roles is not None and layout.task_type not in SERVER_ROLES and command:
         export_tf_config(layout)
+        # the job's one tracker run, on the chief (an evaluator logs nowhere that counts)
+        export_tracker_env(os.environ, chief=layout.is_chief, rank=layout.task_index)
         try:
             os.execvp(command[0], command)
         except OSError as exc:

@@ -35,6 +35,7 @@ from typing import TextIO
 from slurmtf.contracts import EXIT_PREEMPTED, rank_log_paths
 from slurmtf.local.step import LocalStep, node_names, start_rank
 from slurmtf.monitor.status import summary
+from slurmtf.monitor.tracker_runs import job_run_env
 from slurmtf.runtime.rank.launcher import LOCAL_ENV, job_id_of
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.endings import srun_words
@@ -145,8 +146,10 @@ def run_attempts(spec: JobSpec, params: Mapping[str, str], ids: Mapping[str, str
     attempt = restarts_so_far(read_record(spec.folder, job_id), 0)
     while True:
         files = at_the_end(files, spec.num_tasks)
-        status = run_point(
-            spec, params, ids, spec_file=spec_file, environ=environ, restarts=attempt
+        named = {**environ, **ids, "SLURM_JOB_NAME": spec.job_name}
+        run = job_run_env(named, lambda line: print(f"slurmtf: {line}", file=out, flush=True))
+        status = run_point(  # SLURMTF_MLFLOW_RUN_ID, SLURMTF_MLFLOW_LAST_STEP
+            spec, params, ids, spec_file=spec_file, environ={**environ, **run}, restarts=attempt
         )
         step = Step(job_id, status, spec.max_requeues, on_this_machine=True)
         decision, line = decide_and_record(step, files)

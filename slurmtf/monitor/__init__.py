@@ -10,8 +10,11 @@
 - ``sweeps``: a sweep's points, from Slurm and the logs.
 - ``board``: TensorBoard over its runs (``slurmtf tensorboard``).
 - ``hparams``: a sweep in TensorBoard's HParams dashboard.
+- ``tracking``: one MLflow / W&B run per job, the ids and each rank's variables (pure).
+- ``tracker_runs``: the job's MLflow run, found or made on the server (the edge).
 
 May import: ``slurmtf.slurm``, ``slurmtf.spec``, ``slurmtf.check`` (stragglers),
-``slurmtf.runtime.recovery.record`` (the job's recovery record, read) and the vocabulary.
-Never TensorFlow (TensorBoard's package, optional, runs without it).
+``slurmtf.runtime.recovery.record`` (the job's recovery record, read), ``slurmtf.cluster.env``
+(the job's ids) and the vocabulary. Never TensorFlow (TensorBoard's package, optional, runs
+without it); MLflow only in ``tracker_runs``, when the job uses it.
 """

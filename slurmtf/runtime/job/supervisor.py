@@ -43,6 +43,7 @@ from types import FrameType
 from slurmtf.cluster.step_flags import het_task_counts
 from slurmtf.events import NODE_EVENTS_VAR, node_events_path
 from slurmtf.monitor import records
+from slurmtf.monitor.tracker_runs import job_run_env
 from slurmtf.runtime import slurm_calls
 from slurmtf.runtime.batch_host.heartbeat import Beat, Heartbeat, beat_path, read_beat
 from slurmtf.runtime.batch_host.keeper import Ending
@@ -53,7 +54,7 @@ from slurmtf.runtime.job.check_first import CheckFirst
 from slurmtf.runtime.job.children import Child
 from slurmtf.runtime.job.commands import RankCommand, find_model, rank_command
 from slurmtf.runtime.job.follow import Copier, EventFollower, sizes
-from slurmtf.runtime.job.settings import MODEL_KINDS, JobSettings
+from slurmtf.runtime.job.settings import MODEL_KINDS, TRACKED_KINDS, JobSettings
 from slurmtf.runtime.job.srun_flags import cpus_note, gpu_bind, resv_ports, step_tasks
 from slurmtf.runtime.job.staging import Staging
 from slurmtf.runtime.job.step_nodes import (
@@ -287,6 +288,8 @@ class Supervisor:
         if self.attempt:
             env["SLURM_RESTART_COUNT"] = str(self.attempt)
         env[NODE_EVENTS_VAR] = self.job.node_events  # SLURMTF_NODE_EVENTS
+        if self.job.kind in TRACKED_KINDS:  # SLURMTF_MLFLOW_RUN_ID, SLURMTF_MLFLOW_LAST_STEP
+            env.update(job_run_env(env, log))
         if command.done_file is not None:
             with contextlib.suppress(OSError):
                 command.done_file.unlink()

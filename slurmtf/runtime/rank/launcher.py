@@ -47,6 +47,7 @@ from slurmtf.contracts import (
     shell_status,
 )
 from slurmtf.events import emit
+from slurmtf.monitor.tracking import export_rank_env
 from slurmtf.resolver import export_tf_config, resolve
 from slurmtf.runtime.rank.held_port import check_port
 from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
@@ -73,10 +74,12 @@ def job_id_of(environ: Mapping[str, str]) -> str:
 def child_environment(
     environ: Mapping[str, str], layout: ClusterLayout, *, legacy_keras: bool = False
 ) -> dict[str, str]:
-    """The child's environment: ours plus TF_CONFIG for this task (explicit export), and
-    ``TF_USE_LEGACY_KERAS=1`` for ``--legacy_keras``."""
+    """The child's environment: ours plus TF_CONFIG for this task (explicit export), its
+    tracker variables (:mod:`slurmtf.monitor.tracking`), and ``TF_USE_LEGACY_KERAS=1`` for
+    ``--legacy_keras``."""
     env = dict(environ)
     export_tf_config(layout, env)
+    export_rank_env(env, chief=layout.is_chief, rank=layout.task_index)
     if legacy_keras:
         env[LEGACY_KERAS_ENV] = "1"
     return env

@@ -61,6 +61,7 @@ from slurmtf.cluster.ports import free_port_base
 from slurmtf.contracts import EXIT_OK, EXIT_PREEMPTED
 from slurmtf.datasets.stage import resolve_data_dir, staged_args
 from slurmtf.events import emit
+from slurmtf.monitor.tracker_runs import export_tracker_env
 from slurmtf.resolver import export_tf_config
 from slurmtf.runtime.rank import allocator, teardown
 from slurmtf.runtime.rank.held_port import check_port
@@ -101,6 +102,7 @@ def prepare_task(environ: MutableMapping[str, str] = os.environ) -> ClusterLayou
     check_port(layout)  # before the script's TensorFlow binds it
     apply_gpu_split(layout, environ)
     export_tf_config(layout, environ)
+    export_tracker_env(environ, chief=layout.is_chief, rank=layout.task_index)
     return layout
 
 
