@@ -43,7 +43,8 @@ ARGS = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=7", "--l
         f"--train_steps={STEPS}", "--checkpoint_every=5", "--heartbeat_timeout=10"]  # fmt: skip
 LOST = re.compile(
     r"batch host (node\d) lost at (\S+) \(the supervisor's last heartbeat; node\d does not "
-    r"answer a probe\): requeueing job (\d+) \(restart 1 of 2, MAX_RESTARTS\) at (\S+) "
+    r"answer a probe\): requeueing job (\d+) \(restart 1, 1 of 2 without progress, "
+    r"MAX_RESTARTS\) at (\S+) "
     r"without node\d"
 )
 

@@ -29,7 +29,7 @@ ARGS = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=7", "--l
         f"--train_steps={STEPS}", "--checkpoint_every=5", "--heartbeat_timeout=10"]  # fmt: skip
 SAID = re.compile(
     r"the keeper \(pid (\d+) on node\d\), the job's own process, was killed by SIGKILL at "
-    r"\S+: requeueing job \d+ \(restart 1 of 2, MAX_RESTARTS\)"
+    r"\S+: requeueing job \d+ \(restart 1, 1 of 2 without progress, MAX_RESTARTS\)"
 )
 
 

@@ -219,7 +219,10 @@ def test_a_killed_ps_restarts_in_place_from_the_checkpoint(
     job = ps_jobs["ps"]
     clusters = check_completed(job, 40)
     assert restarts(slurm_sandbox, job.job_id) == 0, job.report()  # never left the allocation
-    said = r"restart 1 of \d+ in place \(MAX_RESTARTS\), \d+ s after rank 1 was killed by SIGKILL"
+    said = (
+        r"restart 1 in place \(1 of \d+ without progress, MAX_RESTARTS\), \d+ s after rank 1 "
+        r"was killed by SIGKILL"
+    )
     assert re.search(said, job.job_output()), job.report()
     assert "requeueing job" not in job.job_output(), job.report()
     assert len(clusters) == 2, job.report()

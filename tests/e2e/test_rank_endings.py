@@ -29,9 +29,9 @@ SCRIPT = REPO / "tests" / "scripts" / "rank_ending.py"
 KILLED = "was killed by"
 # ending -> (final state, words of the job's closing line)
 ENDINGS = {
-    "kill": ("COMPLETED", "restart 1 of 1 in place (MAX_RESTARTS), "),
-    "term": ("COMPLETED", "restart 1 of 1 in place (MAX_RESTARTS), "),
-    "segv": ("COMPLETED", "restart 1 of 1 in place (MAX_RESTARTS), "),
+    "kill": ("COMPLETED", "restart 1 in place (1 of 1 without progress, MAX_RESTARTS), "),
+    "term": ("COMPLETED", "restart 1 in place (1 of 1 without progress, MAX_RESTARTS), "),
+    "segv": ("COMPLETED", "restart 1 in place (1 of 1 without progress, MAX_RESTARTS), "),
     "preempt": ("COMPLETED", "preempted after saving a checkpoint: requeueing job"),
     "raise": (
         "FAILED",

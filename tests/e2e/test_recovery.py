@@ -138,7 +138,7 @@ def test_a_hard_failure_recovers_by_itself(
     hosts = {w.rsplit(":", 1)[0] for w in clusters[-1]["workers"]}
     output = job.job_output()
     if kind == "rank":  # a new step in the same allocation, no trip through the queue
-        assert "restart 1 of 2 in place (MAX_RESTARTS)" in output, output
+        assert "restart 1 in place (1 of 2 without progress, MAX_RESTARTS)" in output, output
         assert "after rank 1 was killed by SIGKILL" in output, output
         assert "requeueing job" not in output, output
         show = slurm_sandbox.run(["scontrol", "show", "job", job.job_id]).stdout

@@ -249,8 +249,8 @@ def test_a_killed_local_rank_restarts_in_place_and_completes(tmp_path: Path) -> 
         if submit.stdout is not None:
             submit.stdout.close()
     assert submit.returncode == 0, out
-    assert re.search(r"restart 1 of 2 in place \(MAX_RESTARTS\), \d+ s after rank 1 was "
-                     r"killed by SIGKILL", out), out  # fmt: skip
+    assert re.search(r"restart 1 in place \(1 of 2 without progress, MAX_RESTARTS\), \d+ s "
+                     r"after rank 1 was killed by SIGKILL", out), out  # fmt: skip
     finals = [[e for e in _events(p) if e["event"] == "done"][-1]
               for p in sorted(logs.glob(f"{job_id}_*_log.out"))]  # fmt: skip
     assert [f["step"] for f in finals] == [60, 60], finals
