@@ -32,6 +32,7 @@ _AS_GIVEN = (
     "partition", "account", "qos", "constraint", "exclusive", "job_name", "log_dir",
     "signal_delay_s", "array_parallelism", "cluster", "legacy_keras", "stage_data",
     "check_first", "jobs", "cluster_flags", "spare_nodes", "container_prefix", "container_python",
+    "restart_budget", "max_failures_per_hour",
 )  # fmt: skip
 
 

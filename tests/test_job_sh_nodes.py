@@ -111,7 +111,7 @@ def test_a_silent_node_ends_the_step_and_the_next_runs_without_it(
     out, calls, status = run_job(tmp_path, **env)
     assert "node(s) node2 stopped answering: ending the step" in out
     assert "scancel 7.0" in calls
-    assert "restart 1 of 3 in place (MAX_RESTARTS)" in out
+    assert "restart 1 in place (1 of 3 without progress, MAX_RESTARTS)" in out
     assert placement in out
     again = steps(calls)[1]
     assert "--nodes=2 --ntasks-per-node=1 --ntasks=2" in again
@@ -131,7 +131,7 @@ def test_a_lost_peer_on_a_node_that_answers_is_left_to_the_step(tmp_path: Path) 
     out, calls, _status = run_job(tmp_path, dead="", SPARE_NODES="1")
     assert "stopped answering" not in out
     assert "scancel" not in calls
-    assert "restart 1 of 3 in place (MAX_RESTARTS)" in out
+    assert "restart 1 in place (1 of 3 without progress, MAX_RESTARTS)" in out
     assert "--overlap" not in steps(calls)[1]
     assert "--nodelist=node1,node2" in steps(calls)[1]
 

@@ -159,7 +159,7 @@ def test_the_keeper_s_death_requeues_the_job_at_once(
     (line,) = batch_side_lines([record])
     assert line.startswith("the keeper (pid 4242 on node1), the job's own process, was killed "
                            "by SIGKILL at ")  # fmt: skip
-    assert line.endswith(": requeueing job 7 (restart 1 of 3, MAX_RESTARTS)")
+    assert line.endswith(": requeueing job 7 (restart 1, 1 of 3 without progress, MAX_RESTARTS)")
     assert line in capfd.readouterr().err
 
 

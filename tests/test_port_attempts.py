@@ -286,7 +286,9 @@ def test_recovery_restarts_on_other_ports(event: dict[str, Any], action: str, wo
     if action == "restart":
         assert decision.restart == 1  # counted against MAX_RESTARTS
         line = decision.line("77")
-        assert line.startswith("restart 1 of 3 in place (MAX_RESTARTS) after rank 1's port 15401")
+        assert line.startswith(
+            "restart 1 in place (1 of 3 without progress, MAX_RESTARTS) after rank 1's port 15401"
+        )
     else:
         assert decision.why.startswith("failed: rank 1's port 15401 on node2")
 
@@ -341,7 +343,7 @@ def test_cluster_local_restarts_on_other_ports_when_one_is_held(tmp_path: Path) 
         holder.kill()
         holder.communicate()
     said = out.getvalue()
-    assert "restart 1 of 2 in place (MAX_RESTARTS)" in said, said
+    assert "restart 1 in place (1 of 2 without progress, MAX_RESTARTS)" in said, said
     assert f"rank 1's port {port} on 127.0.0.2 was held by pid {holder.pid} (" in said, said
     configs = [line for p in tmp_path.glob("*_log.out") for line in p.read_text().splitlines()
                if line.startswith("CFG ")]  # fmt: skip

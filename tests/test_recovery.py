@@ -59,7 +59,8 @@ CASES = [
     ("preempted event", attempt(0, r0=[{"event": "done", "preempted": True}]),
      0, "requeue", "preempted", 75),
     ("budget spent", attempt(137, "task 1: Killed"), 3, "stop",
-     "rank 1 was killed by SIGKILL; not restarted: already restarted 3 time(s) (MAX_RESTARTS=3)",
+     "rank 1 was killed by SIGKILL; not restarted: already restarted 3 time(s) in a row "
+     "without progress (MAX_RESTARTS=3)",
      137),
     ("preempted, budget spent", attempt(75), 3, "stop", "not restarted", 75),
     ("worker killed", attempt(137, "task 4: Killed", r4=[WORKER]),
@@ -115,11 +116,13 @@ def test_dead_nodes_are_left_out_while_enough_remain(case: tuple[Any, ...]) -> N
 def test_the_log_line_names_the_restart_and_how_long_after() -> None:
     decision = decide(attempt(137, "task 1: Killed"), Budget(0, 3))
     assert decision.line("77", 11.2) == (
-        "restart 1 of 3 in place (MAX_RESTARTS), 11 s after rank 1 was killed by SIGKILL"
+        "restart 1 in place (1 of 3 without progress, MAX_RESTARTS), 11 s after rank 1 was "
+        "killed by SIGKILL"
     )
     requeue = decide(attempt(75), Budget(1, 3))
     assert requeue.line("77") == (
-        "preempted after saving a checkpoint: requeueing job 77 (restart 2 of 3, MAX_RESTARTS)"
+        "preempted after saving a checkpoint: requeueing job 77 (restart 2, 2 of 3 without "
+        "progress, MAX_RESTARTS)"
     )
 
 
@@ -242,7 +245,7 @@ def test_on_this_machine_a_preemption_restarts_in_place_without_probes(tmp_path:
     decision, line = decide_and_record(step, files, no_probe)
     assert (decision.action, decision.restart) == ("restart", 1)
     assert line.endswith(" s after preemption (checkpoint saved)"), line
-    assert line.startswith("restart 1 of 3 in place (MAX_RESTARTS), ")
+    assert line.startswith("restart 1 in place (1 of 3 without progress, MAX_RESTARTS), ")
     killed = Step("9", 137, 3, on_this_machine=True)
     decision, line = decide_and_record(killed, files, no_probe)
     assert (decision.action, decision.exclude) == ("restart", ())  # no node left out

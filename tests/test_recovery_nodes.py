@@ -94,7 +94,9 @@ def test_a_silent_node_with_a_spare_restarts_in_place_on_the_spare() -> None:
         ("node1", "node3"),
     )
     line = decision.line("7", 11)
-    assert line.startswith("restart 1 of 3 in place (MAX_RESTARTS), 11 s after node2 stopped")
+    assert line.startswith(
+        "restart 1 in place (1 of 3 without progress, MAX_RESTARTS), 11 s after node2 stopped"
+    )
     assert line.endswith("; node2 left out, training on a spare (node3)")
 
 
@@ -271,7 +273,7 @@ def test_restart_in_place_off_requeues_instead(tmp_path: Path) -> None:
     step = Step("7", 137, 3, nodes=job_nodes(ALLOC), in_place=False)
     out, line = decide_and_record(step, files, silent())
     assert out.action == "requeue"
-    assert "failed: rank 1 was killed by SIGKILL: requeueing job 7 (restart 1 of 3" in line
+    assert "failed: rank 1 was killed by SIGKILL: requeueing job 7 (restart 1, 1 of 3" in line
 
 
 def test_a_node_the_watch_found_answering_is_not_probed_again(tmp_path: Path) -> None:

@@ -65,8 +65,11 @@ def test_local_preempted_run_restarts_up_to_max_requeues(tmp_path: Path) -> None
     (log,) = tmp_path.glob("*_0_log.out")
     restarts = [e["restart_count"] for e in launch_events(log) if e["event"] == "launch"]
     assert restarts == [0, 1, 2]
-    assert out.getvalue().count("in place (MAX_RESTARTS) after preemption") == 2
-    assert "not restarted: already restarted 2 time(s) (MAX_RESTARTS=2)" in out.getvalue()
+    assert out.getvalue().count("without progress, MAX_RESTARTS) after preemption") == 2
+    assert (
+        "not restarted: already restarted 2 time(s) in a row without progress (MAX_RESTARTS=2)"
+        in out.getvalue()
+    )
 
 
 def test_local_failed_rank_stops_the_others(tmp_path: Path) -> None:
@@ -181,7 +184,9 @@ def test_local_restarts_a_killed_rank_in_place_as_the_job_scripts_do(
     )
     out = io.StringIO()
     assert local.run_local(spec, out) == status, out.getvalue()
-    restarts = out.getvalue().count("slurmtf: restart 1 of 1 in place (MAX_RESTARTS)")
+    restarts = out.getvalue().count(
+        "slurmtf: restart 1 in place (1 of 1 without progress, MAX_RESTARTS)"
+    )
     assert restarts == (1 if status == 0 else 0), out.getvalue()
     assert re.search(said, out.getvalue()), out.getvalue()
     (record,) = tmp_path.glob("recovery-*.jsonl")
@@ -205,7 +210,7 @@ def test_a_lost_peer_restarts_the_local_ranks_in_place(tmp_path: Path) -> None:
                    cluster="local", max_requeues=3)  # fmt: skip
     out = io.StringIO()
     assert local.run_local(spec, out) == 0, out.getvalue()
-    assert "restart 1 of 3 in place (MAX_RESTARTS)" in out.getvalue()
+    assert "restart 1 in place (1 of 3 without progress, MAX_RESTARTS)" in out.getvalue()
     assert "after rank 0 lost a peer or saw a stall" in out.getvalue()
 
 
@@ -243,5 +248,8 @@ def test_the_budget_is_one_across_local_restarts(tmp_path: Path) -> None:
                    cluster="local", max_requeues=2)  # fmt: skip
     out = io.StringIO()
     assert local.run_local(spec, out) == 137, out.getvalue()
-    assert out.getvalue().count("in place (MAX_RESTARTS)") == 2
-    assert "not restarted: already restarted 2 time(s) (MAX_RESTARTS=2)" in out.getvalue()
+    assert out.getvalue().count(" without progress, MAX_RESTARTS)") == 2
+    assert (
+        "not restarted: already restarted 2 time(s) in a row without progress (MAX_RESTARTS=2)"
+        in out.getvalue()
+    )

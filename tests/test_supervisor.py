@@ -255,7 +255,7 @@ def test_a_retryable_failure_requeues_and_excludes_the_dead_node(
 ) -> None:
     status, out, runner = supervise(tmp_path, capfd, PEER_FIRST, {0: PEER}, dead=["node2"])
     assert status == 0, out
-    assert "requeueing job 77 (restart 1 of 3, MAX_RESTARTS)" in out
+    assert "requeueing job 77 (restart 1, 1 of 3 without progress, MAX_RESTARTS)" in out
     assert scontrol(runner)[-4:] == [
         "scontrol requeue 77",
         "scontrol show job 77",
@@ -269,7 +269,10 @@ def test_the_budget_stops_restarts_and_says_so(
 ) -> None:
     status, out, runner = supervise(tmp_path, capfd, PEER_FIRST, {0: PEER}, restarts=3)
     assert status == 1, out
-    assert "not restarted: already restarted 3 time(s) (MAX_RESTARTS=3)" in out
+    assert (
+        "not restarted: already restarted 3 time(s) in a row without progress (MAX_RESTARTS=3)"
+        in out
+    )
     assert scontrol(runner) == []
 
 
@@ -281,7 +284,7 @@ def test_a_killed_rank_restarts_the_step_in_place(
     srun = "srun: error: node2: task 1: Exited with exit code 137\n"
     status, out, runner = supervise(tmp_path, capfd, srun, {0: "", 1: WARNINGS}, budget="2")
     assert status == 0, out
-    assert "restart 1 of 2 in place (MAX_RESTARTS), " in out, out
+    assert "restart 1 in place (1 of 2 without progress, MAX_RESTARTS), " in out, out
     assert "s after rank 1 was killed by SIGKILL" in out, out
     assert "step again:" in out, out
     assert "SLURM_RESTART_COUNT=1" in out, out
@@ -301,7 +304,10 @@ def test_restarts_in_place_count_against_the_budget_across_requeues(
     srun = "srun: error: node2: task 1: Killed\n"
     status, out, runner = supervise(tmp_path, capfd, srun, {}, restarts=1)  # Slurm requeued once
     assert status == 1, out  # the failed attempt's status (the fake srun exited 1)
-    assert "not restarted: already restarted 3 time(s) (MAX_RESTARTS=3)" in out, out
+    assert (
+        "not restarted: already restarted 3 time(s) in a row without progress (MAX_RESTARTS=3)"
+        in out
+    ), out
     assert scontrol(runner) == []
 
 
@@ -372,7 +378,10 @@ def test_check_first_leaves_the_outlier_out_in_place_with_a_spare(
     status, out, calls = check_first(tmp_path, capfd, 1, ["node3"], restarts=0, nodes="node[1-3]")
     assert status == 0, out
     assert "training" in out.splitlines(), out
-    assert "restart 1 of 2 in place (MAX_RESTARTS) after check_first found outlier" in out, out
+    assert (
+        "restart 1 in place (1 of 2 without progress, MAX_RESTARTS) after check_first found outlier"
+        in out
+    ), out
     assert "node3 left out" in out, out
     assert calls == []
 
@@ -384,7 +393,10 @@ def test_check_first_requeues_without_the_outlier_node(
     assert status == 0, out
     assert "training" not in out.splitlines()
     assert "check_first: outlier node(s) node3" in out
-    assert "outlier node(s) node3: requeueing job 77 (restart 1 of 2, MAX_RESTARTS)" in out
+    assert (
+        "outlier node(s) node3: requeueing job 77 (restart 1, 1 of 2 without progress, "
+        "MAX_RESTARTS)" in out
+    )
     assert calls == [
         "scontrol requeue 77",
         "scontrol show job 77",
@@ -463,7 +475,7 @@ def test_a_ps_or_chief_failure_restarts_a_parameter_server_job_in_place(
 ) -> None:
     status, out, runner = supervise(tmp_path, capfd, srun, PS_RANKS)
     assert status == 0, out
-    assert "restart 1 of 3 in place (MAX_RESTARTS), " in out, out
+    assert "restart 1 in place (1 of 3 without progress, MAX_RESTARTS), " in out, out
     assert f" s after {why}" in out, out
     assert ("tolerated the loss of worker rank 4" in out) == ("task 4" in srun), out
     assert scontrol(runner) == []

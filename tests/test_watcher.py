@@ -125,7 +125,7 @@ def test_a_lost_batch_host_requeues_the_job_at_once_without_it(tmp_path: Path) -
     assert line.startswith("batch host node1 lost at ")
     assert (
         "(the supervisor's last heartbeat; node1 does not answer a probe): requeueing job 7 "
-        "(restart 1 of 3, MAX_RESTARTS) at " in line
+        "(restart 1, 1 of 3 without progress, MAX_RESTARTS) at " in line
     )
     assert line.endswith(" without node1")
     assert line in (tmp_path / "job.out").read_text()
@@ -199,8 +199,8 @@ def test_with_the_budget_spent_the_job_is_cancelled_not_left_holding_its_nodes(
     (record,) = read_record(tmp_path, "7")
     assert record["action"] == "stop"
     assert (
-        "not restarted: already restarted 2 time(s) (MAX_RESTARTS=2); cancelling job 7"
-        in record["line"]
+        "not restarted: already restarted 2 time(s) in a row without progress (MAX_RESTARTS=2); "
+        "cancelling job 7" in record["line"]
     )
 
 
@@ -274,7 +274,9 @@ def test_the_watcher_step_shares_the_jobs_resources_and_is_named(tmp_path: Path)
     assert args[at : at + 4] == [sys.executable, "-m", "slurmtf.cli", "watcher"]
     assert args[at + 4:] == [
         "--job_id=7", f"--log_dir={tmp_path}", "--host=node1", "--heartbeat_s=2",
-        "--max_restarts=3", "--requeues=1", "--probe_s=10", f"--job_log={tmp_path}/job.out",
+        "--max_restarts=3", "--restart_budget=progress",
+        "--max_failures_per_hour=0", "--requeues=1", "--probe_s=10",
+        f"--job_log={tmp_path}/job.out",
     ]  # fmt: skip
 
 
@@ -291,16 +293,19 @@ def test_a_restarted_supervisor_records_what_the_one_before_cost(tmp_path: Path)
     assert (record["kind"], record["action"], record["host"]) == ("supervisor", "restart", "node1")
     assert record["ends"] == {"0": len(cancelled)}
     line = record["line"]
-    assert line.startswith("restart 2 of 3 in place (MAX_RESTARTS), ")
+    assert line.startswith("restart 2 in place (2 of 3 without progress, MAX_RESTARTS), ")
     assert (
         "s after the supervisor (pid 4242 on node1) was killed by SIGKILL (the OOM killer "
         "or kill -9) at 20" in line
     )
     assert restarts_so_far(read_record(tmp_path, "7"), 1) == 2
     spent = job(tmp_path, SLURM_RESTART_COUNT="1", MAX_RESTARTS="2")
-    decision, line = after_keeper(spent, ending, 2)
+    decision, line = after_keeper(spent, ending, Budget(2, 2, "progress"))
     assert decision.action == "stop"
-    assert "not restarted: already restarted 2 time(s) (MAX_RESTARTS=2)" in line
+    assert (
+        "not restarted: already restarted 2 time(s) in a row without progress (MAX_RESTARTS=2)"
+        in line
+    )
     assert take_over(spent, ending, None, FakeSlurm()) == 1
 
 
@@ -329,7 +334,9 @@ def test_the_decisions_of_the_batch_side() -> None:
     lost = after_batch_host("batch host node1 lost", "node1", Budget(0, 3))
     assert (lost.action, lost.exclude, lost.restart) == ("requeue", ("node1",), 1)
     assert (
-        lost.line("7") == "batch host node1 lost: requeueing job 7 (restart 1 of 3, MAX_RESTARTS)"
+        lost.line("7")
+        == "batch host node1 lost: requeueing job 7 (restart 1, 1 of 3 without progress, "
+        "MAX_RESTARTS)"
     )
     spent = after_batch_host("batch host node1 lost", "node1", Budget(3, 3))
     assert (spent.action, spent.status) == ("stop", 1)

@@ -38,6 +38,8 @@ PROGRAM = "slurmtf job"
 OPTIONS = {
     "log_dir": "LOG_DIR",
     "max_restarts": "MAX_RESTARTS",
+    "restart_budget": "RESTART_BUDGET",
+    "max_failures_per_hour": "MAX_FAILURES_PER_HOUR",
     "spare_nodes": "SPARE_NODES",
     "min_nodes": "MIN_NODES",
     "data_dir": "DATA_DIR",
@@ -53,6 +55,16 @@ def _parser() -> ArgumentParser:
     parser.add_argument("kind", choices=JOB_KINDS)
     add_flag(parser, "log_dir", help="the job's log folder [LOG_DIR]")
     add_flag(parser, "max_restarts", help="restarts in place or requeues [MAX_RESTARTS, 3]")
+    add_flag(
+        parser,
+        "restart_budget",
+        help="what --max_restarts counts: progress or total [RESTART_BUDGET, progress]",
+    )
+    add_flag(
+        parser,
+        "max_failures_per_hour",
+        help="failures within an hour that stop the job [MAX_FAILURES_PER_HOUR, 0: none]",
+    )
     add_flag(parser, "spare_nodes", help="nodes kept idle for a lost node's place [SPARE_NODES]")
     add_flag(parser, "min_nodes", help="fewest nodes to go on with [MIN_NODES]")
     add_flag(parser, "data_dir", help="the data set to stage [DATA_DIR]")

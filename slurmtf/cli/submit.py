@@ -307,6 +307,22 @@ def _restarts(group: argparse._ArgumentGroup) -> None:
         "failed node is left out. Bad flags and model errors are not retried (default 3)",
     )
     add_flag(group, "max_requeues", type=int, help="former name of --max_restarts")
+    add_flag(
+        group,
+        "restart_budget",
+        default="progress",
+        help="what --max_restarts counts: 'progress' (failures in a row after which training "
+        "did not advance; a failure after a new highest step starts the count again) or "
+        "'total' (every restart and requeue of the job) [RESTART_BUDGET, progress]",
+    )
+    add_flag(
+        group,
+        "max_failures_per_hour",
+        type=int,
+        default=0,
+        help="stop a job that failed more often than this within the last hour, however far "
+        "it got (0: no limit) [MAX_FAILURES_PER_HOUR, 0]",
+    )
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:

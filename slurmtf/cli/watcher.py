@@ -12,6 +12,7 @@ from pathlib import Path
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.errors import InputError
 from slurmtf.runtime.batch_host.watcher import Watcher, WatchSettings
+from slurmtf.runtime.recovery.budget import DEFAULT_MODE, parse_mode
 from slurmtf.slurm.runner import default_runner
 
 PROGRAM = "slurmtf watcher"
@@ -24,6 +25,8 @@ def _parser() -> ArgumentParser:
     add_flag(parser, "host", default="", help="the batch host")
     add_flag(parser, "heartbeat_s", type=float, default=5.0, help="the supervisor's beat")
     add_flag(parser, "max_restarts", type=int, default=3, help="the restart budget")
+    add_flag(parser, "restart_budget", default=DEFAULT_MODE, help="what --max_restarts counts")
+    add_flag(parser, "max_failures_per_hour", type=int, default=0, help="0: no limit")
     add_flag(parser, "requeues", type=int, default=0, help="SLURM_RESTART_COUNT at the start")
     add_flag(parser, "probe_s", type=float, default=10.0, help="seconds per probe of the host")
     add_flag(parser, "job_log", type=Path, help="the job's log, for the watcher's lines")
@@ -40,6 +43,7 @@ def _body(args: argparse.Namespace) -> int:
     settings = WatchSettings(
         args.job_id, args.log_dir, args.host, args.heartbeat_s, args.max_restarts,
         args.requeues, args.probe_s, args.job_log, args.host_group,
+        parse_mode(args.restart_budget, "--restart_budget"), args.max_failures_per_hour,
     )  # fmt: skip
     return Watcher(settings, default_runner).run()
 

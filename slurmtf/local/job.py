@@ -151,7 +151,8 @@ def run_attempts(spec: JobSpec, params: Mapping[str, str], ids: Mapping[str, str
         status = run_point(  # SLURMTF_MLFLOW_RUN_ID, SLURMTF_MLFLOW_LAST_STEP
             spec, params, ids, spec_file=spec_file, environ={**environ, **run}, restarts=attempt
         )
-        step = Step(job_id, status, spec.max_requeues, on_this_machine=True)
+        step = Step(job_id, status, spec.max_requeues, on_this_machine=True,
+                    mode=spec.restart_budget, per_hour=spec.max_failures_per_hour)  # fmt: skip
         decision, line = decide_and_record(step, files)
         if decision.note:
             print(f"slurmtf: {decision.note}", file=out, flush=True)

@@ -19,6 +19,7 @@ from typing import Any
 from slurmtf.cluster import roles
 from slurmtf.contracts import DEFAULT_LOG_DIR, parse_preemption_signal
 from slurmtf.errors import InputError
+from slurmtf.runtime.recovery.budget import DEFAULT_MODE, parse_mode
 from slurmtf.spec.values import (
     check_sbatch_value,
     check_setup_lines,
@@ -73,6 +74,8 @@ class JobSpec:
     signal: str = "USR2"
     signal_delay_s: int = 120
     max_requeues: int = 3
+    restart_budget: str = DEFAULT_MODE  # what --max_restarts counts (RESTART_BUDGET)
+    max_failures_per_hour: int = 0  # MAX_FAILURES_PER_HOUR (0: no limit)
     sweep: tuple[tuple[str, tuple[str, ...]], ...] = ()
     samples: int = 0  # random search: this many points drawn from sweep_seed (0: the grid)
     sweep_seed: int = 0
@@ -136,6 +139,7 @@ class JobSpec:
             ("--time", 1, self.time_min),
             ("--signal_delay_s", 0, self.signal_delay_s),
             ("--max_restarts", 0, self.max_requeues),
+            ("--max_failures_per_hour", 0, self.max_failures_per_hour),
             ("--array_parallelism", 1, self.array_parallelism),
             ("--spare_nodes", 0, self.spare_nodes),
         ):
@@ -198,6 +202,7 @@ class JobSpec:
             )  # fmt: skip
 
     def _check_choices(self) -> None:
+        parse_mode(self.restart_budget, "--restart_budget")
         if self.gpu_flag not in GPU_FLAGS:
             raise InputError(
                 "--gpu_flag", self.gpu_flag, "is unknown", f"one of {', '.join(GPU_FLAGS)}"
@@ -391,9 +396,20 @@ def supervisor_setup(spec: JobSpec, python: str) -> list[str]:
         flags.append(f"--container_python={spec.container_python}")
     if not (spec.max_requeues or flags):
         return []
-    flags = [f"--log_dir={spec.folder}", f"--max_restarts={spec.max_requeues}", *flags]
+    flags = [f"--log_dir={spec.folder}", f"--max_restarts={spec.max_requeues}",
+             *budget_flags(spec), *flags]  # fmt: skip
     command = shlex.join([python, "-m", "slurmtf", "job", "submitit", *flags, "--"])
     return [*SUPERVISOR_LINES, f'srun() {{ exec {command} "$@"; }}']
+
+
+def budget_flags(spec: JobSpec) -> list[str]:
+    """The supervisor's flags for what ``--max_restarts`` counts, when not the default."""
+    flags = [f"--restart_budget={spec.restart_budget}"]
+    if spec.restart_budget == DEFAULT_MODE:
+        flags = []
+    if spec.max_failures_per_hour:
+        flags.append(f"--max_failures_per_hour={spec.max_failures_per_hour}")
+    return flags if spec.max_requeues else []
 
 
 def node_flags(spec: JobSpec) -> list[str]:

@@ -209,6 +209,17 @@ class SandboxJob:
         return "\n".join(parts)
 
 
+def first_count(limit: str) -> str:
+    """The regex of the first restart's count in the job's log (docs/FAILURES.md, "What
+    the budget counts"): no cost when the attempt reached a step (the bundled models'
+    ``progress`` events), one failure without progress when it reported none (a Keras
+    ``fit`` script, a rank that failed before its first step)."""
+    return (
+        rf"(?:0 of {limit} without progress: training reached step \d+"
+        rf"|1 of {limit} without progress)"
+    )
+
+
 def submit_job(
     sandbox: SlurmSandbox,
     root: Path,

@@ -30,6 +30,7 @@ from tests.e2e.conftest import SlurmSandbox, module_sandbox, tracked_jobs
 from tests.e2e.jobruns import (
     SandboxJob,
     batch_side,
+    first_count,
     no_process_left,
     record_lines,
     trained_in_start,
@@ -44,7 +45,8 @@ ARGS = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=7", "--l
         f"--train_steps={STEPS}", "--checkpoint_every=5", "--heartbeat_timeout=10"]  # fmt: skip
 LOST = re.compile(
     r"batch host (node\d) lost at (\S+) \(the supervisor's last heartbeat; node\d does not "
-    r"answer a probe\): requeueing job (\d+) \(restart 1 of 2, MAX_RESTARTS\) at (\S+) "
+    r"answer a probe\): requeueing job (\d+) \(restart 1, " + first_count("2") + r", "
+    r"MAX_RESTARTS\) at (\S+) "
     r"without node\d"
 )
 

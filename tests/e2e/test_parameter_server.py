@@ -24,7 +24,7 @@ import pytest
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
-from tests.e2e.jobruns import SandboxJob, rank_pids
+from tests.e2e.jobruns import SandboxJob, first_count, rank_pids
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
@@ -219,7 +219,10 @@ def test_a_killed_ps_restarts_in_place_from_the_checkpoint(
     job = ps_jobs["ps"]
     clusters = check_completed(job, 40)
     assert restarts(slurm_sandbox, job.job_id) == 0, job.report()  # never left the allocation
-    said = r"restart 1 of \d+ in place \(MAX_RESTARTS\), \d+ s after rank 1 was killed by SIGKILL"
+    said = (
+        r"restart 1 in place \(" + first_count(r"\d+") + r", MAX_RESTARTS\), \d+ s after rank 1 "
+        r"was killed by SIGKILL"
+    )
     assert re.search(said, job.job_output()), job.report()
     assert "requeueing job" not in job.job_output(), job.report()
     assert len(clusters) == 2, job.report()

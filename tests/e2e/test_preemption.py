@@ -110,7 +110,7 @@ def test_a_preempted_run_ends_like_an_uninterrupted_one(
     redone = before - resumed_from
     print(f"reached step {before}, resumed from {resumed_from}: {redone} steps redone")
     job_log = job.job_output()
-    assert f"job {job.job_id} restart 1 of" in job_log, job_log
+    assert f"job {job.job_id} restart 1 (MAX_RESTARTS=" in job_log, job_log
     if how == "signal":
         assert "requeueing job" in job_log, job_log  # the script requeued it, not Slurm
         saved = done[0][0]

@@ -29,9 +29,9 @@ SCRIPT = REPO / "tests" / "scripts" / "rank_ending.py"
 KILLED = "was killed by"
 # ending -> (final state, words of the job's closing line)
 ENDINGS = {
-    "kill": ("COMPLETED", "restart 1 of 1 in place (MAX_RESTARTS), "),
-    "term": ("COMPLETED", "restart 1 of 1 in place (MAX_RESTARTS), "),
-    "segv": ("COMPLETED", "restart 1 of 1 in place (MAX_RESTARTS), "),
+    "kill": ("COMPLETED", "restart 1 in place (1 of 1 without progress, MAX_RESTARTS), "),
+    "term": ("COMPLETED", "restart 1 in place (1 of 1 without progress, MAX_RESTARTS), "),
+    "segv": ("COMPLETED", "restart 1 in place (1 of 1 without progress, MAX_RESTARTS), "),
     "preempt": ("COMPLETED", "preempted after saving a checkpoint: requeueing job"),
     "raise": (
         "FAILED",
@@ -115,3 +115,52 @@ def test_a_rank_ending_is_handled_alike_on_every_launch_path(
         (line,) = [x for x in text.splitlines() if KILLED in x]
         assert "Exited with exit code" not in line, line
         assert "W0000" not in line, line
+
+
+FAILING = REPO / "tests" / "scripts" / "failing_progress.py"
+# name -> (the script's flags, the job's RESTART_BUDGET, final state, restarts in place)
+BUDGETS = {
+    "advancing": ((), "progress", "COMPLETED", 4),
+    "stuck": (("--stuck",), "progress", "FAILED", 3),
+    "advancing, total": ((), "total", "FAILED", 2),
+}
+
+
+@pytest.mark.parametrize("name", BUDGETS)
+def test_max_restarts_counts_failures_without_progress(
+    slurm_sandbox: SlurmSandbox, tmp_path: Path, name: str
+) -> None:
+    """``MAX_RESTARTS=2``, rank 1 SIGKILLed on each of the first 4 attempts: a job whose
+    every attempt reaches a new step goes past 2 failures and completes; one stuck at the
+    step stops after 2 restarts without progress (its first attempt did reach step 10), and
+    the advancing one stops after 2 restarts with ``RESTART_BUDGET=total`` (every restart
+    counts)."""
+    flags, budget, state, restarts = BUDGETS[name]
+    env = {"SLURMTF_PORT_BASE": str(free_port_base(2)), "MAX_RESTARTS": "2",
+           "RESTART_BUDGET": budget, "LOG_DIR": str(tmp_path / "logs"),
+           "MODEL_DIR": str(tmp_path / "model")}  # fmt: skip
+    job = slurm_sandbox.submit(
+        REPO / "jobs" / "train.sbatch", str(FAILING), "--fails=4", *flags,
+        sbatch_args=["-N2", "--time=5", f"--output={tmp_path}/job-%j.out"], env=env,
+    )  # fmt: skip
+    final = slurm_sandbox.wait(job, timeout=240)
+    text = "".join(p.read_text(errors="replace") for p in tmp_path.glob("job-*.out"))
+    said = [x for x in text.splitlines() if " in place (" in x]  # the job's log only
+    print("MEASURED", name, *said, sep="\n")
+    assert final == state, f"{final}\n{text[-4000:]}"
+    assert len(said) == restarts, said
+    if name == "advancing":
+        for n, line in enumerate(said, start=1):
+            assert f"restart {n} in place (0 of 2 without progress: training reached step " \
+                   f"{10 * n}, MAX_RESTARTS), " in line, line  # fmt: skip
+    elif name == "stuck":
+        assert "restart 1 in place (0 of 2 without progress: training reached step 10" in said[0]
+        assert "restart 2 in place (1 of 2 without progress, MAX_RESTARTS)" in said[1], said
+        assert "restart 3 in place (2 of 2 without progress, MAX_RESTARTS)" in said[2], said
+        assert "not restarted: already restarted 2 time(s) in a row without progress " \
+               "(MAX_RESTARTS=2)" in text, text[-4000:]  # fmt: skip
+    else:
+        assert "restart 2 of 2 in place (MAX_RESTARTS)" in said[1], said
+        assert "not restarted: already restarted 2 time(s) (MAX_RESTARTS=2)" in text, text[-4000:]
+    show = slurm_sandbox.run(["scontrol", "show", "job", job]).stdout
+    assert "Restarts=0 " in show, show  # every restart in place, none a requeue

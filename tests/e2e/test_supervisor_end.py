@@ -32,6 +32,7 @@ from tests.e2e.jobruns import (
     SandboxJob,
     batch_side,
     event_step,
+    first_count,
     no_process_left,
     record_lines,
     trained_in_start,
@@ -145,7 +146,8 @@ def check_restarted(sandbox: SlurmSandbox, job: SandboxJob, how: str, pid: int |
     assert said, job.job_output()
     if pid is not None:
         assert said.group(1) == str(pid)
-    line = re.search(rf"restart 1 of 2 in place \(MAX_RESTARTS\), \d+ s after {SAID[how]}",
+    line = re.search(r"restart 1 in place \(" + first_count("2") + rf", MAX_RESTARTS\), \d+ s "
+                     rf"after {SAID[how]}",
                      job.job_output())  # fmt: skip
     assert line, job.job_output()
     status = record_lines(sandbox, job.job_id, job.run_dir.parent / "state")[0]

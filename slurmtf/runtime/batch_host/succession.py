@@ -21,8 +21,8 @@ from slurmtf.runtime.batch_host.keeper import Ending
 from slurmtf.runtime.batch_host.keeper_death import keeper_gone, watched_keeper
 from slurmtf.runtime.job.settings import JobSettings
 from slurmtf.runtime.job_log import log, now, stamp
+from slurmtf.runtime.recovery.budget import Budget
 from slurmtf.runtime.recovery.decision import (
-    Budget,
     Decision,
     after_batch_host,
     after_supervisor,
@@ -30,7 +30,9 @@ from slurmtf.runtime.recovery.decision import (
 from slurmtf.runtime.recovery.endings import signal_name
 from slurmtf.runtime.recovery.evidence import LogFiles
 from slurmtf.runtime.recovery.record import (
+    batch_side_budget,
     err_sizes,
+    progress_fields,
     read_record,
     record_batch_side,
     restarts_so_far,
@@ -60,22 +62,22 @@ def take_over(
         if line:
             log(line, error=True)
         return None
-    used = restarts_so_far(read_record(job.log_dir, job.job_id), job.requeues)
-    decision, line = after_keeper(job, previous, used)
+    files = LogFiles(job.log_dir, job.logs.prefix, job.logs.suffix, job.srun_err)
+    budget = batch_side_budget(files, job.job_id, job.requeues, job.policy)
+    decision, line = after_keeper(job, previous, budget)
     if decision.action == "restart":
         end_stale_steps(job.job_id, runner, log, sleep)
-    files = LogFiles(job.log_dir, job.logs.prefix, job.logs.suffix, job.srun_err)
-    record_batch_side(job.log_dir, job.job_id, used, decision, line, kind="supervisor",
+    record_batch_side(job.log_dir, job.job_id, budget.so_far, decision, line, kind="supervisor",
                       host=previous.host, lost_at=round(previous.at, 3),
-                      ends=err_sizes(files))  # fmt: skip
+                      ends=err_sizes(files), **progress_fields(budget))  # fmt: skip
     log(line, error=True)
     return None if decision.action == "restart" else decision.status
 
 
-def after_keeper(job: JobSettings, previous: Ending, used: int) -> tuple[Decision, str]:
-    """What the end of the supervisor before costs (``used``: restarts so far)."""
+def after_keeper(job: JobSettings, previous: Ending, budget: Budget) -> tuple[Decision, str]:
+    """What the end of the supervisor before costs (``budget``: what it finds)."""
     why = f"{previous.who()} {previous.words()}"
-    decision = after_supervisor(why, Budget(used, job.budget))
+    decision = after_supervisor(why, budget)
     return decision, decision.line(job.job_id, max(0.0, time.time() - previous.at))
 
 
@@ -93,13 +95,14 @@ def after_keeper_death(
     why = (
         f"the keeper (pid {keeper} on {host}), the job's own process, was killed{by} at {stamp(at)}"
     )
-    used = restarts_so_far(read_record(job.log_dir, job.job_id), job.requeues)
-    decision = after_batch_host(why, "", Budget(used, job.budget))
+    files = LogFiles(job.log_dir, job.logs.prefix, job.logs.suffix, job.srun_err)
+    budget = batch_side_budget(files, job.job_id, job.requeues, job.policy)
+    decision = after_batch_host(why, "", budget)
     line = decision.line(job.job_id)
     if decision.action == "stop":
         line = f"{why}; the job ends: {decision.why}"
-    record_batch_side(job.log_dir, job.job_id, used, decision, line, kind="keeper",
-                      host=host, lost_at=round(at, 3))  # fmt: skip
+    record_batch_side(job.log_dir, job.job_id, budget.so_far, decision, line, kind="keeper",
+                      host=host, lost_at=round(at, 3), **progress_fields(budget))  # fmt: skip
     return decision, line
 
 

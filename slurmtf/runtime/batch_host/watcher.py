@@ -48,8 +48,10 @@ from slurmtf.runtime.batch_host.heartbeat import (
     write_beat,
 )
 from slurmtf.runtime.job_log import append, line, now, stamp
-from slurmtf.runtime.recovery.decision import Budget, after_batch_host
-from slurmtf.runtime.recovery.record import read_record, record_batch_side, restarts_so_far
+from slurmtf.runtime.recovery.budget import DEFAULT_MODE, Budget, Policy
+from slurmtf.runtime.recovery.decision import after_batch_host
+from slurmtf.runtime.recovery.evidence import LogFiles
+from slurmtf.runtime.recovery.record import batch_side_budget, progress_fields, record_batch_side
 from slurmtf.slurm.runner import Runner
 
 BACKSTOP_S = 3.0  # how long the watcher leaves a killed keeper's supervisor to act
@@ -71,6 +73,13 @@ class WatchSettings:
     probe_s: float = 10.0
     job_log: Path | None = None  # the job's log, to which the watcher adds its lines
     host_group: int | None = None  # the batch host's component in a heterogeneous job (0)
+    mode: str = DEFAULT_MODE  # RESTART_BUDGET: what MAX_RESTARTS counts
+    per_hour: int = 0  # MAX_FAILURES_PER_HOUR
+
+    def budget_now(self) -> Budget:
+        """The budget a loss of the batch host finds (the record, the ranks' progress)."""
+        policy = Policy(self.budget, self.mode, self.per_hour)
+        return batch_side_budget(LogFiles(self.log_dir), self.job_id, self.requeues, policy)
 
 
 @dataclasses.dataclass
@@ -159,17 +168,17 @@ class Watcher:
             self.say(f"the job is {state}: nothing to do", job_log=False)
             return True
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # our own requeue signals every step
-        records = read_record(self.s.log_dir, self.s.job_id)
-        used = restarts_so_far(records, self.s.requeues)
-        decision = after_batch_host(why, self.s.host, Budget(used, self.s.budget))
+        budget = self.s.budget_now()
+        decision = after_batch_host(why, self.s.host, budget)
         self.mark_requeueing()
         job, host = self.s.job_id, self.s.host
         if decision.action == "stop":
             line = f"{decision.why}; cancelling job {job} at {now()}: it would hold its nodes idle"
         else:
             line = f"{decision.line(job)} at {now()} without {host}"
-        record_batch_side(self.s.log_dir, job, used, decision, line, kind="batch_host",
-                          host=host, lost_at=round(lost_at, 3))  # fmt: skip
+        record_batch_side(self.s.log_dir, job, budget.so_far, decision, line, kind="batch_host",
+                          host=host, lost_at=round(lost_at, 3),
+                          **progress_fields(budget))  # fmt: skip
         self.say(line)
         if decision.action == "requeue":
             self.end_steps()
@@ -205,13 +214,14 @@ class Watcher:
         if code.partition(":")[2] != "9" or fields.get("JobState", "").startswith(_QUEUED):
             return 0  # not killed, or Slurm requeued the job itself (a failed node)
         job, host = self.s.job_id, self.s.host
-        used = restarts_so_far(read_record(self.s.log_dir, job), self.s.requeues)
+        budget = self.s.budget_now()
         why = (f"the keeper and the supervisor on {host} were killed (the batch step by "
                f"SIGKILL, ExitCode {code})")  # fmt: skip
-        decision = after_batch_host(why, "", Budget(used, self.s.budget))
+        decision = after_batch_host(why, "", budget)
         self.mark_requeueing()
         line = decision.line(job) if decision.action == "requeue" else f"{why}; {decision.why}"
-        record_batch_side(self.s.log_dir, job, used, decision, line, kind="keeper", host=host)
+        record_batch_side(self.s.log_dir, job, budget.so_far, decision, line, kind="keeper",
+                          host=host, **progress_fields(budget))  # fmt: skip
         self.say(line)
         if decision.action == "requeue":
             slurm_calls.requeue(job, (), self.runner, self.say)

@@ -68,6 +68,7 @@ def watcher_args(
         sys.executable, "-m", "slurmtf.cli", "watcher",
         f"--job_id={job.job_id}", f"--log_dir={job.log_dir}", f"--host={host}",
         f"--heartbeat_s={job.beat_s:g}", f"--max_restarts={job.budget}",
+        f"--restart_budget={job.budget_mode}", f"--max_failures_per_hour={job.failures_per_hour}",
         f"--requeues={job.requeues}", f"--probe_s={job.probe_s:g}",
         *([f"--job_log={job_log}"] if job_log is not None else []),
         *(["--host_group=0"] if job.het_size > 1 else []),  # the batch host's component

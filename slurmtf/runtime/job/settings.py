@@ -2,7 +2,8 @@
 
 One reader (:meth:`JobSettings.read`) turns the batch script's environment (Slurm's
 variables and the settings the job scripts document: ``MODEL_DIR``, ``LOG_DIR``,
-``PYTHON``, ``CONTAINER``, ``MAX_RESTARTS``, ``SPARE_NODES``, ``MIN_NODES``,
+``PYTHON``, ``CONTAINER``, ``MAX_RESTARTS``, ``RESTART_BUDGET``, ``MAX_FAILURES_PER_HOUR``,
+``SPARE_NODES``, ``MIN_NODES``,
 ``TASKS_PER_NODE``, ``STAGE_DATA``, ...) into one frozen value; everything after it
 takes values. The step's task and CPU flags and its GPU binding are functions of it
 (:mod:`slurmtf.runtime.job.srun_flags`).
@@ -19,6 +20,7 @@ from slurmtf.cluster.env import SlurmEnv, read_slurm_env
 from slurmtf.cluster.ports import parse_resv_mode
 from slurmtf.contracts import NODE_EVENTS_NAME
 from slurmtf.errors import InputError, SlurmtfError
+from slurmtf.runtime.recovery.budget import DEFAULT_MODE, Policy, parse_mode
 
 # The kinds of job the supervisor runs: the bundled models, a user's script (train),
 # a ParameterServerStrategy job, any command (users' own scripts through job.sh), and
@@ -95,6 +97,13 @@ class JobSettings:
     resv_mode: bool | None = None  # SLURMTF_RESV_PORTS: ask srun for reserved ports
     logs: LogNames = LogNames()
     servers: bool = False  # a parameter-server step of the command kind (job.sh's ps_srun)
+    budget_mode: str = DEFAULT_MODE  # RESTART_BUDGET: what MAX_RESTARTS counts
+    failures_per_hour: int = 0  # MAX_FAILURES_PER_HOUR (0: no limit)
+
+    @property
+    def policy(self) -> Policy:
+        """The restart budget (slurmtf.runtime.recovery.budget)."""
+        return Policy(self.budget, self.budget_mode, self.failures_per_hour)
 
     @property
     def rank_python(self) -> tuple[str, ...]:
@@ -126,6 +135,10 @@ class JobSettings:
                 "CONTAINER_PYTHON", env.get("CONTAINER_PYTHON") or CONTAINER_PYTHON
             ),
             budget=_int("MAX_RESTARTS", env.get("MAX_RESTARTS") or env.get("MAX_REQUEUES") or "3"),
+            budget_mode=parse_mode(env.get("RESTART_BUDGET", "")),
+            failures_per_hour=_int(
+                "MAX_FAILURES_PER_HOUR", env.get("MAX_FAILURES_PER_HOUR") or "0"
+            ),
             requeues=_int("SLURM_RESTART_COUNT", env.get("SLURM_RESTART_COUNT") or "0"),
             nodelist=env.get("SLURM_JOB_NODELIST", ""),
             num_nodes=_int("SLURM_JOB_NUM_NODES", env.get("SLURM_JOB_NUM_NODES") or "1"),

@@ -226,7 +226,8 @@ class Supervisor:
             self.job.job_id, end.status, self.job.budget, self.job.requeues,
             dataclasses.replace(self.nodes, excluded=self.place.excluded), self.job.probe_s,
             tuple(outliers), " ".join(self.job.python), dead=end.lost, alive=end.alive,
-            in_place=self.job.in_place,
+            in_place=self.job.in_place, mode=self.job.budget_mode,
+            per_hour=self.job.failures_per_hour,
         )  # fmt: skip
         return decide_and_record(step, self.files, self.runner)
 
@@ -398,8 +399,11 @@ class Supervisor:
 def job_header(job: JobSettings, attempt: int) -> str:
     """The job log's first line about the job: its attempt, nodes, tasks and folders."""
     per_node = step_tasks(job, job.num_nodes)[1] or job.ntasks_per_node or "?"
+    of = f"of {job.budget}"
+    if job.budget_mode != "total":
+        of = f"(MAX_RESTARTS={job.budget} failures in a row without progress)"
     return (
-        f"job {job.job_id} restart {attempt} of {job.budget}: {job.num_nodes} node(s) "
+        f"job {job.job_id} restart {attempt} {of}: {job.num_nodes} node(s) "
         f"{job.nodelist} x {per_node} task(s), model_dir {job.model_dir}, "
         f"per-rank logs {job.log_dir}"
     )

@@ -5,6 +5,8 @@ write the job's files and ask Slurm through ``slurmtf.runtime.slurm_calls``):
 - ``endings``: how one attempt ended (srun's ``task N: ...`` lines; its status after a node loss).
 - ``evidence``: what one attempt left, read from its logs; the nodes lost while a step runs.
 - ``node_choice``: which nodes the next step trains on, and which are left out for good.
+- ``budget``: what ``MAX_RESTARTS`` counts (``RESTART_BUDGET``: failures without progress,
+  or every restart) and whether a failure may restart (``count_budget``, ``Budget``).
 - ``decision``: done, a restart in place, a requeue or a stop (``decide``, ``Budget``).
 - ``record``: the job's recovery record (``recovery-<job>.jsonl``), read and appended to.
 - ``after_step``: the edge: an attempt read, decided and recorded (``decide_and_record``).

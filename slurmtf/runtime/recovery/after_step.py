@@ -14,8 +14,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from slurmtf.runtime.recovery.budget import DEFAULT_MODE, Budget, Policy, count_budget
 from slurmtf.runtime.recovery.decision import (
-    Budget,
     Decision,
     after_check,
     as_requeue,
@@ -28,7 +28,6 @@ from slurmtf.runtime.recovery.record import (
     err_sizes,
     read_record,
     record_path,
-    restarts_so_far,
     write_record,
 )
 from slurmtf.runtime.slurm_calls import drained_nodes, probe_dead
@@ -51,6 +50,12 @@ class Step:
     dead: tuple[str, ...] = ()  # nodes the watch found silent during the step (no probe again)
     alive: tuple[str, ...] = ()  # nodes the watch found answering during the step
     in_place: bool = True  # False (SLURMTF_RESTART_IN_PLACE=0): a restart is a requeue
+    mode: str = DEFAULT_MODE  # RESTART_BUDGET: what MAX_RESTARTS counts
+    per_hour: int = 0  # MAX_FAILURES_PER_HOUR (0: no limit)
+
+    @property
+    def policy(self) -> Policy:
+        return Policy(self.limit, self.mode, self.per_hour)
 
 
 def decide_and_record(
@@ -60,11 +65,12 @@ def decide_and_record(
     On this machine (``step.on_this_machine``: ``--cluster=local``) no node is probed or
     left out, and a requeue is a restart in place: there is no queue to go back to."""
     records = read_record(files.log_dir, step.job_id)
-    budget = Budget(restarts_so_far(records, step.slurm_requeues), step.limit)
     if step.outliers:
+        budget = count_budget(records, step.slurm_requeues, step.policy, None, time.time())
         decision = after_check(step.outliers, budget, step.nodes)
-        return _recorded(decision, step, files, budget.used, None)
+        return _recorded(decision, step, files, budget, None)
     attempt = read_attempt(step.status, files, step.python)
+    budget = count_budget(records, step.slurm_requeues, step.policy, attempt.reached(), time.time())
     nodes = dataclasses.replace(step.nodes, dead=step.dead, crashes=_crashes(records, attempt))
     decision = decide(attempt, budget, nodes)
     if decision.action == "restart" and not step.on_this_machine:
@@ -85,7 +91,7 @@ def decide_and_record(
     if not step.in_place and not step.on_this_machine:
         decision = as_requeue(decision)
     seconds = _since_failure(files)
-    return _recorded(decision, step, files, budget.used, seconds, crashed=attempt.crashed_nodes())
+    return _recorded(decision, step, files, budget, seconds, crashed=attempt.crashed_nodes())
 
 
 def _suspects(attempt: Attempt, step: Step) -> tuple[str, ...]:
@@ -108,16 +114,20 @@ def _recorded(
     decision: Decision,
     step: Step,
     files: LogFiles,
-    attempt: int,
+    budget: Budget,
     seconds: float | None,
     *,
     crashed: Sequence[str] = (),
 ) -> tuple[Decision, str]:
     """Append the decision to the job's record (not a success), with the nodes whose ranks
-    crashed (``crashed``: two crashes on one node leave it out); the decision and its line."""
+    crashed (``crashed``: two crashes on one node leave it out) and how far the attempt
+    got (``reached``, ``progress``: what the budget counts); the decision and its line."""
     line = decision.line(step.job_id, seconds)
     if decision.action != "done":
-        record = {"time": round(time.time(), 3), "job_id": step.job_id, "attempt": attempt}
+        record: dict[str, Any] = {
+            "time": round(time.time(), 3), "job_id": step.job_id, "attempt": budget.so_far
+        }  # fmt: skip
+        record.update(reached=budget.reached, progress=budget.progressed)
         record.update(action=decision.action, why=decision.why, status=decision.status)
         record.update(exclude=list(decision.exclude), line=line, ends=err_sizes(files))
         if decision.action == "restart":

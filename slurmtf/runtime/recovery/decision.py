@@ -22,7 +22,8 @@ Two decisions concern the job's batch side rather than a step: :func:`after_supe
 :func:`after_batch_host` (the watcher found the batch host lost: requeue without it).
 With the budget spent, both stop.
 
-Restarts in place and requeues share one budget (``MAX_RESTARTS``). The edge that reads the
+Restarts in place and requeues share one budget (``MAX_RESTARTS``; what it counts:
+:mod:`slurmtf.runtime.recovery.budget`). The edge that reads the
 logs and records the decision for the supervisor is :mod:`slurmtf.runtime.recovery.after_step`.
 """
 
@@ -33,22 +34,11 @@ from collections.abc import Sequence
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED, EXIT_USAGE
 from slurmtf.runtime.rank import held_port
+from slurmtf.runtime.recovery.budget import Budget
 from slurmtf.runtime.recovery.endings import Attempt, TaskEnding, tasks_status
 from slurmtf.runtime.recovery.node_choice import Nodes
 
 NO_NODES = Nodes()  # no allocation known: nothing to leave out or choose
-
-
-@dataclasses.dataclass(frozen=True)
-class Budget:
-    """Restarts so far (in place + requeues, this job's whole life) and the limit."""
-
-    used: int
-    limit: int
-
-    @property
-    def spent(self) -> bool:
-        return self.used >= self.limit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,18 +58,21 @@ class Decision:
     note: str = ""  # a line to log first (workers tolerated while others failed)
     nodes: tuple[str, ...] = ()  # the next step's nodes (srun --nodelist), when some are out
     placement: str = ""  # those nodes in words (Nodes.placement)
+    counted: str = ""  # the restart as the budget counts it (Budget.counted; "" for total)
 
     def line(self, job_id: str, seconds: float | None = None) -> str:
         """The job log's one line about this decision."""
         if self.action == "done":
             return self.why
-        of = f"{self.restart} of {self.limit}"
+        of, rule = f"{self.restart} of {self.limit}", "MAX_RESTARTS"
+        if self.counted:
+            of, rule = str(self.restart), f"{self.counted}, MAX_RESTARTS"
         if self.action == "requeue":
-            return f"{self.why}: requeueing job {job_id} (restart {of}, MAX_RESTARTS)"
+            return f"{self.why}: requeueing job {job_id} (restart {of}, {rule})"
         if self.action == "stop":
             return self.why
         after = f", {seconds:.0f} s after" if seconds is not None else " after"
-        line = f"restart {of} in place (MAX_RESTARTS){after} {self.why}"
+        line = f"restart {of} in place ({rule}){after} {self.why}"
         if self.new_exclusions:
             line += f"; {','.join(self.new_exclusions)} left out"
         if self.placement:
@@ -144,15 +137,11 @@ def _again(action: str, why: str, status: int, budget: Budget, nodes: Nodes) -> 
     """Restart or requeue within the budget; else stop with this attempt's status."""
     if budget.spent:
         text = why if why.startswith(("failed", "preempted")) else f"failed: {why}"
-        return Decision(
-            "stop",
-            f"{text}; not restarted: already restarted {budget.used} time(s) "
-            f"(MAX_RESTARTS={budget.limit})",
-            status,
-        )
+        return Decision("stop", f"{text}; not restarted: {budget.why_spent()}", status)
     exclude = nodes.next_excluded()
     new = tuple(n for n in exclude if n not in nodes.excluded)
-    decision = Decision(action, why, status, exclude, budget.used + 1, budget.limit, new)
+    decision = Decision(action, why, status, exclude, budget.so_far + 1, budget.limit, new)
+    decision = dataclasses.replace(decision, counted=budget.counted())
     if action != "restart" or not exclude or not nodes.allocated:
         return decision
     return dataclasses.replace(decision, nodes=nodes.step_nodes(), placement=nodes.placement())

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from slurmtf.contracts import EXIT_FAILURE, EXIT_PREEMPTED, ending_signal
@@ -56,6 +56,7 @@ _EXIT_CODE = re.compile(r"Exited with exit code (\d+)$")
 # srun's status after a node failure from Slurm 23.02 (22.05: the tasks' status; read the
 # same on every release by tasks_status, docs/SLURM_VERSIONS.md).
 NODE_FAILURE_STATUS = 1
+PROGRESS_EVENTS = ("progress", "done")  # the events whose ``step`` says how far training got
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +158,11 @@ class Attempt:
             return True
         return any(e.get("status") == EXIT_PREEMPTED for e in self.of(0, "exit"))
 
+    def reached(self) -> int | None:
+        """The highest step this attempt's ranks reported (``progress`` and ``done``
+        events), ``None`` when none did (a script without slurmtf's training loop)."""
+        return reached_step(e for rank in self.events for e in self.events[rank])
+
     def lost_nodes(self) -> tuple[str, ...]:
         """Nodes of the peers the ranks lost (``peer_lost`` events) and srun's failed
         nodes, in order of first mention: the nodes worth probing."""
@@ -185,6 +191,16 @@ class Attempt:
             for peer in e.get("lost", ())
             if isinstance(peer, dict) and peer.get("node")
         ]
+
+
+def reached_step(events: Iterable[Event]) -> int | None:
+    """The highest ``step`` of the ``progress`` and ``done`` events among ``events``."""
+    steps = [
+        e["step"]
+        for e in events
+        if e.get("event") in PROGRESS_EVENTS and isinstance(e.get("step"), int)
+    ]
+    return max(steps) if steps else None
 
 
 def tasks_status(

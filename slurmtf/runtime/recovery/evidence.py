@@ -17,12 +17,13 @@ from pathlib import Path
 
 from slurmtf.contracts import INSTALL_LINE, rank_error_line
 from slurmtf.events import Event, named, parse_events
-from slurmtf.runtime.recovery.endings import Attempt, TaskEnding
+from slurmtf.runtime.recovery.endings import Attempt, TaskEnding, reached_step
 from slurmtf.runtime.recovery.node_choice import Nodes
 from slurmtf.runtime.slurm_calls import probe_dead
 from slurmtf.slurm.runner import Runner
 
 _NODE_FAILURE = re.compile(r"Node failure on (\S+)")
+TAIL_BYTES = 256 * 1024  # how much of each rank's log tells how far training got
 _MISSING = re.compile(r"No module named '([A-Za-z_]+)'")  # a package, not a module of it
 
 
@@ -74,6 +75,24 @@ def read_attempt(status: int, files: LogFiles, python: str = "python3") -> Attem
     firsts = dict.fromkeys(e.ranks[0] for e in endings if e.ranks)
     errors = {r: own_error(files.new_text(files.rank_file(r, "err")), python) for r in firsts}
     return Attempt(status, endings, events, errors, failed)
+
+
+def reached_in_logs(files: LogFiles, tail: int = TAIL_BYTES) -> int | None:
+    """The highest step the ranks' logs report (``progress``, ``done``) in their last
+    ``tail`` bytes: how far training got, for a decision taken outside a step (the
+    supervisor's end, the batch host's loss); ``None`` when no rank reported a step."""
+    steps = []
+    for rank in files.ranks():
+        try:
+            with files.rank_file(rank, "out").open("rb") as handle:
+                handle.seek(max(0, handle.seek(0, 2) - tail))
+                text = handle.read().decode(errors="replace")
+        except OSError:
+            continue
+        found = reached_step(parse_events(text))  # a cut first line is not an event
+        if found is not None:
+            steps.append(found)
+    return max(steps) if steps else None
 
 
 def own_error(text: str, python: str = "python3") -> str:

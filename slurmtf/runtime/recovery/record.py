@@ -12,8 +12,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from slurmtf.runtime.recovery.budget import Budget, Policy, count_budget
 from slurmtf.runtime.recovery.decision import Decision
-from slurmtf.runtime.recovery.evidence import LogFiles
+from slurmtf.runtime.recovery.evidence import LogFiles, reached_in_logs
 
 RECORD_NAME = "recovery-{job}.jsonl"
 
@@ -45,6 +46,18 @@ def restarts_so_far(records: Sequence[Mapping[str, Any]], slurm_requeues: int) -
     restarts = sum(1 for r in records if r.get("action") == "restart")
     requeues = sum(1 for r in records if r.get("action") == "requeue")
     return restarts + max(requeues, slurm_requeues)
+
+
+def batch_side_budget(files: LogFiles, job_id: str, requeues: int, policy: Policy) -> Budget:
+    """The budget a decision about the job's batch side finds: the job's record, and how
+    far the ranks' logs say training got (its progress since the last failure)."""
+    records = read_record(files.log_dir, job_id)
+    return count_budget(records, requeues, policy, reached_in_logs(files), time.time())
+
+
+def progress_fields(budget: Budget) -> dict[str, Any]:
+    """What the record keeps of a failure for the budget to count the next one."""
+    return {"reached": budget.reached, "progress": budget.progressed}
 
 
 def write_record(path: Path, record: Mapping[str, Any]) -> None:
