@@ -395,3 +395,23 @@ def test_a_namespace_holding_another_sandboxs_daemon_is_not_this_sandboxs() -> N
     assert foreign_daemon(f"slurmd -D -f {mine}1/slurm.conf -N node1", mine)  # a longer name
     assert not foreign_daemon(f"slurmd -D -f {mine}/slurm.conf -N node1", mine)
     assert not foreign_daemon("python3 -m models.mnist", mine)  # a job's process
+
+
+def test_up_refuses_a_dir_too_long_for_slurmstepds_sockets(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from slurmtf.cli.sandbox import main
+
+    suffix = len("/spool/node10/node10_99999999.4294967291")  # the longest socket under it
+    fits = Path("/tmp") / ("d" * (c.SOCKET_PATH_MAX - suffix - len("/tmp/")))
+    c.check_socket_room(SandboxConfig(dir=fits, nodes=10))
+    with pytest.raises(InputError, match="at most 67 characters"):
+        c.check_socket_room(SandboxConfig(dir=Path(f"{fits}d"), nodes=10))
+    long = tmp_path / ("d" * (c.SOCKET_PATH_MAX - len(str(tmp_path))))
+    with pytest.raises(InputError, match="too long for slurmstepd's sockets"):
+        Sandbox(long, nodes=2).up()
+    assert not long.exists()  # refused before anything was made or started
+    assert main(["up", "--dir", str(long), "--nodes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert f"--dir='{long}': is too long for slurmstepd's sockets" in err
+    assert "HINT: use a directory of at most" in err

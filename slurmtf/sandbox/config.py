@@ -69,6 +69,7 @@ class SandboxConfig:
     select_type_parameters: str = "CR_Core"  # SelectTypeParameters: CR_Core or CR_CPU
     def_cpu_per_gpu: int = 0  # DefCpuPerGPU: a site's CPUs per allocated GPU; 0 = unset
     threads_per_core: int = 1  # hardware threads a core (2: hyperthreads; CR_Core counts cores)
+    resv_slice: int = -1  # the MpiParams=ports slice up chose; -1: the directory's own
 
     def __post_init__(self) -> None:
         check_cred_expire(self.cred_expire)
@@ -201,6 +202,9 @@ class SandboxConfig:
         """``MpiParams=ports=LOW-HIGH`` (inclusive) of this sandbox, or None without."""
         if not self.resv_ports:
             return None
+        if self.resv_slice >= 0:
+            low = WINDOW_LOW + self.resv_slice * RESV_PORTS_SPAN
+            return low, low + RESV_PORTS_SPAN - 1
         return resv_port_range(self.dir)
 
     @property
@@ -318,9 +322,14 @@ def preferred_port_base(path: Path, nodes: int) -> int:
 
 def resv_port_range(path: Path) -> tuple[int, int]:
     """The sandbox's MpiParams port range: a slice of the resolver's per-job window chosen
-    by its directory, so that two sandboxes on one machine rarely share one."""
-    low = WINDOW_LOW + (int(dir_digest(path)[32:40], 16) % RESV_PORTS_SLICES) * RESV_PORTS_SPAN
+    by its directory (``up`` takes another where a running sandbox has this one)."""
+    low = WINDOW_LOW + resv_slice_of(path) * RESV_PORTS_SPAN
     return low, low + RESV_PORTS_SPAN - 1
+
+
+def resv_slice_of(path: Path) -> int:
+    """The slice of the step-port window a sandbox directory prefers."""
+    return int(dir_digest(path)[32:40], 16) % RESV_PORTS_SLICES
 
 
 def first_job_id(path: Path) -> int:
@@ -331,6 +340,28 @@ def first_job_id(path: Path) -> int:
     """
     digest = int(dir_digest(path)[16:24], 16)
     return (digest % 900 + 100) * 1000 + (digest // 900) % 200
+
+
+SOCKET_PATH_MAX = 107  # a Unix socket's path (sun_path: 108 bytes with the final NUL)
+BATCH_STEP_ID = 4294967291  # SLURM_BATCH_SCRIPT: the longest step id in a socket's name
+JOB_ID_DIGITS = 8  # job ids stay below MaxJobId's default, 67,043,328
+
+
+def check_socket_room(cfg: SandboxConfig) -> None:
+    """Each slurmstepd listens on ``<spool>/<node>_<job>.<step>``: refuse a ``--dir`` too
+    long for that path, before a job's first step fails on it (its batch step's
+    ``fatal: Could not create domain socket``, and the job requeued again and again)."""
+    node = cfg.node_names[-1]
+    longest = f"{cfg.dir}/spool/{node}/{node}_{'9' * JOB_ID_DIGITS}.{BATCH_STEP_ID}"
+    if len(longest) > SOCKET_PATH_MAX:
+        room = SOCKET_PATH_MAX - (len(longest) - len(str(cfg.dir)))
+        raise InputError(
+            "--dir",
+            str(cfg.dir),
+            f"is too long for slurmstepd's sockets under it ({len(longest)} characters, "
+            f"over the {SOCKET_PATH_MAX} of a Unix socket's path)",
+            f"use a directory of at most {room} characters, e.g. /tmp/slurmtf-sandbox",
+        )
 
 
 def render_slurm_conf(cfg: SandboxConfig) -> str:

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from slurmtf.cluster.ports import ports_free
+from slurmtf.cluster.ports import WINDOW_LOW, ports_free
 from slurmtf.errors import InputError, SlurmtfError
 from slurmtf.firewall import rules as firewall_rules
 from slurmtf.sandbox import config as cfgmod
-from slurmtf.sandbox import daemons, links
+from slurmtf.sandbox import daemons, links, port_slices
 from slurmtf.sandbox.config import SandboxConfig
 from slurmtf.slurm.release import installed_release
 from slurmtf.slurm.runner import default_runner
@@ -74,6 +74,7 @@ def _state_of(cfg: SandboxConfig) -> dict[str, object]:
         "select_type_parameters": cfg.select_type_parameters,
         "def_cpu_per_gpu": cfg.def_cpu_per_gpu,
         "threads_per_core": cfg.threads_per_core,
+        "resv_slice": cfg.resv_slice,
         "netns": [],
     }
 
@@ -161,6 +162,14 @@ def _pick_ports(sandbox_dir: Path, count: int) -> int:
         if ports_free(base, count):
             return base
     raise SandboxError(f"no {count} free consecutive ports in {low}-{high}")
+
+
+def _resv_slice(sandbox_dir: Path) -> int:
+    """The directory's slice of the step-port window, else the next one no running
+    sandbox uses (:mod:`slurmtf.sandbox.port_slices`)."""
+    window, span = WINDOW_LOW, cfgmod.RESV_PORTS_SPAN
+    used = [port_slices.slice_of(low, window, span) for low, _ in port_slices.running_ranges()]
+    return port_slices.free_slice(cfgmod.resv_slice_of(sandbox_dir), used, cfgmod.RESV_PORTS_SLICES)
 
 
 @dataclass
@@ -267,6 +276,7 @@ class Sandbox:
             select_type_parameters=str(state.get("select_type_parameters", "CR_Core")),
             def_cpu_per_gpu=int(str(state.get("def_cpu_per_gpu", 0))),
             threads_per_core=int(str(state.get("threads_per_core", 1))),
+            resv_slice=int(str(state.get("resv_slice", -1))),
         )
 
     def config(self) -> SandboxConfig:
@@ -328,25 +338,28 @@ class Sandbox:
             return False
         if self._pids() or self._recorded_netns():
             self.down()  # half up: stop what is left and start clean
+        cfgmod.check_socket_room(self.settings())
         ensure_installed(self.slurm)
         release = slurm_release(self.slurm)
         self.dir.mkdir(parents=True, exist_ok=True)
-        base = _pick_ports(self.dir, self.nodes + 1)
-        cfg = self.settings(
-            ctld_port=base,
-            slurmd_ports=tuple(base + 1 + i for i in range(self.nodes)),
-            slurm_release=release,
-        )
-        self.cfg = cfg
-        self._write_files(cfg)
-        state = _state_of(cfg)
-        self._write_state(state)
-        try:
-            self._make_links(cfg, state)
-            self._start_daemons(cfg, state, timeout)
-        except BaseException:
-            self.down()
-            raise
+        with port_slices.choosing():  # no other sandbox takes these ports meanwhile
+            base = _pick_ports(self.dir, self.nodes + 1)
+            cfg = self.settings(
+                ctld_port=base,
+                slurmd_ports=tuple(base + 1 + i for i in range(self.nodes)),
+                slurm_release=release,
+                resv_slice=_resv_slice(self.dir) if self.resv_ports else -1,
+            )
+            self.cfg = cfg
+            self._write_files(cfg)
+            state = _state_of(cfg)
+            self._write_state(state)
+            try:
+                self._make_links(cfg, state)
+                self._start_daemons(cfg, state, timeout)
+            except BaseException:
+                self.down()
+                raise
         return True
 
     def _write_files(self, cfg: SandboxConfig) -> None:

@@ -40,9 +40,11 @@ def _slurmd_pids_of(sandbox_dir: Path) -> list[int]:
 
 
 @pytest.mark.matrix
-def test_the_demo_trains_on_real_digits_and_ends_with_held_out_accuracy(tmp_path: Path) -> None:
+def test_the_demo_trains_on_real_digits_and_ends_with_held_out_accuracy(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     require_sandbox_prereqs()
-    sandbox_dir = tmp_path / "sandbox"
+    sandbox_dir = tmp_path_factory.mktemp("demo")  # short: slurmstepd's sockets live under it
     env = {
         **os.environ,
         "SLURMTF_SANDBOX_DIR": str(sandbox_dir),

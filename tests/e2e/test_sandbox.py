@@ -208,3 +208,28 @@ def test_job_script_plumbing(slurm_sandbox: SlurmSandbox, tmp_path: Path, script
     job_log = next(tmp_path.glob("*.out")).read_text()
     assert "2 node(s) node[" in job_log
     assert "srun exited 0" in job_log
+
+
+def test_two_sandboxes_preferring_one_port_slice_take_two(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Two running sandboxes whose directories name the same step-port slice: the second
+    takes the next free one, so their jobs' ``--resv-ports`` never meet."""
+    from slurmtf.sandbox import config as c
+
+    require_sandbox_prereqs()
+    root = tmp_path_factory.mktemp("slices")
+    first = root / "a"
+    second = next(root / f"b{i}" for i in range(1000)
+                  if c.resv_slice_of(root / f"b{i}") == c.resv_slice_of(first))  # fmt: skip
+    sandboxes = [Sandbox(d, nodes=1, gpus_per_node=0) for d in (first, second)]
+    try:
+        for sandbox in sandboxes:
+            sandbox.up()
+        ranges = [s.config().resv_port_range for s in sandboxes]
+        assert ranges[1] != ranges[0], ranges
+        again = Sandbox(second, nodes=1, gpus_per_node=0)  # a later process reads its state
+        assert again.config().resv_port_range == ranges[1]
+    finally:
+        for sandbox in sandboxes:
+            sandbox.down()
