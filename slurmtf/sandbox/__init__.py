@@ -7,6 +7,7 @@ Python API: ``Sandbox(dir, nodes, gpus_per_node, link="")`` with ``up()``, ``dow
 - ``core``: the cluster (munged, slurmctld, N slurmd), all its state in one folder.
 - ``config``: its files (slurm.conf, gres.conf, hosts, env) rendered from values (pure).
 - ``daemons``: its daemons started and stopped by PID, and what they left behind.
+- ``port_slices``: a new sandbox's step ports, apart from every running sandbox's.
 - ``links``: nodes joined by real, rate-limited links (a network namespace each).
 - ``nodefaults``: one node broken the ways real nodes break, and mended.
 - ``competitor``: another user's job waiting for the same nodes.
