@@ -116,3 +116,13 @@ def test_every_package_lists_each_of_its_modules_once(package: Path) -> None:
         f"{package.name}: not in its docstring: {sorted(modules - set(names))}"
     )
     assert set(names) <= modules, f"{package.name}: no such module: {sorted(set(names) - modules)}"
+
+
+def test_the_architecture_module_tables_are_the_package_docstrings_lists() -> None:
+    from tests.helpers import module_lists
+
+    text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
+    assert module_lists.current(text) == module_lists.render(), (
+        "docs/ARCHITECTURE.md's module tables differ from the package docstrings: "
+        "run python3 -m tests.helpers.module_lists"
+    )
