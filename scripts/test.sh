@@ -64,11 +64,12 @@ fi
 echo "== pytest"
 # Every prerequisite is installed above, so a missing one is a failure, not a skip.
 export SLURMTF_STRICT_PREREQS=1
-# The suite's modules run side by side on SLURMTF_TEST_WORKERS pytest-xdist workers (2 by
-# default: most of an end-to-end module is waiting on Slurm and on timeouts; 0 runs one
-# process). Each worker has sandboxes of its own; a module stays on one worker (--dist
-# loadfile), so that what it shares starts once (docs/TESTING.md).
-workers="${SLURMTF_TEST_WORKERS:-2}"
+# SLURMTF_TEST_WORKERS=N runs the suite's modules side by side on N pytest-xdist workers
+# (most of an end-to-end module is waiting on Slurm and on timeouts). Each worker has
+# sandboxes of its own; a module stays on one worker (--dist loadfile), so that what it
+# shares starts once. One process (0) by default until a whole run on 2 workers passes
+# (docs/TESTING.md says where that stands).
+workers="${SLURMTF_TEST_WORKERS:-0}"
 parallel=()
 # --no-loadscope-reorder: the modules come longest first (tests/conftest.py, from
 # tests/module_seconds.json), not by their number of tests.

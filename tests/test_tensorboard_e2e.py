@@ -76,17 +76,29 @@ def served(tmp_path: Path) -> Iterator[str]:
     _scalars(root / "mnist" / "eval", "accuracy", [0.5, 0.8])
     hparams.write_sweep("9", _points(root), root / "hparams")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    with subprocess.Popen(
-        [sys.executable, "-m", "slurmtf", "tensorboard", str(root)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
-        start_new_session=True,
-    ) as process:  # fmt: skip
+    # Ctrl-C's default for the child: a pytest-xdist worker ignores SIGINT, and a Python
+    # started with SIGINT ignored keeps ignoring it (no KeyboardInterrupt, no stop).
+    before = signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "slurmtf", "tensorboard", str(root)],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    finally:
+        signal.signal(signal.SIGINT, before)
+    with process:
         try:
             yield _base_url(process)
         finally:
             os.killpg(process.pid, signal.SIGINT)
-            status = process.wait(timeout=30)
-    assert status == 0
+            try:
+                status = process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                status = None
+    assert status == 0, "slurmtf tensorboard did not end on Ctrl-C within 30 s"
 
 
 def _base_url(process: subprocess.Popen[str]) -> str:
