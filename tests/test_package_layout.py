@@ -15,6 +15,7 @@ from submitit.core.utils import DelayedSubmission
 import slurmtf
 from slurmtf.launch import TaskLauncher
 from slurmtf.spec.jobspec import JobSpec, task_command
+from tests.helpers import module_lists
 
 ROOT = Path(__file__).resolve().parents[1]
 # submitit job files (a DelayedSubmission of TaskLauncher) pickled by earlier layouts:
@@ -101,9 +102,8 @@ def packages() -> list[Path]:
 
 def listed(package: Path) -> list[str]:
     """The names a package's docstring lists, one line each: ``- ``name``: what it holds``."""
-    name = ".".join(package.relative_to(ROOT).parts)
-    doc = importlib.import_module(name).__doc__ or ""
-    return re.findall(r"^- ``(\w+)``: \S", doc, re.M)
+    dotted = ".".join(package.relative_to(ROOT).parts)
+    return [name for name, _ in module_lists.listed(dotted)]
 
 
 @pytest.mark.parametrize("package", packages(), ids=lambda p: str(p.relative_to(ROOT)))
@@ -119,8 +119,6 @@ def test_every_package_lists_each_of_its_modules_once(package: Path) -> None:
 
 
 def test_the_architecture_module_tables_are_the_package_docstrings_lists() -> None:
-    from tests.helpers import module_lists
-
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text()
     assert module_lists.current(text) == module_lists.render(), (
         "docs/ARCHITECTURE.md's module tables differ from the package docstrings: "
