@@ -30,9 +30,7 @@ LOSS_ATOL = 0.01  # the tiny data set is learnt: late losses are ~0.003
 
 
 def test_spec_validation_and_default() -> None:
-    assert not GradReduce().explicit  # fp32, one pack: Keras's own all-reduce, as before
-    assert GradReduce("bf16").explicit
-    assert GradReduce("fp32", bytes_per_pack=1 << 20).explicit
+    assert GradReduce() == GradReduce("fp32", 0)
     with pytest.raises(InputError, match=r"--allreduce_dtype.*HINT: use fp32, bf16 or fp16"):
         GradReduce("int8")
     with pytest.raises(InputError, match="--bytes_per_pack"):

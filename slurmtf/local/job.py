@@ -43,6 +43,8 @@ from slurmtf.runtime.recovery.evidence import LogFiles
 from slurmtf.runtime.recovery.record import read_record, restarts_so_far
 from slurmtf.spec.jobspec import JobSpec, rank_python
 
+KILL_WAIT_S = 5.0  # between the SIGTERM and the SIGKILL that end a step (Slurm's KillWait)
+
 
 def job_ids(base: int, index: int, size: int) -> dict[str, str]:
     """Numeric Slurm-like ids: a job, or array task ``index`` of array ``base``."""
@@ -79,13 +81,32 @@ def at_the_end(files: LogFiles, num_tasks: int) -> LogFiles:
     return dataclasses.replace(files, offsets=offsets)
 
 
-def stop_ranks(procs: Sequence[subprocess.Popen[bytes]]) -> None:
-    """SIGKILL every rank's process group (the launcher and the user's process under it),
-    as srun --kill-on-bad-exit ends a step; reap the launchers."""
+def stop_ranks(procs: Sequence[subprocess.Popen[bytes]], grace: float = KILL_WAIT_S) -> None:
+    """End every rank's process group (the launcher and the user's process under it) as
+    srun --kill-on-bad-exit ends a step: SIGTERM, then SIGKILL to the groups still there
+    after ``grace`` seconds (Slurm's KillWait); reap the launchers."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+        deadline = time.monotonic() + grace
+        while sig == signal.SIGTERM and time.monotonic() < deadline:
+            if all(_group_gone(p) for p in procs):
+                break
+            time.sleep(0.1)
     for proc in procs:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def _group_gone(proc: subprocess.Popen[bytes]) -> bool:
+    proc.poll()
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 def wait_ranks(procs: Sequence[subprocess.Popen[bytes]], srun_err: Path) -> int:

@@ -24,6 +24,8 @@ RELEASE_DIFFERENCES = (
     "skips_aggregation",
     "apply_gradients",
     "variable_value",
+    "optimizer_variables",
+    "random_state",
     "local_weights",
     "fit_initial_epoch",
 )
@@ -98,6 +100,27 @@ def variable_value(variable: Any) -> Any:
     TensorFlow's own (the variables of Keras 2 models)."""
     value = variable.value
     return value() if callable(value) else value
+
+
+def optimizer_variables(optimizer: Any) -> list[Any]:
+    """The optimizer's own variables (its step count, slots, loss scale): a property in
+    Keras 3 and in Keras 2's optimizers of 2.11+, a method in Keras 2's legacy ones."""
+    found = optimizer.variables
+    return list(found() if callable(found) else found)
+
+
+def random_state(model: Any) -> list[Any]:
+    """What the model's random layers (dropout...) draw from, as checkpointable variables,
+    so that a resumed run draws what an undisturbed one would: Keras 3 keeps each layer's
+    seed generators' state in ``_seed_generators``, outside TensorFlow's tracking; Keras 2
+    tracks its layers' generators itself (nothing to add)."""
+    layers = model._flatten_layers() if hasattr(model, "_flatten_layers") else []
+    return [
+        generator.state
+        for layer in layers
+        for generator in getattr(layer, "_seed_generators", None) or ()
+        if hasattr(generator, "state")
+    ]
 
 
 def local_weights(model: Any) -> list[Any]:

@@ -5,12 +5,18 @@ only the chief writes into ``--model_dir``; other ranks write to a private tempo
 directory that is deleted after each save. A save is atomic: TensorFlow writes the data
 files first and then replaces the small ``checkpoint`` state file by rename, so a run
 killed mid-save resumes from the previous complete checkpoint.
+
+A start resumes from the newest state there is: the last periodic checkpoint, or a
+rescue newer than it, which the ranks that lived through a peer's failure wrote from
+memory (:mod:`slurmtf.training.rescue`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -18,7 +24,19 @@ from typing import Any
 
 from absl import logging
 
+from slurmtf.training import rescue
+
 WORKERS_FILE = "workers.json"  # in --model_dir: how many workers the last start had
+_NUMBERED = re.compile(r"-(\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Resumed:
+    """What a start restored: the path read, its step and where it came from."""
+
+    path: str
+    step: int
+    source: str  # "checkpoint" or "rank R's memory"
 
 
 class Checkpointer:
@@ -40,8 +58,9 @@ class Checkpointer:
                 self._checkpoint, str(Path(str(model_dir)) / "checkpoints"), max_to_keep=max_to_keep
             )
 
-    def latest(self) -> str | None:
-        """Path of the newest complete checkpoint in ``--model_dir``, or None."""
+    def latest(self) -> Resumed | None:
+        """The newest complete state in ``--model_dir``: the last periodic checkpoint, or
+        a survivors' rescue that holds a later step; None for a first start."""
         import tensorflow as tf
 
         if not self.enabled:
@@ -49,15 +68,31 @@ class Checkpointer:
         path: str | None = tf.train.latest_checkpoint(
             str(Path(str(self._model_dir)) / "checkpoints")
         )
-        return path
-
-    def restore_latest(self) -> str | None:
-        """Restore the newest checkpoint on every rank (all read the chief's files)."""
-        path = self.latest()
+        periodic = None
         if path is not None:
-            self._checkpoint.restore(path).expect_partial()
-            logging.info("Resumed from checkpoint %s", path)
-        return path
+            number = _NUMBERED.search(path)
+            periodic = Resumed(path, int(number.group(1)) if number else 0, "checkpoint")
+        saved = rescue.newest(self._model_dir)
+        if saved is not None and (periodic is None or saved.step > periodic.step):
+            return Resumed(saved.prefix, saved.step, saved.source)
+        return periodic
+
+    def restore_latest(self) -> Resumed | None:
+        """Restore the newest state on every rank (all read the same files)."""
+        found = self.latest()
+        if found is not None:
+            self._checkpoint.restore(found.path).expect_partial()
+            logging.info(
+                "Resumed from checkpoint %s (step %d, %s)", found.path, found.step, found.source
+            )
+        return found
+
+    def rescue(self, step: int, rank: int) -> rescue.Rescue | None:
+        """Write this rank's state as the rescue of ``step`` (a peer failed); None when
+        there is no ``--model_dir`` or another survivor writes that step."""
+        if not self.enabled:
+            return None
+        return rescue.save(self._checkpoint, str(self._model_dir), step, rank)
 
     def save(self, step: int) -> str | None:
         """Save on every rank; returns the chief's checkpoint path (None elsewhere)."""
@@ -68,6 +103,7 @@ class Checkpointer:
         if self._manager is not None:
             path: str = self._manager.save(checkpoint_number=step)
             logging.info("Saved checkpoint %s", path)
+            rescue.prune(self._model_dir, step)  # this save holds what they held
             return path
         scratch = tempfile.mkdtemp(prefix="slurmtf-ckpt-")
         try:

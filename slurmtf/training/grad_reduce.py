@@ -9,10 +9,10 @@ near 2**14, far below fp16's 65504, and gradients down to ~2**-24 of a tensor's 
 survive. ``--bytes_per_pack`` splits the all-reduce into packs of that size
 (``tf.distribute.experimental.CommunicationOptions``; 0 = one pack).
 
-With ``fp32`` and no packing, training keeps Keras's own all-reduce inside
-``optimizer.apply_gradients``. Otherwise the all-reduce is done here and Keras's is
-switched off for the training optimizer (Keras 3 has no ``skip_gradients_aggregation``;
-its TF optimizer sums gradients in ``_all_reduce_sum_gradients``, which is bypassed).
+Every training step all-reduces here, so that no variable changes before every
+gradient is summed (slurmtf.training.steps), and Keras's own all-reduce is switched off
+for the training optimizer (Keras 3 has no ``skip_gradients_aggregation``; its TF
+optimizer sums gradients in ``_all_reduce_sum_gradients``, which is bypassed).
 """
 
 from __future__ import annotations
@@ -48,11 +48,6 @@ class GradReduce:
             raise InputError(
                 "--bytes_per_pack", self.bytes_per_pack, "must not be negative", "0 = one pack"
             )
-
-    @property
-    def explicit(self) -> bool:
-        """True when gradients are all-reduced here rather than by Keras."""
-        return self.dtype != "fp32" or self.bytes_per_pack > 0
 
 
 def fp16_scales(bound: Any) -> Any:
@@ -103,14 +98,14 @@ def _optimizers(optimizer: Any) -> list[Any]:
 
 
 def take_over_reduction(optimizer: Any, spec: GradReduce) -> None:
-    """With an explicit ``spec``, switch off the optimizer's own gradient all-reduce.
+    """Switch off the optimizer's own gradient all-reduce (``spec`` names it in errors).
 
     Done once, before tracing: replicas of one process (MirroredStrategy) trace the step
     in parallel threads, so the switch cannot be flipped around each call. The optimizer
     then expects summed gradients (:func:`all_reduce`). Fails if Keras has no such hook,
     rather than letting gradients be summed twice.
     """
-    if not spec.explicit or compat.skips_aggregation(optimizer):
+    if compat.skips_aggregation(optimizer):
         return  # Keras 2: apply_gradients is told instead (slurmtf.tf.compat.apply_gradients)
     targets = _optimizers(optimizer)
     if not all(hasattr(o, _KERAS_HOOK) for o in targets):

@@ -76,6 +76,9 @@ class _NoWatch:
     def paused(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 
+    def at_stall(self, action: Any) -> None:
+        del action
+
 
 _NO_WATCH = _NoWatch()
 

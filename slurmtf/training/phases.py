@@ -23,6 +23,7 @@ from slurmtf.training.plan import Plan, make_schedule
 from slurmtf.training.preemption import PreemptionWatcher
 from slurmtf.training.process import log_dir
 from slurmtf.training.steps import Steps, no_state_sync
+from slurmtf.training.strategy import PEER_FAILURES
 
 
 @dataclasses.dataclass
@@ -61,6 +62,7 @@ class Training:
     eval_iterator: Any = None  # built at the first evaluation
     # False beside an evaluator task: save at the evaluation cadence, evaluate nowhere.
     evaluates: bool = True
+    completed: int = 0  # the steps done before the one in flight
 
     @classmethod
     def build(
@@ -90,14 +92,18 @@ class Training:
                 optimizer = compat.loss_scale_optimizer(keras, optimizer)
             optimizer.build(model.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        random_state = compat.random_state(model)
         ckpt = Checkpointer(
             config.model_dir,
             info.is_chief,
-            {"model": model, "optimizer": optimizer, "step": step_var},
+            {"model": model, "optimizer": optimizer, "step": step_var,
+             "random": random_state},  # resumed: the same dropout masks
             config.keep_checkpoints,
         )
         restored = ckpt.restore_latest()
         start = int(step_var.numpy())
+        if restored is not None and info.is_chief:
+            events.emit("resumed", step=start, source=restored.source, path=restored.path)
         reduce = GradReduce(config.allreduce_dtype, config.bytes_per_pack)
         replicas = int(strategy.num_replicas_in_sync)
         timing = steptiming.from_layout(
@@ -105,7 +111,7 @@ class Training:
         )
         steps = Steps(
             strategy, model, optimizer, config.batch_size, config.enable_xla, reduce=reduce,
-            link_columns=len(timing.link_nodes),
+            link_columns=len(timing.link_nodes), counter=step_var, guarded=random_state,
         )  # fmt: skip
         sync_state = steps.state_sync() if spec.replica_local_state else no_state_sync
         steps.check_same_step(start)
@@ -114,12 +120,14 @@ class Training:
         summaries = Summaries(config.model_dir, info.is_chief, splits)
         board_dir = None if config.eval_only else config.model_dir  # a start that trains
         board = allocation.start_board(board_dir, info, log_dir(config), start, timing)
-        return cls(
+        training = cls(
             spec, config, info, strategy, plan, per_replica, watcher, watch,
             model, schedule, step_var, ckpt, steps, summaries, sync_state, restored, start,
             timing,
             board=board, evaluates=evaluates,
         )  # fmt: skip
+        watch.at_stall(training.rescue)  # a stalled collective: save before the exit
+        return training
 
     def evaluate(self, step: int) -> dict[str, float]:
         """Evaluate on ``plan.eval_steps`` batches; the chief reports it."""
@@ -172,10 +180,17 @@ class Training:
         outcome = Outcome(start)
         t_start = time.monotonic()
         while outcome.step < total:
+            self.completed = outcome.step
             self.watch.enter("step", outcome.step)
             flag = tf.constant(1.0 if self.watcher.requested else 0.0)
             extra = tf.constant(self.timing.extra_input())
-            out = self.steps.train_step(iterator, flag, extra).numpy()
+            try:
+                out = self.steps.train_step(iterator, flag, extra).numpy()
+            except Exception as exc:
+                if type(exc).__name__ in PEER_FAILURES:
+                    self.rescue(type(exc).__name__)
+                raise
+            self.watcher.end_if_terminating()  # SIGTERM came: after a whole step
             outcome.step += 1
             step = outcome.step
             self.watch.finished(step)
@@ -232,6 +247,24 @@ class Training:
         if save:
             self.save(step)
         return False
+
+    def rescue(self, why: str) -> None:
+        """A peer failed (``why``): save the step this rank's variables hold, from memory
+        (slurmtf.training.rescue); the next start resumes there. Never raises: the
+        failure that called it is what the rank ends with."""
+        started = time.monotonic()
+        try:
+            step = int(self.step_var.numpy())  # this worker's copy: no collective
+            if step == self.completed:  # the broken step was not applied
+                self.steps.roll_back()
+            saved = self.ckpt.rescue(step, self.info.rank)
+        except Exception as exc:  # the state stays where the last save left it
+            logging.warning("No save from memory after %s: %s", why, exc)
+            return
+        if saved is not None:
+            seconds = round(time.monotonic() - started, 3)
+            events.emit("rescued", rank=self.info.rank, step=step, seconds=seconds, why=why)
+            logging.warning("Saved step %d from memory in %.2f s (%s)", step, seconds, why)
 
     def save(self, step: int) -> None:
         """Save a checkpoint at ``step`` (the chief writes); the watchdog sees the save."""

@@ -1,10 +1,19 @@
 """The compiled steps: a training step (forward, backward, all-reduce, update, and the
 step-timing rows it carries) and an evaluation step, which the workers' loop and the
-sidecar evaluator share."""
+sidecar evaluator share.
+
+A training step is all or nothing on every rank that lives through a peer's failure:
+no variable changes before every gradient is summed, and the step's last collective
+(the reduce of its outputs) and its count (``counter``, the checkpoint's step) wait
+until every variable has changed. A survivor's variables therefore hold the step its
+``counter`` says, whichever collective the failure broke (slurmtf.training.rescue); what
+the forward pass itself changes (dropout's random state) is kept at each step's start
+and put back when the step was not applied (:meth:`Steps.roll_back`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from slurmtf.tf import compat
@@ -25,12 +34,23 @@ class Steps:
         *,
         reduce: GradReduce | None = None,
         link_columns: int = 0,
+        counter: Any = None,
+        guarded: Sequence[Any] = (),
     ) -> None:
-        """``link_columns``: the link rates each step carries (slurmtf.training.steptiming)."""
+        """``link_columns``: the link rates each step carries (slurmtf.training.steptiming);
+        ``counter``: an int64 variable the step adds one to once it is applied;
+        ``guarded``: variables the forward pass changes before the gradients are summed
+        (dropout's random state): each step keeps their values first (:meth:`roll_back`)."""
         import tensorflow as tf
 
         reduce = reduce or GradReduce()
         grad_reduce.take_over_reduction(optimizer, reduce)
+        state = [*model.trainable_variables, *compat.optimizer_variables(optimizer)]
+        self._guarded = list(guarded)
+        with tf.device("/cpu:0"):  # this worker's own: no broadcast, no replica copies
+            self._kept = [
+                tf.Variable(compat.variable_value(v), trainable=False) for v in self._guarded
+            ]
         self._strategy = strategy
         self._model = model
         forward_backward = _forward_backward(model, optimizer, global_batch)
@@ -42,23 +62,35 @@ class Steps:
             loss, correct, grads = compiled(images, labels)
             with tf.control_dependencies([loss, *_tensors(grads)]):
                 computed = tf.timestamp()
-            if reduce.explicit:  # compressed or packed: sum here, not inside Keras
-                grads = grad_reduce.all_reduce(grads, reduce)
-            pairs = zip(grads, model.trainable_variables, strict=True)
-            compat.apply_gradients(optimizer, pairs, summed=reduce.explicit)
-            # steptiming: this replica's row, [compute, its last step's time, link rates]
-            row = tf.concat([tf.cast([computed - started], tf.float32), extra], 0)
-            replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-            rows = tf.one_hot(replica, replicas)[:, None] * row[None, :]
-            head = tf.stack([loss, correct / global_batch, flag])
-            return tf.concat([head, tf.reshape(rows, [-1])], 0)
+            summed = grad_reduce.all_reduce(grads, reduce)  # here, not inside Keras
+            with tf.control_dependencies(_tensors(summed)):  # every sum before any update
+                summed = [tf.identity(g) for g in summed]
+            pairs = zip(summed, model.trainable_variables, strict=True)
+            compat.apply_gradients(optimizer, pairs, summed=True)
+            # Reads order after the updates of their variable: the outputs wait for all.
+            reads = [tf.identity(compat.variable_value(v)) for v in state]
+            with tf.control_dependencies(reads):
+                # steptiming: this replica's row, [compute, its last step's time, link rates]
+                row = tf.concat([tf.cast([computed - started], tf.float32), extra], 0)
+                replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+                rows = tf.one_hot(replica, replicas)[:, None] * row[None, :]
+                head = tf.stack([loss, correct / global_batch, flag])
+                return tf.concat([head, tf.reshape(rows, [-1])], 0)
 
         def train_step(iterator: Any, flag: Any, extra: Any) -> Any:
+            for kept, variable in zip(self._kept, self._guarded, strict=True):
+                kept.assign(compat.variable_value(variable))  # read before the forward pass
             started = tf.timestamp()
             with tf.control_dependencies([started]):
                 images, labels = next(iterator)
             out = strategy.run(train_replica, args=(images, labels, flag, started, extra))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+            if counter is None:
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+            with tf.control_dependencies(strategy.experimental_local_results(out)):
+                count = counter.assign_add(1)  # this worker's copies, no collective
+            # The count rides in the reduced outputs, so the reduce cannot start before it.
+            out = strategy.run(_with_count, args=(out, count))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)[:-1]
 
         compiled_step = tf.function(train_step)
         no_extra = tf.zeros([1 + link_columns])
@@ -70,6 +102,12 @@ class Steps:
 
         self.train_step = train
         self.eval_step = make_eval_step(strategy, model)
+
+    def roll_back(self) -> None:
+        """Put the guarded variables back as the last step began (eagerly, this worker's
+        copies): for a step that a peer's failure broke before it was applied."""
+        for kept, variable in zip(self._kept, self._guarded, strict=True):
+            variable.assign(compat.variable_value(kept))
 
     def state_sync(self) -> Callable[[], None]:
         """A function that averages the model's float non-trainable variables over replicas.
@@ -182,6 +220,13 @@ def _eval_replica(model: Any) -> Callable[..., Any]:
         return tf.stack([tf.reduce_sum(per_example), _correct(labels, logits), count])
 
     return eval_replica
+
+
+def _with_count(out: Any, count: Any) -> Any:
+    """A replica's outputs with the step count appended (see ``train_step``)."""
+    import tensorflow as tf
+
+    return tf.concat([out, tf.cast(tf.reshape(count, [1]), out.dtype)], 0)
 
 
 def _tensors(values: Any) -> list[Any]:

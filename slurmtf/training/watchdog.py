@@ -177,6 +177,7 @@ class ProgressWatchdog:
         self._paused = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._last_words: Callable[[str], None] | None = None
 
     # ------------------------------------------------------------ called by the loop
     def enter(self, phase: str, step: int) -> None:
@@ -191,6 +192,11 @@ class ProgressWatchdog:
         self._started = self._started or is_train_step
         self._last_progress = now
         self.enter("host", step)
+
+    def at_stall(self, action: Callable[[str], None]) -> None:
+        """Run ``action("stalled")`` before the stall ends the process (the main thread
+        waits in a collective, so the variables hold the last completed step)."""
+        self._last_words = action
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
@@ -267,6 +273,8 @@ class ProgressWatchdog:
                     write_record(self.directory, self._record())
             message = self.check()
             if message is not None:
+                if self._last_words is not None:
+                    self._last_words("stalled")
                 self._on_stall(message)
                 return
 

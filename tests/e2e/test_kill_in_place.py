@@ -87,6 +87,26 @@ def trained_after_restart(out: Path) -> bool:
     return False
 
 
+def reached(out: Path) -> int:
+    """The highest step rank 0 has reported so far (``progress`` events)."""
+    found = read_events(out) if out.exists() else []
+    return max((e["step"] for e in found if e.get("event") == "progress"), default=0)
+
+
+def check_resumed_from_memory(outs: list[Path], at_kill: int, said: str) -> None:
+    """The survivor saved the step it held at the kill (``rescued``), the restart resumed
+    there (``resumed``; at least the step rank 0 had reported before the kill), and the
+    job log's restart line says so."""
+    rescued = [e for out in outs for e in read_events(out) if e.get("event") == "rescued"]
+    assert rescued, "no rank saved from memory"
+    step = max(e["step"] for e in rescued)
+    resumed = [e for e in read_events(outs[0]) if e.get("event") == "resumed"]
+    assert resumed, "the restart resumed from no saved state"
+    assert resumed[-1]["step"] == step >= at_kill, (resumed, rescued, at_kill)
+    line = rf"resumes at step {step} from rank \d+'s memory \(0 steps redone\)"
+    assert re.search(line, said), said
+
+
 def check_in_place(
     sandbox: SlurmSandbox, jid: str, text: Callable[[], str], rival: Competitor
 ) -> None:
@@ -137,11 +157,13 @@ def test_a_killed_rank_of_an_sbatch_job_trains_again_in_place(
         wait_until(job, lambda: job.progress() >= 10, 300, "step 10")
         out = job.log_dir / "rank0.out"
         pids = rank_pids(job.job_id, 1)
+        at_kill = reached(out)
         seconds = kill_and_time(recovery_sandbox, pids, lambda: trained_after_restart(out), rival)
         print(f"MEASURED sbatch kill -> training again {seconds:.1f} s")
         assert seconds < TRAINS_AGAIN_WITHIN_S, job.report()
         check_in_place(recovery_sandbox, job.job_id, job.job_output, rival[0])
         logs = [job.log_dir / f"rank{r}.out" for r in (0, 1)]
+        check_resumed_from_memory(logs, at_kill, job.job_output())
         assert len(final_sums(logs, 60)) == 1
         check_status(recovery_sandbox, job.job_id, state_home, 60)
     finally:
@@ -161,11 +183,14 @@ def test_a_killed_rank_of_a_submitted_model_trains_again_in_place(
             f"job {jid} made no progress",
         )
         pids = rank_pids(jid, 1, "slurmtf_models.mnist")
+        at_kill = reached(out)
         seconds = kill_and_time(recovery_sandbox, pids, lambda: trained_after_restart(out), rival)
         print(f"MEASURED submit --model kill -> training again {seconds:.1f} s")
         assert seconds < TRAINS_AGAIN_WITHIN_S, recovery_sandbox.logs(jid)
         check_in_place(recovery_sandbox, jid, out.read_text, rival[0])
-        assert len(final_sums([tmp_path / f"{jid}_{r}_log.out" for r in (0, 1)], 60)) == 1
+        logs = [tmp_path / f"{jid}_{r}_log.out" for r in (0, 1)]
+        check_resumed_from_memory(logs, at_kill, out.read_text())
+        assert len(final_sums(logs, 60)) == 1
     finally:
         recovery_sandbox.run(["scancel", jid], check=False)
 

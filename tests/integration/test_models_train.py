@@ -267,8 +267,9 @@ def test_dead_peer_ends_the_run_with_a_clear_error(tmp_path: Path, jobs: list[Jo
 def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
     tmp_path: Path, jobs: list[Job]
 ) -> None:
-    """6 steps, stop, 6 more == 12 steps straight: state and data position are restored."""
-    common = ["--batch_size=8", "--seed=3", "--dropout_rate=0", "--eval_steps=1", "--log_every=3"]
+    """6 steps, stop, 6 more == 12 steps straight: state, data position and the dropout
+    masks' random state are restored."""
+    common = ["--batch_size=8", "--seed=3", "--eval_steps=1", "--log_every=3"]
     straight = Job(tmp_path, 1, "straight").start(
         "mnist", [*common, "--train_steps=12", f"--model_dir={tmp_path / 'a'}"]
     )
@@ -284,6 +285,7 @@ def test_resumed_run_ends_with_the_weights_of_an_uninterrupted_one(
     jobs.append(second)
     assert second.wait() == [0], second.logs()
     assert second.done(0)["start_step"] == 6
+    assert second.done(0)["weights_checksum"] == straight.done(0)["weights_checksum"]
     a, b = checkpoint_values(tmp_path / "a"), checkpoint_values(tmp_path / "b")
     assert a.keys() == b.keys()
     worst, name = worst_difference(a, b)

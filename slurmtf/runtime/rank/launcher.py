@@ -19,7 +19,8 @@ child process whose output goes to this rank's log, and maps its exit status:
 
 Slurm delivers the preemption signal to every process of the step, the child included;
 the launcher only notes it (submitit's own handler would requeue at once, before the
-model has written its checkpoint).
+model has written its checkpoint). SIGTERM it passes on and waits out, so that a rank
+whose peer failed saves from memory before the task ends (slurmtf.training.rescue).
 
 ``python -m slurmtf.launch --spec=FILE [--params=JSON]`` runs the same code for
 ``--cluster=local``; ``python -m slurmtf.launch --call MOD:FN -- ARGS`` calls a user's
@@ -28,6 +29,7 @@ model has written its checkpoint).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -115,11 +117,7 @@ def run_task(
         del frame
         emit("signal", rank=rank, signal=signal.Signals(sig).name)
 
-    previous = signal.signal(signum, note)
-    try:
-        status = subprocess.call(command, env=env)
-    finally:
-        signal.signal(signum, previous)
+    status = _run_child(command, env, signum, note)
     if spec.jobs is not None and layout.task_type == "chief":
         _touch(chief_done_file(spec, job, restart))  # the servers stop, however it ended
     ended_by = ending_signal(status)
@@ -130,6 +128,30 @@ def run_task(
     if supervised(environ) and environ.get(LOCAL_ENV) != "1":
         return 0  # the supervisor decides; srun must stop no one
     return EXIT_PREEMPTED
+
+
+def _run_child(
+    command: Sequence[str], env: Mapping[str, str], signum: int, note: Any
+) -> int:
+    """Run ``command`` to its end; its exit status. The preemption signal is only noted,
+    and SIGTERM is passed on and waited out: a step's end (srun after a failed task,
+    ``scancel``) lets the child finish its step and save from memory first, and the
+    task ends with the child (Slurm's SIGKILL after KillWait bounds the wait)."""
+    child = subprocess.Popen(command, env=env)
+
+    def pass_on(sig: int, frame: FrameType | None) -> None:
+        del frame
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(sig)
+
+    previous = signal.signal(signum, note)
+    previous_term = signal.signal(signal.SIGTERM, pass_on) if signum != signal.SIGTERM else None
+    try:
+        return child.wait()
+    finally:
+        signal.signal(signum, previous)
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
 
 
 def _touch(path: Path) -> None:

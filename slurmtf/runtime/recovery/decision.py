@@ -59,6 +59,7 @@ class Decision:
     nodes: tuple[str, ...] = ()  # the next step's nodes (srun --nodelist), when some are out
     placement: str = ""  # those nodes in words (Nodes.placement)
     counted: str = ""  # the restart as the budget counts it (Budget.counted; "" for total)
+    resume: str = ""  # where the next start resumes (Attempt.resume_words), when known
 
     def line(self, job_id: str, seconds: float | None = None) -> str:
         """The job log's one line about this decision."""
@@ -67,8 +68,9 @@ class Decision:
         of, rule = f"{self.restart} of {self.limit}", "MAX_RESTARTS"
         if self.counted:
             of, rule = str(self.restart), f"{self.counted}, MAX_RESTARTS"
+        resume = f"; {self.resume}" if self.resume else ""
         if self.action == "requeue":
-            return f"{self.why}: requeueing job {job_id} (restart {of}, {rule})"
+            return f"{self.why}: requeueing job {job_id} (restart {of}, {rule}){resume}"
         if self.action == "stop":
             return self.why
         after = f", {seconds:.0f} s after" if seconds is not None else " after"
@@ -77,7 +79,7 @@ class Decision:
             line += f"; {','.join(self.new_exclusions)} left out"
         if self.placement:
             line += f"{',' if self.new_exclusions else ';'} {self.placement}"
-        return line
+        return line + resume
 
 
 def decide(attempt: Attempt, budget: Budget, nodes: Nodes = NO_NODES) -> Decision:
@@ -114,7 +116,12 @@ def _after_failure(attempt: Attempt, budget: Budget, nodes: Nodes) -> Decision:
             status = EXIT_USAGE
         return Decision("stop", f"failed: {why}; not restarted", status)
     action = "restart" if len(nodes.usable()) >= nodes.minimum else "requeue"
-    return _again(action, why if action == "restart" else f"failed: {why}", status, budget, nodes)
+    decision = _again(
+        action, why if action == "restart" else f"failed: {why}", status, budget, nodes
+    )
+    if decision.action == "stop":
+        return decision
+    return dataclasses.replace(decision, resume=attempt.resume_words())
 
 
 def after_check(outliers: Sequence[str], budget: Budget, nodes: Nodes = NO_NODES) -> Decision:

@@ -163,6 +163,18 @@ class Attempt:
         events), ``None`` when none did (a script without slurmtf's training loop)."""
         return reached_step(e for rank in self.events for e in self.events[rank])
 
+    def resume_words(self) -> str:
+        """Where the next start resumes, when survivors saved from memory (``rescued``
+        events): ``resumes at step S from rank R's memory (K steps redone)``; else ""."""
+        saves = [(e["step"], -r) for r in self.events for e in self.of(r, "rescued")
+                 if isinstance(e.get("step"), int)]  # fmt: skip
+        if not saves:
+            return ""
+        step, rank = max(saves)
+        redone = max((self.reached() or 0) - step, 0)
+        steps = "step" if redone == 1 else "steps"
+        return f"resumes at step {step} from rank {-rank}'s memory ({redone} {steps} redone)"
+
     def lost_nodes(self) -> tuple[str, ...]:
         """Nodes of the peers the ranks lost (``peer_lost`` events) and srun's failed
         nodes, in order of first mention: the nodes worth probing."""
