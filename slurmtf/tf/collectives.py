@@ -31,3 +31,13 @@ def reuse_collective_instance_keys() -> bool:
         return False
     launcher._prefer_unique_instance_key = False
     return True
+
+
+def abort_collectives(message: str) -> None:
+    """Fail every collective op of this process now, and every later one (any thread may
+    call it): a rank whose step was ended learns it at once, instead of at TensorFlow's
+    heartbeat timeout, when its peer died between two of its collectives. The same call
+    MultiWorkerMirroredStrategy's own health check makes."""
+    from tensorflow.python.eager import context
+
+    context.context().abort_collective_ops(14, message)  # 14: UNAVAILABLE, a peer's failure

@@ -14,6 +14,7 @@ the compiled steps of :mod:`.steps`.
 from __future__ import annotations
 
 import contextlib
+import functools
 from typing import Any
 
 from absl import logging
@@ -21,6 +22,7 @@ from absl import logging
 from slurmtf import events
 from slurmtf.runtime.rank import teardown
 from slurmtf.runtime.rank.held_port import recheck_port
+from slurmtf.tf import collectives
 from slurmtf.training import checkpoints, sidecar, watchdog
 from slurmtf.training.flags import TrainConfig
 from slurmtf.training.model_spec import ModelSpec, RunInfo
@@ -47,7 +49,9 @@ def run(spec: ModelSpec, config: TrainConfig, info: RunInfo) -> int:
     """
     if info.layout.task_type == sidecar.EVALUATOR:
         return sidecar.run_evaluator(spec, config, info)
-    watcher = PreemptionWatcher(config.preemption_signal).install()
+    # SIGTERM ends the step: the collectives in flight fail now, the rank saves from memory
+    ending = functools.partial(collectives.abort_collectives, "this rank's step was ended")
+    watcher = PreemptionWatcher(config.preemption_signal, on_term=ending).install()
     watch = watchdog.from_config(config, info.rank, info.workers, log_dir(config), info.program)
     try:
         code = _run(spec, config, info, watcher, watch or _NO_WATCH)

@@ -93,17 +93,10 @@ class Training:
             optimizer.build(model.trainable_variables)
             step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
         random_state = compat.random_state(model)
-        ckpt = Checkpointer(
-            config.model_dir,
-            info.is_chief,
-            {"model": model, "optimizer": optimizer, "step": step_var,
-             "random": random_state},  # resumed: the same dropout masks
-            config.keep_checkpoints,
-        )
-        restored = ckpt.restore_latest()
-        start = int(step_var.numpy())
-        if restored is not None and info.is_chief:
-            events.emit("resumed", step=start, source=restored.source, path=restored.path)
+        saved = {"model": model, "optimizer": optimizer, "step": step_var}
+        saved["random"] = random_state  # resumed: the dropout masks of an undisturbed run
+        ckpt = Checkpointer(config.model_dir, info.is_chief, saved, config.keep_checkpoints)
+        restored, start = _restore(ckpt, step_var, info.is_chief)
         reduce = GradReduce(config.allreduce_dtype, config.bytes_per_pack)
         replicas = int(strategy.num_replicas_in_sync)
         timing = steptiming.from_layout(
@@ -190,7 +183,9 @@ class Training:
                 if type(exc).__name__ in PEER_FAILURES:
                     self.rescue(type(exc).__name__)
                 raise
-            self.watcher.end_if_terminating()  # SIGTERM came: after a whole step
+            if self.watcher.terminating:  # SIGTERM came: save the whole step, then end
+                self.rescue("SIGTERM")
+                self.watcher.end_if_terminating()
             outcome.step += 1
             step = outcome.step
             self.watch.finished(step)
@@ -304,6 +299,16 @@ class Training:
             restart_count=self.info.restart_count,
             preempted=outcome.preempted,
         )
+
+
+def _restore(ckpt: Checkpointer, step_var: Any, is_chief: bool) -> tuple[Any, int]:
+    """Restore the newest state; what was restored and the step to start at. The chief's
+    ``resumed`` event says where it came from (a checkpoint or a survivor's memory)."""
+    restored = ckpt.restore_latest()
+    start = int(step_var.numpy())
+    if restored is not None and is_chief:
+        events.emit("resumed", step=start, source=restored.source, path=restored.path)
+    return restored, start
 
 
 def weights_checksum(model: Any) -> float:

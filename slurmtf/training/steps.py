@@ -2,13 +2,14 @@
 step-timing rows it carries) and an evaluation step, which the workers' loop and the
 sidecar evaluator share.
 
-A training step is all or nothing on every rank that lives through a peer's failure:
-no variable changes before every gradient is summed, and the step's last collective
-(the reduce of its outputs) and its count (``counter``, the checkpoint's step) wait
-until every variable has changed. A survivor's variables therefore hold the step its
-``counter`` says, whichever collective the failure broke (slurmtf.training.rescue); what
-the forward pass itself changes (dropout's random state) is kept at each step's start
-and put back when the step was not applied (:meth:`Steps.roll_back`).
+A training step is all or nothing on every rank that lives through a peer's failure. It
+runs as two functions: the first holds every collective of the step (the gradients'
+all-reduce and the sum of its outputs) and changes no variable; the second applies the
+summed gradients and counts the step (``counter``, the checkpoint's step) on this
+worker alone, so no peer's failure can cut it short. A survivor's variables therefore
+hold the step its ``counter`` says (slurmtf.training.rescue). What the forward pass
+itself changes (dropout's random state) is kept at each step's start and put back when
+the step was not applied (:meth:`Steps.roll_back`).
 """
 
 from __future__ import annotations
@@ -45,60 +46,36 @@ class Steps:
 
         reduce = reduce or GradReduce()
         grad_reduce.take_over_reduction(optimizer, reduce)
-        state = [*model.trainable_variables, *compat.optimizer_variables(optimizer)]
         self._guarded = list(guarded)
-        with tf.device("/cpu:0"):  # this worker's own: no broadcast, no replica copies
-            self._kept = [
-                tf.Variable(compat.variable_value(v), trainable=False) for v in self._guarded
-            ]
+        self._kept = [_local_copy(v) for v in self._guarded]
         self._strategy = strategy
         self._model = model
         forward_backward = _forward_backward(model, optimizer, global_batch)
         compiled = tf.function(forward_backward, jit_compile=True) if xla else forward_backward
+        sum_replica = _summing_replica(
+            compiled, reduce, int(strategy.num_replicas_in_sync), global_batch
+        )
 
-        replicas = int(strategy.num_replicas_in_sync)
-
-        def train_replica(images: Any, labels: Any, flag: Any, started: Any, extra: Any) -> Any:
-            loss, correct, grads = compiled(images, labels)
-            with tf.control_dependencies([loss, *_tensors(grads)]):
-                computed = tf.timestamp()
-            summed = grad_reduce.all_reduce(grads, reduce)  # here, not inside Keras
-            with tf.control_dependencies(_tensors(summed)):  # every sum before any update
-                summed = [tf.identity(g) for g in summed]
-            pairs = zip(summed, model.trainable_variables, strict=True)
-            compat.apply_gradients(optimizer, pairs, summed=True)
-            # Reads order after the updates of their variable: the outputs wait for all.
-            reads = [tf.identity(compat.variable_value(v)) for v in state]
-            with tf.control_dependencies(reads):
-                # steptiming: this replica's row, [compute, its last step's time, link rates]
-                row = tf.concat([tf.cast([computed - started], tf.float32), extra], 0)
-                replica = tf.distribute.get_replica_context().replica_id_in_sync_group
-                rows = tf.one_hot(replica, replicas)[:, None] * row[None, :]
-                head = tf.stack([loss, correct / global_batch, flag])
-                return tf.concat([head, tf.reshape(rows, [-1])], 0)
-
-        def train_step(iterator: Any, flag: Any, extra: Any) -> Any:
+        def gather(iterator: Any, flag: Any, extra: Any) -> Any:
+            """Every collective of a step; it changes nothing but the guarded variables."""
             for kept, variable in zip(self._kept, self._guarded, strict=True):
                 kept.assign(compat.variable_value(variable))  # read before the forward pass
             started = tf.timestamp()
             with tf.control_dependencies([started]):
                 images, labels = next(iterator)
-            out = strategy.run(train_replica, args=(images, labels, flag, started, extra))
-            if counter is None:
-                return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
-            with tf.control_dependencies(strategy.experimental_local_results(out)):
-                count = counter.assign_add(1)  # this worker's copies, no collective
-            # The count rides in the reduced outputs, so the reduce cannot start before it.
-            out = strategy.run(_with_count, args=(out, count))
-            return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)[:-1]
+            summed, total = strategy.run(sum_replica, args=(images, labels, flag, started, extra))
+            return summed, strategy.experimental_local_results(total)[0]
 
-        compiled_step = tf.function(train_step)
+        apply = _applying(strategy, model, optimizer, counter)
+        compiled_gather, compiled_apply = tf.function(gather), tf.function(apply)
         no_extra = tf.zeros([1 + link_columns])
 
         def train(iterator: Any, flag: Any, extra: Any = None) -> Any:
             """``[loss, accuracy, flag, rows...]`` summed over replicas; ``extra``: this
             rank's last step time and link rates (slurmtf.training.steptiming)."""
-            return compiled_step(iterator, flag, no_extra if extra is None else extra)
+            summed, out = compiled_gather(iterator, flag, no_extra if extra is None else extra)
+            compiled_apply(summed)
+            return out
 
         self.train_step = train
         self.eval_step = make_eval_step(strategy, model)
@@ -222,11 +199,52 @@ def _eval_replica(model: Any) -> Callable[..., Any]:
     return eval_replica
 
 
-def _with_count(out: Any, count: Any) -> Any:
-    """A replica's outputs with the step count appended (see ``train_step``)."""
+def _summing_replica(
+    compiled: Callable[..., Any], reduce: GradReduce, replicas: int, global_batch: int
+) -> Callable[..., Any]:
+    """One replica's part of a step's collectives: its gradients and outputs, summed."""
     import tensorflow as tf
 
-    return tf.concat([out, tf.cast(tf.reshape(count, [1]), out.dtype)], 0)
+    def sum_replica(images: Any, labels: Any, flag: Any, started: Any, extra: Any) -> Any:
+        loss, correct, grads = compiled(images, labels)
+        with tf.control_dependencies([loss, *_tensors(grads)]):
+            computed = tf.timestamp()
+        # steptiming: this replica's row, [compute, its last step's time, link rates]
+        row = tf.concat([tf.cast([computed - started], tf.float32), extra], 0)
+        replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+        rows = tf.one_hot(replica, replicas)[:, None] * row[None, :]
+        head = tf.stack([loss, correct / global_batch, flag])
+        out = tf.concat([head, tf.reshape(rows, [-1])], 0)
+        total = tf.distribute.get_replica_context().all_reduce("sum", out)
+        return grad_reduce.all_reduce(grads, reduce), total  # here, not inside Keras
+
+    return sum_replica
+
+
+def _applying(strategy: Any, model: Any, optimizer: Any, counter: Any) -> Callable[[Any], None]:
+    """The update of a step from its summed gradients, then its count."""
+
+    def apply_replica(summed: Any) -> None:
+        pairs = zip(summed, model.trainable_variables, strict=True)
+        compat.apply_gradients(optimizer, pairs, summed=True)
+
+    def apply(summed: Any) -> None:
+        """On this worker alone: no peer's failure can cut it short."""
+        strategy.run(apply_replica, args=(summed,))
+        if counter is not None:
+            counter.assign_add(1)
+
+    return apply
+
+
+def _local_copy(variable: Any) -> Any:
+    """A plain variable on the device of ``variable``'s copy on this worker: no broadcast
+    at its creation, no replica copies."""
+    import tensorflow as tf
+
+    value = tf.convert_to_tensor(compat.variable_value(variable))
+    with tf.device(value.device):
+        return tf.Variable(value, trainable=False)
 
 
 def _tensors(values: Any) -> list[Any]:

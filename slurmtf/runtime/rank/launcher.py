@@ -130,9 +130,7 @@ def run_task(
     return EXIT_PREEMPTED
 
 
-def _run_child(
-    command: Sequence[str], env: Mapping[str, str], signum: int, note: Any
-) -> int:
+def _run_child(command: Sequence[str], env: Mapping[str, str], signum: int, note: Any) -> int:
     """Run ``command`` to its end; its exit status. The preemption signal is only noted,
     and SIGTERM is passed on and waited out: a step's end (srun after a failed task,
     ``scancel``) lets the child finish its step and save from memory first, and the
