@@ -51,7 +51,8 @@ def test_a_later_step_wins_and_a_cut_save_is_never_read(tmp_path: Path) -> None:
     assert not [p for p in (tmp_path / "rescue").iterdir() if p.name.startswith(".")]
     rescue.save(FakeCheckpoint(), tmp_path, 12, rank=2)
     newest = rescue.newest(tmp_path)
-    assert newest is not None and (newest.step, newest.rank) == (12, 2)
+    assert newest is not None
+    assert (newest.step, newest.rank) == (12, 2)
 
 
 def test_a_folder_without_its_index_is_not_a_save(tmp_path: Path) -> None:

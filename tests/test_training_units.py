@@ -6,6 +6,8 @@ No TensorFlow needed: these run in the fast unit-test tier.
 from __future__ import annotations
 
 import signal
+import threading
+import time
 
 import pytest
 
@@ -123,6 +125,46 @@ def test_watcher_flags_the_signal_and_restores_the_old_handler() -> None:
     finally:
         watcher.uninstall()
     assert signal.getsignal(signal.SIGUSR2) == before
+
+
+def test_sigterm_is_held_and_seen_by_a_thread_while_the_main_thread_waits() -> None:
+    """A rank blocked in a collective learns of SIGTERM at once: a thread reads Python's
+    wakeup fd and calls ``on_term`` (the loop aborts its collectives); the signal itself
+    is held until the step ends, and everything is put back on uninstall."""
+    called: list[str] = []
+    seen = threading.Event()
+
+    def on_term() -> None:
+        called.append(threading.current_thread().name)
+        seen.set()
+
+    before = signal.getsignal(signal.SIGTERM)
+    watcher = PreemptionWatcher("USR2", on_term=on_term).install()
+    try:
+        signal.raise_signal(signal.SIGTERM)  # held: the test process lives on
+        assert seen.wait(5), "on_term was not called"
+        assert watcher.terminating
+        assert called == ["slurmtf-sigterm"]
+    finally:
+        watcher.uninstall()
+    assert signal.getsignal(signal.SIGTERM) == before
+    assert signal.set_wakeup_fd(-1) == -1  # no wakeup fd left behind
+    assert not any(t.name == "slurmtf-sigterm" and t.is_alive() for t in _after(0.5))
+
+
+def _after(seconds: float) -> list[threading.Thread]:
+    time.sleep(seconds)
+    return threading.enumerate()
+
+
+def test_sigterm_as_the_preemption_signal_is_only_the_preemption() -> None:
+    watcher = PreemptionWatcher("TERM", on_term=lambda: None).install()
+    try:
+        signal.raise_signal(signal.SIGTERM)
+        assert watcher.requested
+        assert not watcher.terminating
+    finally:
+        watcher.uninstall()
 
 
 @pytest.mark.parametrize(
