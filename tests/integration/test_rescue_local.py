@@ -38,7 +38,7 @@ def _keras_2() -> bool:
     try:
         return int(version("keras").split(".")[0]) < 3
     except (PackageNotFoundError, ValueError):
-        return False  # no Keras here: the test skips for want of TensorFlow
+        return False  # no Keras package metadata: Keras 3 is assumed
 
 
 KERAS_2 = _keras_2()
