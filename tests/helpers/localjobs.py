@@ -306,3 +306,17 @@ def checkpoint_values(model_dir: Path) -> dict[str, Any]:
     reader = tf.train.load_checkpoint(str(model_dir / "checkpoints"))
     skip = ("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/.ATTRIBUTES/VARIABLE_VALUE")
     return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n not in skip}
+
+
+def model_pid(job_id: str, rank: int, module: str = "models.mnist") -> int | None:
+    """The process running ``module`` as ``rank`` of local job ``job_id`` (its SLURM_* env)."""
+    want = {f"SLURM_JOB_ID={job_id}".encode(), f"SLURM_PROCID={rank}".encode()}
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes()
+            environ = set((proc / "environ").read_bytes().split(b"\0"))
+        except OSError:
+            continue
+        if module.encode() in cmdline and want <= environ:
+            return int(proc.name)
+    return None

@@ -39,6 +39,7 @@ from tests.helpers.localjobs import (
     Cluster,
     checkpoint_step,
     final_error,
+    model_pid,
     names_rank,
     progress_step,
     report,
@@ -209,20 +210,6 @@ def test_kill9_during_checkpoint_writes_never_leaves_a_broken_checkpoint(
     assert done["step"] == saved + 2, done
 
 
-def _rank_pid(job_id: str, rank: int, module: str) -> int | None:
-    """The process running ``module`` as ``rank`` of local job ``job_id`` (its SLURM_* env)."""
-    want = {f"SLURM_JOB_ID={job_id}".encode(), f"SLURM_PROCID={rank}".encode()}
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            environ = set((proc / "environ").read_bytes().split(b"\0"))
-        except OSError:
-            continue
-        if module.encode() in cmdline and want <= environ:
-            return int(proc.name)
-    return None
-
-
 @pytest.mark.tf_core
 def test_a_killed_local_rank_restarts_in_place_and_completes(tmp_path: Path) -> None:
     """--cluster=local: SIGKILL of rank 1 mid-training restarts both ranks in place from
@@ -239,7 +226,7 @@ def test_a_killed_local_rank_restarts_in_place_and_completes(tmp_path: Path) -> 
         job_id = str(submit.pid)  # a local job's id is its runner's pid
         wait_for(lambda: checkpoint_step(model_dir) is not None, 180, "a checkpoint",
                  lambda: _logs(logs), running=lambda: submit.poll() is None)  # fmt: skip
-        pid = _rank_pid(job_id, 1, "models.mnist")
+        pid = model_pid(job_id, 1)
         assert pid is not None, "rank 1's model process"
         os.kill(pid, signal.SIGKILL)
         out, _ = submit.communicate(timeout=300)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from slurmtf.events import parse_events
-from tests.helpers.localjobs import wait_for
+from tests.helpers.localjobs import model_pid, wait_for
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.tf_core]
 
@@ -77,20 +77,6 @@ def rank_events(logs: Path, job_id: str, rank: int) -> list[dict[str, Any]]:
 def reached(logs: Path, job_id: str) -> int:
     steps = [e["step"] for e in rank_events(logs, job_id, 0) if e["event"] == "progress"]
     return max(steps, default=0)
-
-
-def model_pid(job_id: str, rank: int) -> int | None:
-    """The process running models.mnist as ``rank`` of local job ``job_id``."""
-    want = {f"SLURM_JOB_ID={job_id}".encode(), f"SLURM_PROCID={rank}".encode()}
-    for proc in Path("/proc").iterdir():
-        try:
-            cmdline = (proc / "cmdline").read_bytes()
-            environ = set((proc / "environ").read_bytes().split(b"\0"))
-        except OSError:
-            continue
-        if b"models.mnist" in cmdline and want <= environ:
-            return int(proc.name)
-    return None
 
 
 def finals(logs: Path, job_id: str) -> list[dict[str, Any]]:
