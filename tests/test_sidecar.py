@@ -9,7 +9,7 @@ import pytest
 from slurmtf.cluster.roles import assign_roles, parse_jobs
 from slurmtf.errors import InputError
 from slurmtf.runtime.rank.chief_watch import Chief, ChiefWatch
-from slurmtf.training import sidecar
+from slurmtf.training import checkpoints, sidecar
 from tests.conftest import FakeSlurmEnv
 
 STEP3 = {"SLURMTF_PORT_BASE": 23100, "SLURM_LOCALID": 0}
@@ -71,9 +71,9 @@ def test_flags_that_need_in_loop_evaluation(
 
 def test_checkpoints_due_in_step_order_after_the_last() -> None:
     paths = ["/m/checkpoints/ckpt-30", "/m/checkpoints/ckpt-10", "/m/checkpoints/ckpt-20"]
-    assert sidecar.checkpoint_step("/m/checkpoints/ckpt-120") == 120
-    assert sidecar.checkpoint_step("/m/checkpoints/ckpt-12.index") is None
-    assert sidecar.checkpoint_step("/m/checkpoints/model") is None
+    assert checkpoints.checkpoint_step("/m/checkpoints/ckpt-120") == 120
+    assert checkpoints.checkpoint_step("/m/checkpoints/ckpt-12.index") is None
+    assert checkpoints.checkpoint_step("/m/checkpoints/model") is None
     assert [step for step, _ in sidecar.due(paths, None)] == [10, 20, 30]
     assert sidecar.due(paths, 10) == [(20, paths[2]), (30, paths[0])]
     assert sidecar.due(paths, 30) == []

@@ -27,7 +27,7 @@ from absl import logging
 from slurmtf.training import rescue
 
 WORKERS_FILE = "workers.json"  # in --model_dir: how many workers the last start had
-_NUMBERED = re.compile(r"-(\d+)$")
+_CKPT = re.compile(r"ckpt-(\d+)$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +70,7 @@ class Checkpointer:
         )
         periodic = None
         if path is not None:
-            number = _NUMBERED.search(path)
-            periodic = Resumed(path, int(number.group(1)) if number else 0, "checkpoint")
+            periodic = Resumed(path, checkpoint_step(path) or 0, "checkpoint")
         saved = rescue.newest(self._model_dir)
         if saved is not None and (periodic is None or saved.step > periodic.step):
             return Resumed(saved.prefix, saved.step, saved.source)
@@ -112,6 +111,12 @@ class Checkpointer:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return None
+
+
+def checkpoint_step(path: str) -> int | None:
+    """``.../ckpt-120`` -> 120 (the chief saves with the step as checkpoint number)."""
+    match = _CKPT.search(path)
+    return None if match is None else int(match.group(1))
 
 
 def previous_workers(model_dir: str | None) -> int | None:

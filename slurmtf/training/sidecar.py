@@ -21,7 +21,6 @@ The pure parts (roles, the final step, which checkpoints are due) need no Tensor
 
 from __future__ import annotations
 
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,12 +31,12 @@ from absl import logging
 
 from slurmtf.errors import InputError
 from slurmtf.runtime.rank.chief_watch import START_TIMEOUT_S, Chief, ChiefNeverStarted, ChiefWatch
+from slurmtf.training.checkpoints import checkpoint_step
 
 EVALUATOR = "evaluator"
 TRAINING_ROLES = ("chief", "worker")
 POLL_S = 1.0  # between looks at the checkpoint state file and the chief's port
 RESTORE_TRIES = 3  # a listed checkpoint that fails this often is skipped
-_CKPT = re.compile(r"ckpt-(\d+)$")
 _JOBS_HINT = "use SLURMTF_JOBS=worker:N,evaluator:1 (or --evaluator: the last task evaluates)"
 
 
@@ -99,12 +98,6 @@ def check_sidecar_config(stop_threshold: float | None, eval_only: bool) -> None:
 def training_tasks(roles: Sequence[str]) -> int:
     """How many tasks train (chief and workers)."""
     return sum(role in TRAINING_ROLES for role in roles)
-
-
-def checkpoint_step(path: str) -> int | None:
-    """``.../ckpt-120`` -> 120 (the chief saves with the step as checkpoint number)."""
-    match = _CKPT.search(path)
-    return None if match is None else int(match.group(1))
 
 
 def due(paths: Sequence[str], last: int | None) -> list[tuple[int, str]]:
