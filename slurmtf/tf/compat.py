@@ -112,8 +112,9 @@ def optimizer_variables(optimizer: Any) -> list[Any]:
 def random_state(model: Any) -> list[Any]:
     """What the model's random layers (dropout...) draw from, as checkpointable variables,
     so that a resumed run draws what an undisturbed one would: Keras 3 keeps each layer's
-    seed generators' state in ``_seed_generators``, outside TensorFlow's tracking; Keras 2
-    tracks its layers' generators itself (nothing to add)."""
+    seed generators' state in ``_seed_generators``, outside TensorFlow's tracking. Keras 2
+    has none: it draws from TensorFlow's stateful random ops, whose state no checkpoint
+    can hold, so there a resumed run draws other masks (docs/FAILURES.md)."""
     layers = model._flatten_layers() if hasattr(model, "_flatten_layers") else []
     return [
         generator.state

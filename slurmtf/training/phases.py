@@ -265,8 +265,7 @@ class Training:
         """Save a checkpoint at ``step`` (the chief writes); the watchdog sees the save."""
         self.sync_state()
         self.watch.enter("save", step)
-        self.step_var.assign(step)
-        self.ckpt.save(step)
+        self.ckpt.save(step)  # the step counts itself (Steps' counter): step_var == step
         self.watch.finished(step, is_train_step=False)
 
     def finish(self, outcome: Outcome) -> int:
