@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from importlib.metadata import PackageNotFoundError, version
 
 import pytest
 
@@ -18,3 +19,12 @@ def require(condition: bool, reason: str) -> None:
     if os.environ.get("SLURMTF_STRICT_PREREQS") == "1":
         pytest.fail(f"missing prerequisite: {reason}")
     pytest.skip(f"missing prerequisite: {reason}")
+
+
+def keras_2() -> bool:
+    """Whether this interpreter's Keras is Keras 2 (TensorFlow 2.15), read from its
+    package metadata without importing it; Keras 3 when there is none."""
+    try:
+        return int(version("keras").split(".")[0]) < 3
+    except (PackageNotFoundError, ValueError):
+        return False

@@ -17,14 +17,15 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from slurmtf.events import parse_events
+from slurmtf.runtime.recovery.endings import reached_step
 from tests.helpers.localjobs import model_pid, wait_for
+from tests.prereqs import keras_2
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.tf_core]
 
@@ -32,16 +33,7 @@ pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.tf_core]
 # whose state no checkpoint holds: a resumed run draws other masks. There the runs train
 # without dropout, and the weights must still match bit for bit.
 
-
-def _keras_2() -> bool:
-    """Whether this interpreter's Keras is Keras 2 (read without importing it)."""
-    try:
-        return int(version("keras").split(".")[0]) < 3
-    except (PackageNotFoundError, ValueError):
-        return False  # no Keras package metadata: Keras 3 is assumed
-
-
-KERAS_2 = _keras_2()
+KERAS_2 = keras_2()
 STEPS = 400
 KILL_AFTER = 150  # steps; the periodic saves are at 100 and 200 and at the end
 TRAIN = ["--batch_size=16", "--log_every=1", "--num_threads=1", "--seed=7", "--eval_steps=1",
@@ -75,8 +67,8 @@ def rank_events(logs: Path, job_id: str, rank: int) -> list[dict[str, Any]]:
 
 
 def reached(logs: Path, job_id: str) -> int:
-    steps = [e["step"] for e in rank_events(logs, job_id, 0) if e["event"] == "progress"]
-    return max(steps, default=0)
+    """The highest step rank 0 has reported so far (0 before its first report)."""
+    return reached_step(rank_events(logs, job_id, 0)) or 0
 
 
 def finals(logs: Path, job_id: str) -> list[dict[str, Any]]:
