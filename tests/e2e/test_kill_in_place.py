@@ -26,6 +26,7 @@ import pytest
 
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import read_events
+from slurmtf.runtime.recovery.endings import reached_step
 from slurmtf.sandbox.competitor import Competitor, submit_competitor
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, check_status, first_count, rank_pids, wait_until
@@ -88,9 +89,8 @@ def trained_after_restart(out: Path) -> bool:
 
 
 def reached(out: Path) -> int:
-    """The highest step rank 0 has reported so far (``progress`` events)."""
-    found = read_events(out) if out.exists() else []
-    return max((e["step"] for e in found if e.get("event") == "progress"), default=0)
+    """The highest step rank 0 has reported so far (0 before its first report)."""
+    return reached_step(read_events(out) if out.exists() else []) or 0
 
 
 def check_resumed_from_memory(outs: list[Path], at_kill: int, said: str) -> None:
