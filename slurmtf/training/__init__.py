@@ -12,8 +12,10 @@ model needs once. ``import slurmtf`` never imports this package.
 - ``steps``: the compiled training and evaluation steps.
 - ``grad_reduce``: the gradient all-reduce in a smaller dtype, packed.
 - ``checkpoints``: checkpoints the chief writes (the others pretend).
+- ``rescue``: the survivors' save from memory at a peer's failure, which a restart resumes.
 - ``export``: the chief's outputs (TensorBoard summaries, the SavedModel).
-- ``preemption``: on the preemption signal every rank saves at the same step, exits 75.
+- ``preemption``: on the preemption signal every rank saves at the same step, exits 75;
+  SIGTERM held until the step ends.
 - ``watchdog``: one thread per rank that fails a run that stops making progress.
 - ``steptiming``: each rank's compute and all-reduce wait per step; stragglers reported.
 - ``allocation``: the allocation in TensorBoard (the chief's per-window scalars and texts).
