@@ -3,7 +3,8 @@
 The one writer (:func:`emit`) and the one reader (:func:`parse_events`,
 :func:`read_events`) of what the launcher, the training loops and ``model.fit``
 callbacks report, and of what ``slurmtf status``, the tests and the benchmarks read back.
-Nothing reads the human progress text. Events (fields beyond ``event``):
+Nothing reads the human progress text. Every event has a ``time`` (seconds since the
+epoch). Events (fields beyond ``event`` and ``time``):
 
 * ``cluster`` (rank, workers, GPUs ..., ``port_rule``: how this attempt's ports follow
   from the job, the attempt and the rank, ``workers_changed_from``: the previous start's
@@ -31,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -45,8 +47,10 @@ _node_file: dict[str, int] = {}  # the node file's path -> its descriptor (-1: u
 
 
 def emit(event: str, **fields: Any) -> None:
-    """Print one ``{"event": event, **fields}`` line on stdout and flush it; a
+    """Print one ``{"event": event, **fields, "time": T}`` line on stdout and flush it
+    (``T``: when, seconds since the epoch, unless ``fields`` has a ``time``); a
     :data:`SUPERVISED` event goes to the node's file too."""
+    fields.setdefault("time", round(time.time(), 3))
     line = json.dumps({"event": event, **fields}, default=_jsonable) + "\n"
     sys.stdout.write(line)
     sys.stdout.flush()

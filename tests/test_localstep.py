@@ -66,7 +66,8 @@ def test_scrubbed_env_drops_slurm_tf_config_and_gpus() -> None:
 def test_free_port_base_gives_bindable_ports() -> None:
     base = free_port_base(3)
     for port in range(base, base + 3):
-        with socket.socket() as sock:
+        with socket.socket() as sock:  # as gRPC binds: a TIME_WAIT of another run is no holder
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(("", port))
 
 

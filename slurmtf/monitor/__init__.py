@@ -3,6 +3,7 @@
 - ``status``: its state and logs (``slurmtf status|logs``, the ``--wait`` follower).
 - ``slurm_view``: what Slurm says of it, asked once, or that the controller did not answer.
 - ``job_logs``: what its own files say.
+- ``failure_cost``: what its failures cost: seconds, steps redone, goodput (pure).
 - ``records``: where its logs are (the user's record of submitted jobs, Slurm's Comment).
 - ``console``: events as the lines a person reads.
 - ``plot``: its pictures (loss, accuracy, examples/s).

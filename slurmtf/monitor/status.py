@@ -29,6 +29,7 @@ from slurmtf.errors import SlurmCommandError
 from slurmtf.events import Event, last, named, parse_events, read_events
 from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor.console import Console, Renderer, render_lines, shown_stderr
+from slurmtf.monitor.failure_cost import job_cost
 from slurmtf.monitor.job_logs import (
     error_lines,
     final_accuracy,
@@ -233,7 +234,8 @@ def status_lines(
     job_id: str, runner: Runner, place: JobPlace, view: SlurmView | None = None
 ) -> list[str]:
     """State, restarts, progress (step/total, examples/s, ETA), the straggler (chief's
-    ``straggler`` events, slurmtf.check.stragglers), logs, last error. ``view``: Slurm's
+    ``straggler`` events, slurmtf.check.stragglers), what the failures cost
+    (slurmtf.monitor.failure_cost), logs, last error. ``view``: Slurm's
     answer when already asked; a controller that did not answer is one line, the rest
     from the job's record and logs."""
     view = view or ask_slurm(job_id, runner)
@@ -275,6 +277,9 @@ def status_lines(
     straggler = stragglers.status_line(chief_events)
     if straggler is not None:
         lines.append(f"  {straggler}")
+    cost = job_cost(chief_events, records)
+    if cost.failures:
+        lines.append(f"  {cost.words()} (rank 0's events)")
     lines.extend(f"  {line}" for line in decision_lines(records))
     lines.extend(log_lines(place))
     lines.append(f"  tensorboard: slurmtf tensorboard {job_id} (prints the ssh line)")
