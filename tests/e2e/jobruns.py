@@ -378,15 +378,21 @@ def new_job(jobs: list[SandboxJob], sandbox: SlurmSandbox, root: Path, name: str
     return job
 
 
-def check_status(sandbox: SlurmSandbox, job_id: str, state_home: Path, steps: int) -> None:
+def check_status(
+    sandbox: SlurmSandbox, job_id: str, state_home: Path, steps: int, redone: int | None = None
+) -> None:
     """``slurmtf status`` and ``logs`` find a job restarted once by its id alone, from
     another folder (its record in ``state_home``), and say what happened as a person
-    reads it."""
+    reads it: with ``redone``, what the failure cost in steps (and seconds, goodput)."""
     cli = [PYTHON, "-m", "slurmtf.cli"]
     env = {"XDG_STATE_HOME": str(state_home), "PYTHONPATH": str(REPO)}
     status = sandbox.run([*cli, "status", job_id], cwd=state_home, env=env).stdout
     assert "restarts 1" in status, status
     assert f"step {steps}/{steps}" in status, status
+    if redone is not None:
+        steps_word = "step" if redone == 1 else "steps"
+        cost = rf"1 failure: \d+\.\d s lost, {redone} {steps_word} redone, goodput (0\.\d\d|1\.00)"
+        assert re.search(cost, status), status
     logs = sandbox.run([*cli, "logs", job_id, "--rank=1"], cwd=state_home, env=env).stdout
     assert "rank 1: done at step" in logs, logs
     assert '"event"' not in logs, logs

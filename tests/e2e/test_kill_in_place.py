@@ -165,7 +165,7 @@ def test_a_killed_rank_of_an_sbatch_job_trains_again_in_place(
         logs = [job.log_dir / f"rank{r}.out" for r in (0, 1)]
         check_resumed_from_memory(logs, at_kill, job.job_output())
         assert len(final_sums(logs, 60)) == 1
-        check_status(recovery_sandbox, job.job_id, state_home, 60)
+        check_status(recovery_sandbox, job.job_id, state_home, 60, redone=0)
     finally:
         job.cancel()
 
