@@ -28,6 +28,8 @@ RELEASE_DIFFERENCES = (
     "random_state",
     "local_weights",
     "fit_initial_epoch",
+    "async_checkpoint_options",
+    "mend_async_copy",
 )
 
 
@@ -154,3 +156,47 @@ def fit_initial_epoch(model: Any) -> int | None:
         return int(model._initial_epoch or 0)
     saved = getattr(getattr(model, "_training_state", None), "_ckpt_saved_epoch", None)
     return None if saved is None else int(saved.numpy()) + 1
+
+
+def async_checkpoint_options() -> Any | None:
+    """``tf.train.CheckpointOptions`` whose saves write in the background (a copy of the
+    variables in host memory first): ``enable_async`` (2.15+), the older
+    ``experimental_enable_async_checkpoint``; None where the release has neither."""
+    import tensorflow as tf
+
+    names = inspect.signature(tf.train.CheckpointOptions).parameters
+    for name in ("enable_async", "experimental_enable_async_checkpoint"):
+        if name in names:
+            return tf.train.CheckpointOptions(**{name: True})
+    return None
+
+
+def mend_async_copy(keras: Any) -> None:
+    """Make a Keras 3 variable's copy for an asynchronous save reuse the copy of the
+    first save: Keras 3 (3.0 to at least 3.15) makes a new ``tf.Variable`` at every
+    copy, and TensorFlow copies inside a ``tf.function``, so the second asynchronous save
+    fails ("tf.function only supports singleton tf.Variables"). Detected by behaviour: a
+    variable copied twice, mended in this process when the second copy is a new one."""
+    import tensorflow as tf
+    from tensorflow.python.util.object_identity import ObjectIdentityDictionary
+
+    make = getattr(keras, "Variable", None)
+    if make is None or not hasattr(make, "_copy_trackable_to_cpu"):
+        return  # Keras 2: TensorFlow's own variables, which reuse their copy
+    probe = make(0.0, trainable=False)
+    copies = ObjectIdentityDictionary()  # as TensorFlow's copy passes it
+    probe._copy_trackable_to_cpu(copies)
+    first = copies[probe]
+    probe._copy_trackable_to_cpu(copies)
+    if copies[probe] is first:
+        return
+    made = type(probe)
+
+    def copy_to_cpu(self: Any, object_map: dict[Any, Any]) -> None:
+        self.value._copy_trackable_to_cpu(object_map)
+        if self in object_map:
+            object_map[self].assign(object_map[self.value])
+        else:
+            object_map[self] = tf.Variable(object_map[self.value])
+
+    made._copy_trackable_to_cpu = copy_to_cpu

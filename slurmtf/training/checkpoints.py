@@ -9,6 +9,14 @@ killed mid-save resumes from the previous complete checkpoint.
 A start resumes from the newest state there is: the last periodic checkpoint, or a
 rescue newer than it, which the ranks that lived through a peer's failure wrote from
 memory (:mod:`slurmtf.training.rescue`).
+
+Asynchronous saves (``--async_checkpoint``, where the release has them:
+:func:`slurmtf.tf.compat.async_checkpoint_options`) stall training only to copy the
+variables into host memory; a thread writes the files, and the ``checkpoint`` state file
+names the save only once they are complete. A save waits for the one before it, the end
+of training (:meth:`Checkpointer.sync`) for the last, and a rank that dies meanwhile
+leaves the previous save as the latest. Rescues are pruned only once a later periodic
+save is complete.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from typing import Any
 
 from absl import logging
 
+from slurmtf.tf import compat
 from slurmtf.training import rescue
 
 WORKERS_FILE = "workers.json"  # in --model_dir: how many workers the last start had
@@ -43,7 +52,13 @@ class Checkpointer:
     """Saves and restores ``tf.train.Checkpoint(**objects)``; resumes from the latest."""
 
     def __init__(
-        self, model_dir: str | None, is_chief: bool, objects: dict[str, Any], max_to_keep: int = 3
+        self,
+        model_dir: str | None,
+        is_chief: bool,
+        objects: dict[str, Any],
+        max_to_keep: int = 3,
+        *,
+        asynchronous: bool = False,
     ) -> None:
         import tensorflow as tf
 
@@ -53,10 +68,25 @@ class Checkpointer:
         self._max_to_keep = max_to_keep
         self._model_dir = model_dir
         self._manager: Any = None
+        self._options = compat.async_checkpoint_options() if asynchronous else None
+        self._scratch: str | None = None  # a non-chief's folder for asynchronous saves
+        self._issued: int | None = None  # the step of the chief's last save, maybe unwritten
+        if self._options is not None:
+            import keras
+
+            compat.mend_async_copy(keras)
         if self.enabled and is_chief:
             self._manager = tf.train.CheckpointManager(
                 self._checkpoint, str(Path(str(model_dir)) / "checkpoints"), max_to_keep=max_to_keep
             )
+        elif self.enabled and self._options is not None:  # written later: a folder kept
+            self._scratch = tempfile.mkdtemp(prefix="slurmtf-ckpt-")
+            self._manager = tf.train.CheckpointManager(self._checkpoint, self._scratch, 1)
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether saves write in the background."""
+        return self._options is not None
 
     def latest(self) -> Resumed | None:
         """The newest complete state in ``--model_dir``: the last periodic checkpoint, or
@@ -100,9 +130,16 @@ class Checkpointer:
         if not self.enabled:
             return None
         if self._manager is not None:
-            path: str = self._manager.save(checkpoint_number=step)
-            logging.info("Saved checkpoint %s", path)
-            rescue.prune(self._model_dir, step)  # this save holds what they held
+            path: str = self._manager.save(checkpoint_number=step, options=self._options)
+            if not self.is_chief:
+                return None
+            logging.info("Saved checkpoint %s%s", path, " (writing)" if self._options else "")
+            # What the rescues held is in a complete save: this one, or (asynchronous) the
+            # one before it, which this save waited for.
+            done = self._issued if self._options is not None else step
+            self._issued = step
+            if done is not None:
+                rescue.prune(self._model_dir, done)
             return path
         scratch = tempfile.mkdtemp(prefix="slurmtf-ckpt-")
         try:
@@ -111,6 +148,19 @@ class Checkpointer:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return None
+
+    def sync(self) -> None:
+        """Wait until every save is written (asynchronous saves), then prune the rescues
+        the last one holds and remove a non-chief's folder."""
+        if self._manager is None or self._options is None:
+            return
+        self._manager.sync()
+        if self.is_chief and self._issued is not None:
+            rescue.prune(self._model_dir, self._issued)
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+            self._manager = None
 
 
 def checkpoint_step(path: str) -> int | None:

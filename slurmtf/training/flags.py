@@ -203,6 +203,13 @@ def _define_runtime_flags(fv: flags.FlagValues) -> None:
         "checkpoint_every", 0, "Also save every N steps (0 = at each evaluation).", flag_values=fv
     )
     flags.DEFINE_integer("keep_checkpoints", 3, "Checkpoints kept by the chief.", flag_values=fv)
+    flags.DEFINE_boolean(
+        "async_checkpoint",
+        True,
+        "Write checkpoints in the background: a save stalls training only while the "
+        "variables are copied into host memory (where the TensorFlow release can).",
+        flag_values=fv,
+    )
     flags.DEFINE_float(
         "timing_every",
         30.0,
@@ -281,6 +288,7 @@ class TrainConfig:
     num_threads: int = 0
     checkpoint_every: int = 0
     keep_checkpoints: int = 3
+    async_checkpoint: bool = True
     cpu_replicas: int = 0
     timing_every: float = 30.0
     straggler_window: float = 120.0

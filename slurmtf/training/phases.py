@@ -95,7 +95,8 @@ class Training:
         random_state = compat.random_state(model)
         saved = {"model": model, "optimizer": optimizer, "step": step_var}
         saved["random"] = random_state  # resumed: the dropout masks of an undisturbed run
-        ckpt = Checkpointer(config.model_dir, info.is_chief, saved, config.keep_checkpoints)
+        keep, background = config.keep_checkpoints, config.async_checkpoint
+        ckpt = Checkpointer(config.model_dir, info.is_chief, saved, keep, asynchronous=background)
         restored, start = _restore(ckpt, step_var, info.is_chief)
         reduce = GradReduce(config.allreduce_dtype, config.bytes_per_pack)
         replicas = int(strategy.num_replicas_in_sync)
@@ -280,6 +281,8 @@ class Training:
                 export_saved_model(
                     self.config.export_dir, self.spec.build_model, self.model, self.spec.input_shape
                 )
+        with self.watch.paused():
+            self.ckpt.sync()  # every save written before the job says it is done
         if self.board is not None:
             self.board.close()
         self.done(outcome)
