@@ -129,6 +129,11 @@ def progress_events(stdout: str) -> list[JSONDict]:
     return named(parse_events(stdout), "progress")
 
 
+def checkpoint_events(stdout: str) -> list[JSONDict]:
+    """The chief's ``checkpoint`` events (step, seconds training stood still, asynchronous)."""
+    return named(parse_events(stdout), "checkpoint")
+
+
 def steady_rate(stdout: str, global_batch: int) -> tuple[float, int]:
     """Examples/s over every progress interval after the first; (rate, steps timed).
 

@@ -34,6 +34,7 @@ MODULES = {
     "links": "benchmarks.bench_links",
     "breakdown": "benchmarks.bench_breakdown",
     "models": "benchmarks.bench_models",
+    "checkpoint": "benchmarks.bench_checkpoint",
     "gpu": "benchmarks.bench_gpu",
     "firewall": "benchmarks.bench_firewall",
     "check": "benchmarks.bench_check",

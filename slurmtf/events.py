@@ -10,7 +10,8 @@ epoch). Events (fields beyond ``event`` and ``time``):
   from the job, the attempt and the rank, ``workers_changed_from``: the previous start's
   worker count when a ``--nodes`` range restarted on another), ``progress`` (step, total,
   loss, accuracy, examples_per_sec), ``timing`` (every rank: compute and wait per step,
-  link rates), ``straggler``/``straggler_recovered`` (chief), ``eval``, ``checkpoint``,
+  link rates), ``straggler``/``straggler_recovered`` (chief), ``eval``, ``checkpoint`` (chief: step,
+  seconds training stood still, asynchronous),
   ``preempted``, ``done`` (step, preempted) from the training loop (``eval`` and ``done``
   also from a sidecar evaluator task, with ``role``); ``start``/``exit``
   (status) from the per-task launcher; ``port_in_use`` (rank, port, node, holder,

@@ -38,7 +38,7 @@ class Renderer:
         name = str(event.get("event", "?"))
         render = getattr(self, f"_{name}", None)
         if render is None:
-            fields = ", ".join(f"{k}={v}" for k, v in event.items() if k != "event")
+            fields = ", ".join(f"{k}={v}" for k, v in event.items() if k not in ("event", "time"))
             return f"{name}: {fields}" if fields else name
         text: str = render(event)
         return text
@@ -67,6 +67,10 @@ class Renderer:
             f"global batch {batch} ({e.get('per_replica_batch')} per replica), "
             f"{e.get('dtype')}{data}{restart}"
         )
+
+    def _checkpoint(self, e: Event) -> str:
+        how = ", written in the background" if e.get("asynchronous") else ""
+        return f"checkpoint at step {e.get('step')}: {_num(e.get('seconds'), '.3f')} s{how}"
 
     def _eval(self, e: Event) -> str:
         epoch = e.get("epoch")

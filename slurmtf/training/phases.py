@@ -264,10 +264,16 @@ class Training:
 
     def save(self, step: int) -> None:
         """Save a checkpoint at ``step`` (the chief writes); the watchdog sees the save."""
+        started = time.perf_counter()
         self.sync_state()
         self.watch.enter("save", step)
         self.ckpt.save(step)  # the step counts itself (Steps' counter): step_var == step
         self.watch.finished(step, is_train_step=False)
+        if self.info.is_chief and self.ckpt.enabled:  # how long training stood still
+            seconds = round(time.perf_counter() - started, 4)
+            events.emit(
+                "checkpoint", step=step, seconds=seconds, asynchronous=self.ckpt.asynchronous
+            )
 
     def finish(self, outcome: Outcome) -> int:
         """Save when preempted, export on the chief, the ``done`` event; the exit code."""
