@@ -14,6 +14,7 @@ model needs once. ``import slurmtf`` never imports this package.
 - ``checkpoints``: checkpoints the chief writes (the others pretend).
 - ``rescue``: the survivors' save from memory at a peer's failure, which a restart resumes.
 - ``export``: the chief's outputs (TensorBoard summaries, the SavedModel).
+- ``trackers``: the same scalars in the user's MLflow and W&B runs, sent by a thread.
 - ``preemption``: on the preemption signal every rank saves at the same step, exits 75;
   SIGTERM held until the step ends.
 - ``watchdog``: one thread per rank that fails a run that stops making progress.
@@ -25,7 +26,8 @@ model needs once. ``import slurmtf`` never imports this package.
 
 May import: ``slurmtf.runtime`` (teardown, allocator, chief watch, the recovery record),
 ``slurmtf.tf``, ``slurmtf.cluster``, ``slurmtf.spec`` (node ranges), ``slurmtf.check`` (stragglers),
-``slurmtf.datasets``, ``slurmtf.resolver`` and the vocabulary; ``app`` (the models'
+``slurmtf.datasets``, ``slurmtf.resolver``, ``slurmtf.monitor.tracking`` and ``tracker_runs``
+(the tracker run each rank gets) and the vocabulary; ``app`` (the models'
 ``main``, a front end) also ``slurmtf.cli``.
 """
 

@@ -10,17 +10,24 @@ from typing import Any
 from absl import logging
 
 from slurmtf.tf import compat
+from slurmtf.training.trackers import Trackers
 
 
 class Summaries:
-    """TensorBoard scalars under ``<model_dir>/{train,eval}``; a no-op off the chief."""
+    """TensorBoard scalars under ``<model_dir>/{train,eval}``, a no-op off the chief; the
+    same scalars to ``trackers`` (the user's MLflow and W&B runs), when given."""
 
     def __init__(
-        self, model_dir: str | None, is_chief: bool, splits: tuple[str, ...] = ("train", "eval")
+        self,
+        model_dir: str | None,
+        is_chief: bool,
+        splits: tuple[str, ...] = ("train", "eval"),
+        trackers: Trackers | None = None,
     ) -> None:
         import tensorflow as tf
 
         self._tf = tf
+        self.trackers = trackers or Trackers()
         self._writers: dict[str, Any] = {}
         self.enabled = bool(model_dir) and is_chief
         from tensorflow.core.framework import summary_pb2
@@ -38,6 +45,7 @@ class Summaries:
                 )
 
     def scalars(self, split: str, step: int, values: dict[str, float]) -> None:
+        self.trackers.log(split, step, values)
         if not self.enabled or split not in self._writers:
             return
         tf = self._tf
@@ -49,6 +57,13 @@ class Summaries:
                     name, tf.constant(value, tf.float32), step=step, metadata=self._metadata
                 )
         self._writers[split].flush()
+
+    def close(self) -> None:
+        """Send what the trackers still hold and end their runs; close the writers."""
+        self.trackers.close()
+        for writer in self._writers.values():
+            writer.close()
+        self._writers.clear()
 
     def text(self, split: str, step: int, tag: str, value: str) -> None:
         """One text summary (TensorBoard's Text dashboard)."""

@@ -4,6 +4,7 @@ train (:meth:`Training.train`), evaluate, save, and finish with the ``done`` eve
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,7 @@ from slurmtf.training.preemption import PreemptionWatcher
 from slurmtf.training.process import log_dir
 from slurmtf.training.steps import Steps, no_state_sync
 from slurmtf.training.strategy import PEER_FAILURES
+from slurmtf.training.trackers import Trackers
 
 
 @dataclasses.dataclass
@@ -111,7 +113,10 @@ class Training:
         steps.check_same_step(start)
         evaluates = not sidecar.has_evaluator(info.layout.roles)
         splits = ("train", "eval") if evaluates else ("train",)
-        summaries = Summaries(config.model_dir, info.is_chief, splits)
+        flags = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
+        params = {"model": spec.name, **flags}
+        trackers = Trackers.start(os.environ, info.rank, info.is_chief, params)
+        summaries = Summaries(config.model_dir, info.is_chief, splits, trackers)
         board_dir = None if config.eval_only else config.model_dir  # a start that trains
         board = allocation.start_board(board_dir, info, log_dir(config), start, timing)
         training = cls(
@@ -289,6 +294,7 @@ class Training:
                 )
         with self.watch.paused():
             self.ckpt.sync()  # every save written before the job says it is done
+            self.summaries.close()  # the trackers' last scalars sent (a bounded wait)
         if self.board is not None:
             self.board.close()
         self.done(outcome)
