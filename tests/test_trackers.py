@@ -24,7 +24,7 @@ class FakeMlflow:
         self.fail_at = fail_at
         self.entities = SimpleNamespace(Metric=lambda k, v, t, s: (k, v, s))
 
-    def MlflowClient(self) -> Any:  # noqa: N802 (MLflow's name)
+    def MlflowClient(self) -> Any:
         def log_batch(run_id: str, metrics: list[tuple[str, float, int]]) -> None:
             for key, value, step in metrics:
                 if step == self.fail_at:
@@ -140,3 +140,24 @@ def test_wandb_is_asked_for_by_its_project_or_by_slurmtf_wandb(
 def test_a_bad_slurmtf_wandb_names_the_variable_and_the_value() -> None:
     with pytest.raises(InputError, match=r"SLURMTF_WANDB='yes'.*must be 1 or 0"):
         wants_wandb({"SLURMTF_WANDB": "yes"})
+
+
+class DeadWandbRun:
+    """A W&B run whose service process ended with the step (srun's SIGTERM to the step)."""
+
+    @property
+    def step(self) -> int:
+        raise RuntimeError("MailboxClosedError")
+
+    def finish(self) -> None:
+        raise RuntimeError("MailboxClosedError")
+
+
+def test_a_dead_wandb_service_leaves_mlflow_its_steps() -> None:
+    mlflow = FakeMlflow()
+    sink = Trackers((mlflow, "r"), DeadWandbRun())
+    for step in (1, 2, 3):
+        sink.log("train", step, {"loss": 0.1})
+    sink.close()
+    assert [step for *_, step in mlflow.logged] == [1, 2, 3]
+    assert mlflow.ended == 1

@@ -14,13 +14,16 @@ training loop's ``train`` and ``eval`` scalars go to it as ``train/loss``,
   skipped;
 * the training flags as the run's parameters, at its first start.
 
-A thread sends the scalars, so a slow server never holds a step. A tracker that is asked
-for but not installed, or that fails, costs a warning line, and training goes on
-without it.
+A thread sends the scalars, so a slow server never holds a step; a rank that ends on a
+failure sends what it queued first (at most :data:`EXIT_WAIT_S`). A SIGKILLed chief loses
+what its thread had not sent yet: the resumed start does not redo those steps. A
+tracker that is asked for but not installed, or that fails, costs a warning line, and
+training goes on without it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import queue
 import threading
@@ -38,6 +41,7 @@ from slurmtf.monitor.tracking import last_logged_step, track_all, wants_mlflow
 WANDB_ENV = "SLURMTF_WANDB"  # 1: log to W&B without WANDB_PROJECT; 0: never
 QUEUED = 1000  # batches of scalars waiting for a slow server before new ones are dropped
 CLOSE_WAIT_S = 10.0  # what the end of training waits for the queue to be sent
+EXIT_WAIT_S = 5.0  # the same at the exit of a rank that failed (within srun's KillWait)
 
 
 def wants_wandb(environ: Mapping[str, str]) -> bool:
@@ -67,6 +71,8 @@ class Trackers:
         if self.active:
             self._thread = threading.Thread(target=self._send, name="slurmtf-trackers", daemon=True)
             self._thread.start()
+            # A rank that ends on a peer's failure sends what it queued, then exits.
+            atexit.register(self.close, EXIT_WAIT_S)
 
     @property
     def active(self) -> bool:
@@ -120,13 +126,21 @@ class Trackers:
             self._send_one(*item)
 
     def _send_one(self, step: int, metrics: dict[str, float]) -> None:
+        """MLflow first, then W&B; a tracker that fails (its process ended with the
+        step, its server gone) gets nothing more, and the other goes on."""
         mlflow, wandb_run = self._mlflow, self._wandb
-        new_to_mlflow = mlflow is not None and step > self._last_logged
-        if new_to_mlflow and not _quietly("MLflow", partial(_mlflow_batch, mlflow, step, metrics)):
+        to_mlflow = mlflow is not None and step > self._last_logged
+        if to_mlflow and not _quietly("MLflow", partial(_mlflow_batch, mlflow, step, metrics)):
             self._mlflow = None
-        new_to_wandb = wandb_run is not None and step >= int(getattr(wandb_run, "step", 0) or 0)
-        if new_to_wandb and not _quietly("W&B", partial(wandb_run.log, metrics, step=step)):
+        to_wandb = partial(_wandb_log, wandb_run, step, metrics)
+        if wandb_run is not None and not _quietly("W&B", to_wandb):
             self._wandb = None
+
+
+def _wandb_log(run: Any, step: int, metrics: Mapping[str, float]) -> None:
+    """Log at ``step`` unless the (resumed) run is past it already."""
+    if step >= int(getattr(run, "step", 0) or 0):
+        run.log(dict(metrics), step=step)
 
 
 def _mlflow_batch(mlflow: tuple[Any, str], step: int, metrics: Mapping[str, float]) -> None:

@@ -203,3 +203,66 @@ def test_a_submitted_command_keeps_one_run_through_a_restart_and_a_requeue(
     outs = [tmp_path / f"{jid}_{r}_log.out" for r in (0, 1)]
     name = check_one_run(mlflow_server, "submit", jid, outs, tmp_path)
     assert name.endswith(f"-{jid}"), name
+
+
+MODEL_STEPS = 30
+MODEL = [f"--train_steps={MODEL_STEPS}", "--log_every=1", "--checkpoint_every=5",
+         "--eval_steps=1", "--batch_size=16", "--num_threads=1", "--seed=7",
+         "--heartbeat_timeout=10"]  # fmt: skip
+
+
+def check_model_run(uri: str, experiment: str, job_id: str, out: Path, tmp: Path) -> None:
+    """One MLflow run of the bundled model's job: ``train/loss`` at every step once
+    (log_every=1) and its evaluation; the chief's W&B runs all the job's."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    assert found is not None
+    runs = client.search_runs([found.experiment_id])
+    assert len(runs) == 1, [r.info.run_name for r in runs]
+    (run,) = runs
+    assert run.data.tags["slurmtf.job"] == job_id
+    assert run.data.params["model"] == "mnist"
+    history = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
+    assert history == list(range(1, MODEL_STEPS + 1)), history
+    assert client.get_metric_history(run.info.run_id, "eval/accuracy")
+    starts = events(out, "cluster")
+    assert len(starts) == 2, starts
+    offline = sorted(p.name for p in (tmp / "wandb").glob("offline-run-*"))
+    assert len(offline) == 2, offline
+    assert all(name.endswith(f"-slurm-{job_id}") for name in offline), offline
+
+
+@pytest.mark.tf
+@pytest.mark.parametrize("path", ["sbatch", "submit --model"])
+def test_a_bundled_model_logs_to_one_run_through_a_killed_rank(
+    slurm_sandbox: SlurmSandbox, mlflow_server: str, tmp_path: Path, path: str
+) -> None:
+    require(importlib.util.find_spec("tensorflow") is not None, "tensorflow (pip install .[cpu])")
+    experiment = path.replace(" --", "-")
+    env = {**tracker_env(mlflow_server, experiment, tmp_path), "WANDB_PROJECT": "slurmtf-e2e"}
+    if path == "sbatch":
+        job = SandboxJob(slurm_sandbox, tmp_path / "model", timeout=600)
+        job.submit(MODEL, env={**env, "MAX_RESTARTS": "3"})
+        jid, out, state, pattern = job.job_id, job.log_dir / "rank0.out", job.state, "models.mnist"
+    else:
+        done = slurm_sandbox.run(
+            [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", "--max_restarts=3",
+             f"--log_dir={tmp_path}", "--model=mnist", "--", *MODEL],
+            env={**env, "SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=tmp_path, check=False,
+        )  # fmt: skip
+        found = re.search(r"submitted job (\d+)", done.stdout)
+        assert found, done.stdout + done.stderr
+        jid, out = found.group(1), tmp_path / f"{found.group(1)}_0_log.out"
+        state, pattern = (lambda: slurm_sandbox.state(jid)), "slurmtf_models.mnist"
+    try:
+        wait_for(lambda: reached(out, 8, 0), state, "step 8")
+        pids = rank_pids(jid, 1, pattern)
+        assert pids, slurm_sandbox.logs(jid)
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        assert slurm_sandbox.wait(jid, 600) == "COMPLETED", slurm_sandbox.logs(jid)
+    finally:
+        slurm_sandbox.run(["scancel", jid], check=False)
+    check_model_run(mlflow_server, experiment, jid, out, tmp_path)

@@ -27,9 +27,10 @@ from slurmtf.runtime.recovery.budget import DEFAULT_MODE, Policy, parse_mode
 # the step of a job `slurmtf submit` wrote (submitit's srun line).
 MODEL_KINDS = ("mnist", "resnet")
 JOB_KINDS = (*MODEL_KINDS, "train", "parameter_server", "command", "submitit")
-# The kinds whose chief starts through slurmtf (slurmtf.run, serve, the submit launcher),
-# which gives it the job's MLflow run: the supervisor looks that run up for these alone.
-TRACKED_KINDS = ("train", "parameter_server", "submitit")
+# The kinds whose chief starts through slurmtf (slurmtf.run, serve, the submit launcher,
+# the bundled models' trackers), which gives it the job's MLflow run: the supervisor
+# looks that run up for these alone.
+TRACKED_KINDS = (*MODEL_KINDS, "train", "parameter_server", "submitit")
 # The interpreter ranks run behind a container prefix unless CONTAINER_PYTHON names one.
 CONTAINER_PYTHON = "python3"
 
