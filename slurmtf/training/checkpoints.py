@@ -22,6 +22,7 @@ save is complete.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import re
@@ -58,6 +59,7 @@ class Checkpointer:
         objects: dict[str, Any],
         max_to_keep: int = 3,
         *,
+        rank: int = 0,
         asynchronous: bool = False,
     ) -> None:
         import tensorflow as tf
@@ -67,6 +69,7 @@ class Checkpointer:
         self._checkpoint = tf.train.Checkpoint(**objects)
         self._max_to_keep = max_to_keep
         self._model_dir = model_dir
+        self._rank = rank
         self._manager: Any = None
         self._options = compat.async_checkpoint_options() if asynchronous else None
         self._scratch: str | None = None  # a non-chief's folder for asynchronous saves
@@ -80,7 +83,7 @@ class Checkpointer:
                 self._checkpoint, str(Path(str(model_dir)) / "checkpoints"), max_to_keep=max_to_keep
             )
         elif self.enabled and self._options is not None:  # written later: a folder kept
-            self._scratch = tempfile.mkdtemp(prefix="slurmtf-ckpt-")
+            self._scratch = str(fresh_scratch(str(model_dir), rank))
             self._manager = tf.train.CheckpointManager(self._checkpoint, self._scratch, 1)
 
     @property
@@ -141,7 +144,7 @@ class Checkpointer:
             if done is not None:
                 rescue.prune(self._model_dir, done)
             return path
-        scratch = tempfile.mkdtemp(prefix="slurmtf-ckpt-")
+        scratch = str(fresh_scratch(str(self._model_dir), self._rank))
         try:
             manager = tf.train.CheckpointManager(self._checkpoint, scratch, max_to_keep=1)
             manager.save(checkpoint_number=step)
@@ -161,6 +164,17 @@ class Checkpointer:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
             self._manager = None
+
+
+def fresh_scratch(model_dir: str, rank: int) -> Path:
+    """A non-chief's empty folder for the saves only the chief keeps, under ``$TMPDIR``:
+    one per model folder and rank, so that a restarted rank reuses (and empties) what a
+    killed one left instead of leaving a copy per failure."""
+    digest = hashlib.sha1(str(Path(model_dir).absolute()).encode()).hexdigest()[:12]
+    folder = Path(tempfile.gettempdir()) / f"slurmtf-ckpt-{os.getuid()}-{digest}-rank{rank}"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return folder
 
 
 def checkpoint_step(path: str) -> int | None:

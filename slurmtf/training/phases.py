@@ -98,7 +98,9 @@ class Training:
         saved = {"model": model, "optimizer": optimizer, "step": step_var}
         saved["random"] = random_state  # resumed: the dropout masks of an undisturbed run
         keep, background = config.keep_checkpoints, config.async_checkpoint
-        ckpt = Checkpointer(config.model_dir, info.is_chief, saved, keep, asynchronous=background)
+        ckpt = Checkpointer(
+            config.model_dir, info.is_chief, saved, keep, rank=info.rank, asynchronous=background
+        )
         restored, start = _restore(ckpt, step_var, info.is_chief)
         reduce = GradReduce(config.allreduce_dtype, config.bytes_per_pack)
         replicas = int(strategy.num_replicas_in_sync)
@@ -113,10 +115,7 @@ class Training:
         steps.check_same_step(start)
         evaluates = not sidecar.has_evaluator(info.layout.roles)
         splits = ("train", "eval") if evaluates else ("train",)
-        flags = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
-        params = {"model": spec.name, **flags}
-        trackers = Trackers.start(os.environ, info.rank, info.is_chief, params)
-        summaries = Summaries(config.model_dir, info.is_chief, splits, trackers)
+        summaries = _summaries(spec, config, info, splits)
         board_dir = None if config.eval_only else config.model_dir  # a start that trains
         board = allocation.start_board(board_dir, info, log_dir(config), start, timing)
         training = cls(
@@ -313,6 +312,16 @@ class Training:
             restart_count=self.info.restart_count,
             preempted=outcome.preempted,
         )
+
+
+def _summaries(
+    spec: ModelSpec, config: TrainConfig, info: RunInfo, splits: tuple[str, ...]
+) -> Summaries:
+    """The chief's TensorBoard summaries, and the same scalars to the job's trackers
+    (the training flags their run's parameters)."""
+    flags = {k: v for k, v in dataclasses.asdict(config).items() if v is not None}
+    trackers = Trackers.start(os.environ, info.rank, info.is_chief, {"model": spec.name, **flags})
+    return Summaries(config.model_dir, info.is_chief, splits, trackers)
 
 
 def _restore(ckpt: Checkpointer, step_var: Any, is_chief: bool) -> tuple[Any, int]:

@@ -28,7 +28,9 @@ def test_asynchronous_saves_hold_their_step_and_prune_rescues_once_written(
     require(importlib.util.find_spec("tensorflow") is not None, "tensorflow (pip install .[cpu])")
     model_dir = tmp_path / "model"
     model_dir.mkdir()
+    (tmp_path / "tmp").mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env["TMPDIR"] = str(tmp_path / "tmp")  # where the non-chief's folder goes
     env.pop("TF_CONFIG", None)
     done = subprocess.run(
         [sys.executable, str(SCRIPT), str(model_dir)],
@@ -42,6 +44,7 @@ def test_asynchronous_saves_hold_their_step_and_prune_rescues_once_written(
     assert result["rescues_before_sync"] == 1  # the save of its step was still writing
     assert result["rescues_after_sync"] == 0
     assert result["files"] == ["checkpoints", "rescue"]  # the non-chief wrote nothing here
+    assert result["scratch_left"] == []  # its own folder, removed at its end
     saved = sorted(p.name for p in (model_dir / "checkpoints").iterdir())
     assert "checkpoint" in saved, saved
     assert "ckpt-4.index" in saved, saved

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ def main(model_dir: Path) -> None:
     objects = {"model": model, "optimizer": optimizer, "step": step}
     objects["random"] = compat.random_state(model)
     chief = Checkpointer(str(model_dir), True, objects, asynchronous=True)
-    other = Checkpointer(str(model_dir), False, objects, asynchronous=True)
+    other = Checkpointer(str(model_dir), False, objects, rank=1, asynchronous=True)
     saved: list[np.ndarray] = []
     for number in range(1, 5):
         for variable in [*model.trainable_variables, *compat.optimizer_variables(optimizer)]:
@@ -61,6 +62,7 @@ def main(model_dir: Path) -> None:
         "rescues_after_sync": len(rescue.found(model_dir)),
         "files": sorted(p.name for p in model_dir.iterdir()),
         "step": int(step.numpy()),
+        "scratch_left": [p.name for p in Path(tempfile.gettempdir()).glob("slurmtf-ckpt-*")],
     }))  # fmt: skip
 
 
