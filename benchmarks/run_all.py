@@ -42,6 +42,7 @@ MODULES = {
     "evaluator": "benchmarks.bench_evaluator",
     "restarts": "benchmarks.bench_restarts",
     "recovery": "benchmarks.bench_recovery",
+    "goodput": "benchmarks.bench_goodput",
     "width": "benchmarks.bench_width",
     "sweep": "benchmarks.bench_sweep",
     "tf_releases": "benchmarks.bench_tf_releases",

@@ -1,0 +1,148 @@
+"""Goodput under failures: the same job undisturbed and with a failure every N seconds.
+
+One sandbox of 2 nodes; ``sbatch -N2 jobs/mnist.sbatch`` with the same seed and steps
+each run. The first run is undisturbed. In each other run, from rank 0's first step on,
+one failure every ``--every`` seconds (45 by default) until the job ends:
+
+* ``rank``: a rank's Python process gets SIGKILL (rank 1 and rank 0 in turn);
+* ``freeze``: rank 1's process gets SIGSTOP (a hung rank: TensorFlow's heartbeat);
+* ``supervisor``: the job's supervisor gets SIGKILL (its keeper starts it again).
+
+Goodput is the undisturbed training time (rank 0's first step event to its last) over
+the disturbed one. Beside it, what ``slurmtf status`` sums from rank 0's events
+(slurmtf.monitor.failure_cost): failures, seconds lost, steps redone, its own goodput;
+and whether the final weights checksum equals the undisturbed one.
+
+    python -m benchmarks.bench_goodput [--kinds rank,freeze,supervisor] [--every 45]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import harness, protocol
+from benchmarks.harness import JSONDict
+from benchmarks.protocol import Benchmark, Options
+from slurmtf.events import named, read_events
+from slurmtf.monitor.failure_cost import job_cost
+from slurmtf.runtime.recovery.record import read_record
+from slurmtf.sandbox import Sandbox
+
+KINDS = ("rank", "freeze", "supervisor")
+ENDED = {"FAILED", "CANCELLED", "COMPLETED", "TIMEOUT", "NODE_FAIL"}
+ARGS = [
+    "--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=7", "--log_every=5",
+    "--checkpoint_every=100", "--heartbeat_timeout=10",
+]  # fmt: skip
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--kinds", default=",".join(KINDS), help="failure kinds to run")
+    parser.add_argument("--every", type=float, default=45.0, help="seconds between failures")
+    parser.add_argument("--steps", type=int, default=600, help="--train_steps of each run")
+
+
+def submit(sandbox: Sandbox, run: Path, steps: int) -> str:
+    env = {"MODEL_DIR": str(run / "model"), "LOG_DIR": str(run / "logs"),
+           "MAX_RESTARTS": "100", "PYTHON": harness.python()}  # fmt: skip
+    run.mkdir(parents=True, exist_ok=True)
+    sbatch = ["-N2", "--gres=none", "--time=60", f"--job-name=goodput-{run.name}",
+              f"--output={run}/job.out", str(harness.REPO / "jobs" / "mnist.sbatch")]  # fmt: skip
+    return harness.submit_job(sandbox, [*sbatch, *ARGS, f"--train_steps={steps}"], env)
+
+
+def fail_once(kind: str, job_id: str, count: int) -> bool:
+    """The ``count``-th failure of ``kind``; False when its process was not found."""
+    found = harness.job_processes(job_id)
+    if kind == "supervisor":
+        pids = found.get("batch", [])
+        sig = signal.SIGKILL
+    else:
+        rank = count % 2 if kind == "rank" else 1
+        pids = found.get(f"rank{rank}", [])
+        sig = signal.SIGKILL if kind == "rank" else signal.SIGSTOP
+    for pid in pids[:1]:
+        os.kill(pid, sig)
+    return bool(pids)
+
+
+def training_seconds(out: Path) -> float:
+    """Rank 0's first step event to its last (events carry their time)."""
+    times = [float(e["time"]) for e in read_events(out)
+             if e.get("event") in ("progress", "done") and "time" in e]  # fmt: skip
+    return times[-1] - times[0] if len(times) > 1 else 0.0
+
+
+def measure(sandbox: Sandbox, kind: str, work: Path, every: float, steps: int) -> JSONDict:
+    """One run of ``kind`` (``none``: undisturbed) until the job ends."""
+    run = work / kind
+    out = run / "logs" / "rank0.out"
+    job_id = submit(sandbox, run, steps)
+    harness.wait_until("step 1", lambda: harness.last_step(out) >= 1
+                       or harness.job_state(sandbox, job_id) in ENDED, 600)  # fmt: skip
+    failures, next_at, state = 0, time.monotonic() + every, ""
+    while (state := harness.job_state(sandbox, job_id)) not in ENDED and state:
+        if kind != "none" and time.monotonic() >= next_at:
+            failures += fail_once(kind, job_id, failures)
+            next_at = time.monotonic() + every
+        time.sleep(0.5)
+    chief = read_events(out)
+    cost = job_cost(chief, read_record(run / "logs", job_id))
+    done = named(chief, "done")
+    return {
+        "kind": kind, "state": state, "failures_made": failures,
+        "training_s": round(training_seconds(out), 1),
+        "final_step": done[-1].get("step") if done else None,
+        "checksum": done[-1].get("weights_checksum") if done else None,
+        "status_failures": cost.failures, "status_lost_s": cost.seconds_lost,
+        "status_redone": cost.steps_redone, "status_goodput": cost.goodput,
+        "load": [round(x, 2) for x in os.getloadavg()],
+    }  # fmt: skip
+
+
+def run(options: Options) -> JSONDict:
+    kinds = ["rank"] if options.quick else options.flag("kinds", ",".join(KINDS)).split(",")
+    every, steps = float(options.flag("every", 45.0)), int(options.flag("steps", 600))
+    with tempfile.TemporaryDirectory(prefix="bench-goodput-") as tmp:
+        sandbox = Sandbox(Path(tmp) / "sbx", nodes=2)
+        sandbox.up()
+        try:
+            results = [measure(sandbox, "none", Path(tmp), every, steps)]
+            for kind in kinds:
+                results.append(measure(sandbox, kind, Path(tmp), every, steps))
+                print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+        finally:
+            sandbox.down()
+    base = results[0]
+    for result in results:
+        result["goodput"] = (
+            round(base["training_s"] / result["training_s"], 3) if result["training_s"] else None
+        )
+        result["same_weights"] = result["checksum"] == base["checksum"]
+    return {"every_s": every, "steps": steps, "results": results,
+            "tensorflow": harness.package_version("tensorflow", "tensorflow-cpu")}  # fmt: skip
+
+
+def markdown(result: JSONDict) -> str:
+    rows = [
+        [r["kind"], r["state"], r["failures_made"], r["training_s"], r["goodput"],
+         r["status_lost_s"], r["status_redone"], r["status_goodput"],
+         "same" if r["same_weights"] else "other"]
+        for r in result["results"]
+    ]  # fmt: skip
+    headers = ["failure", "job", "failures", "training s", "goodput", "status: s lost",
+               "status: steps redone", "status: goodput", "final weights"]  # fmt: skip
+    return harness.markdown_table(headers, rows)
+
+
+BENCHMARK = protocol.declare(__name__, Benchmark(
+    "goodput", "Goodput with a failure every N seconds (2-worker MNIST)", run, markdown,
+    description=__doc__, arguments=_arguments,
+))  # fmt: skip
