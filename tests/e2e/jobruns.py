@@ -392,7 +392,9 @@ def check_status(
     if redone is not None:
         steps_word = "step" if redone == 1 else "steps"
         cost = rf"1 failure: \d+\.\d s lost, {redone} {steps_word} redone, goodput (0\.\d\d|1\.00)"
-        assert re.search(cost, status), status
+        found = re.search(cost, status)
+        assert found, status
+        print(f"MEASURED slurmtf status: {found.group(0)}")
     logs = sandbox.run([*cli, "logs", job_id, "--rank=1"], cwd=state_home, env=env).stdout
     assert "rank 1: done at step" in logs, logs
     assert '"event"' not in logs, logs
