@@ -47,8 +47,11 @@ ARGS = [
     "--heartbeat_timeout=10",
 ]
 # A successful job ends cleanly: no error-level line (TensorFlow's `E0000 ...`) in any
-# rank's log, and the job ends within this many seconds of rank 0's last line.
-CLEAN_END_S = 3.0
+# rank's log, and the job ends within this many seconds of rank 0's last line: a rank
+# that does not leave with the others waits for a heartbeat timeout (10 s and more). The
+# measured seconds (about 1-2 on a quiet machine, 3.1 seen with 2 test workers and the
+# matrix beside them) are printed (MEASURED teardown_...); their target is benchmarks'.
+CLEAN_END_S = 6.0
 ERROR_LINE = re.compile(r"^E\d{4} .*$", re.MULTILINE)
 FAST = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=5"]
 LONG = [*FAST, "--train_steps=100000", "--log_every=5", "--checkpoint_every=10"]

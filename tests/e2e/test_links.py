@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib.util
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -120,10 +121,18 @@ def test_mnist_two_nodes_over_shaped_link(linked: SlurmSandbox, tmp_path: Path) 
     assert [w.rsplit(":", 1)[0] for w in workers] == ["node1", "node2"]
 
 
-def test_down_removes_every_namespace(tmp_path: Path) -> None:
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A folder short enough for slurmstepd's sockets whatever pytest's base folder is
+    (an xdist worker's test folders are longer)."""
+    with tempfile.TemporaryDirectory(prefix="sbx-", dir="/tmp") as folder:
+        yield Path(folder)
+
+
+def test_down_removes_every_namespace(short_dir: Path) -> None:
     """After a crash (daemons killed, state left), down and a fresh up leave nothing."""
     require_sandbox_prereqs()
-    sandbox = Sandbox(tmp_path / "sbx", nodes=1, gpus_per_node=0, link="unshaped")
+    sandbox = Sandbox(short_dir / "sbx", nodes=1, gpus_per_node=0, link="unshaped")
     sandbox.up()
     plan = sandbox.config().link_plan
     assert plan is not None
@@ -135,5 +144,5 @@ def test_down_removes_every_namespace(tmp_path: Path) -> None:
     # names the namespaces but no PIDs. A later `down` (a new process) removes them.
     links.create(plan)
     sandbox.state_path.write_text(state.replace('"pids": {', '"pids_gone": {'))
-    assert Sandbox(tmp_path / "sbx", nodes=1, gpus_per_node=0).down() is True
+    assert Sandbox(short_dir / "sbx", nodes=1, gpus_per_node=0).down() is True
     assert links.existing(plan.prefix) == []
