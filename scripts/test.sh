@@ -67,9 +67,8 @@ export SLURMTF_STRICT_PREREQS=1
 # SLURMTF_TEST_WORKERS=N runs the suite's modules side by side on N pytest-xdist workers
 # (most of an end-to-end module is waiting on Slurm and on timeouts). Each worker has
 # sandboxes of its own; a module stays on one worker (--dist loadfile), so that what it
-# shares starts once. One process (0) by default until a whole run on 2 workers passes
-# (docs/TESTING.md says where that stands).
-workers="${SLURMTF_TEST_WORKERS:-0}"
+# shares starts once. 2 by default (0: one process, as before; docs/TESTING.md).
+workers="${SLURMTF_TEST_WORKERS:-2}"
 parallel=()
 # --no-loadscope-reorder: the modules come longest first (tests/conftest.py, from
 # tests/module_seconds.json), not by their number of tests.
