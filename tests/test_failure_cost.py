@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from slurmtf.monitor.failure_cost import Cost, attempts, job_cost
+from slurmtf.monitor.records import JobPlace
+from slurmtf.monitor.status import status_lines
+from slurmtf.runtime.recovery.record import record_path, write_record
+from tests.helpers.fakeslurm import FakeSlurm, scontrol
 
 
 def start(t: float) -> dict[str, Any]:
@@ -87,3 +93,18 @@ def test_events_without_times_give_steps_only():
 def test_attempts_drop_what_came_before_the_first_start():
     cut = attempts([step(0, 1), start(1), step(2, 2), start(3)])
     assert [[e.get("step") for e in run] for run in cut] == [[None, 2], [None]]
+
+
+def test_status_sums_the_cost_of_a_restarted_job(tmp_path: Path) -> None:
+    first = [start(0), *steady(10, range(10, 51, 10), 1.0), step(53.2, 53, "rescued")]
+    second = [start(62), {"event": "resumed", "step": 53, "time": 70}]
+    second += steady(75, range(60, 101, 10), 1.0)
+    (tmp_path / "rank0.out").write_text("".join(json.dumps(e) + "\n" for e in first + second))
+    write_record(record_path(tmp_path, "7"), {"action": "restart", "time": 55, "line": "x"})
+    place = JobPlace("7", tmp_path, "rank{rank}.{kind}", "given")
+    text = status_lines("7", FakeSlurm({"scontrol": [scontrol("RUNNING")]}), place)
+    assert "  1 failure: 15.0 s lost, 0 steps redone, goodput 0.86 (rank 0's events)" in text
+    (tmp_path / "rank0.out").write_text("".join(json.dumps(e) + "\n" for e in first))
+    record_path(tmp_path, "7").unlink()
+    text = status_lines("7", FakeSlurm({"scontrol": [scontrol("RUNNING")]}), place)
+    assert not any("failure" in line for line in text), text
