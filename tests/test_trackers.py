@@ -161,3 +161,11 @@ def test_a_dead_wandb_service_leaves_mlflow_its_steps() -> None:
     sink.close()
     assert [step for *_, step in mlflow.logged] == [1, 2, 3]
     assert mlflow.ended == 1
+
+
+def test_every_rank_tracking_keeps_another_ranks_keys_apart() -> None:
+    mlflow = FakeMlflow()
+    sink = Trackers((mlflow, "r"), None, prefix="rank1/")
+    sink.log("train", 1, {"loss": 0.1})
+    sink.close()
+    assert [key for _, key, _, _ in mlflow.logged] == ["rank1/train/loss"]

@@ -8,7 +8,9 @@ training loop's ``train`` and ``eval`` scalars go to it as ``train/loss``,
 * MLflow when the job asks for it (``MLFLOW_TRACKING_URI`` or ``SLURMTF_MLFLOW=1``, or
   an ``MLFLOW_RUN_ID``), W&B when ``WANDB_PROJECT`` is set or ``SLURMTF_WANDB=1``;
   neither package is imported otherwise;
-* the chief alone, or every rank with ``SLURMTF_TRACK_ALL_RANKS=1``;
+* the chief alone, or every rank with ``SLURMTF_TRACK_ALL_RANKS=1`` (another rank's keys
+  then begin ``rank<N>/``: the job's MLflow run is one for all; in W&B each rank has its
+  own run, grouped);
 * every step once across restarts and requeues: a step the job's MLflow run had logged
   before this start (``SLURMTF_MLFLOW_LAST_STEP``), or below W&B's resumed step, is
   skipped;
@@ -61,8 +63,11 @@ class Trackers:
     (``slurmtf-trackers``) sends them, so a slow or dead server never holds a step; past
     :data:`QUEUED` batches waiting, the newest are dropped (a warning says so once)."""
 
-    def __init__(self, mlflow: Any = None, wandb_run: Any = None, last_logged: int = -1) -> None:
+    def __init__(
+        self, mlflow: Any = None, wandb_run: Any = None, last_logged: int = -1, prefix: str = ""
+    ) -> None:
         self._mlflow = mlflow  # (the mlflow module, the run's id) or None
+        self._prefix = prefix  # another rank's keys in the job's one MLflow run: rank<N>/
         self._wandb = wandb_run
         self._last_logged = last_logged
         self._queue: queue.Queue[tuple[int, dict[str, float]] | None] = queue.Queue(QUEUED)
@@ -92,13 +97,14 @@ class Trackers:
         asked = wants_mlflow(environ) or bool(environ.get("MLFLOW_RUN_ID"))
         mlflow = _start_mlflow(params) if asked else None
         wandb_run = _start_wandb(params) if wants_wandb(environ) else None
-        return cls(mlflow, wandb_run, last_logged_step(environ))
+        prefix = "" if is_chief else f"rank{rank}/"
+        return cls(mlflow, wandb_run, last_logged_step(environ), prefix)
 
     def log(self, split: str, step: int, values: Mapping[str, float]) -> None:
         """Queue ``values`` as ``<split>/<name>`` at ``step``."""
         if self._thread is None:
             return
-        metrics = {f"{split}/{name}": float(value) for name, value in values.items()}
+        metrics = {f"{self._prefix}{split}/{name}": float(value) for name, value in values.items()}
         try:
             self._queue.put_nowait((step, metrics))
         except queue.Full:
