@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -146,3 +147,18 @@ def cluster_factory(tmp_path: Path) -> Iterator[Callable[[int], Cluster]]:
         made.cleanup()
     for made in clusters:
         print(made.logs())  # shown by pytest only when the test failed
+
+
+RESTORED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+@pytest.fixture(autouse=True)
+def _signals_restored() -> Iterator[None]:
+    """Each test leaves this process's signal dispositions as it found them. A test that
+    runs a supervisor or watcher in this process leaves SIGTERM ignored, and every child
+    a later test starts would inherit that (an ignored signal survives exec)."""
+    saved = {signum: signal.getsignal(signum) for signum in RESTORED_SIGNALS}
+    yield
+    for signum, handler in saved.items():
+        if handler is not None and signal.getsignal(signum) is not handler:
+            signal.signal(signum, handler)

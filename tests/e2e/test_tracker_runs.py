@@ -240,7 +240,7 @@ def test_a_bundled_model_logs_to_one_run_through_a_killed_rank(
     slurm_sandbox: SlurmSandbox, mlflow_server: str, tmp_path: Path, path: str
 ) -> None:
     require(importlib.util.find_spec("tensorflow") is not None, "tensorflow (pip install .[cpu])")
-    experiment = path.replace(" --", "-")
+    experiment = "model-" + path.replace(" --", "-")  # its own: the server is the module's
     env = {**tracker_env(mlflow_server, experiment, tmp_path), "WANDB_PROJECT": "slurmtf-e2e"}
     if path == "sbatch":
         job = SandboxJob(slurm_sandbox, tmp_path / "model", timeout=600)

@@ -81,6 +81,25 @@ def after_keeper(job: JobSettings, previous: Ending, budget: Budget) -> tuple[De
     return decision, decision.line(job.job_id, max(0.0, time.time() - previous.at))
 
 
+KEEPER_SIGNAL_WAIT_S = 2.0  # how long Slurm may take to record the keeper's end
+
+
+def keeper_signal(job: JobSettings, runner: Runner) -> int:
+    """The signal that ended the keeper, from Slurm's ExitCode (``0:9``), which the
+    controller may record a moment after the supervisor sees the death (asked again for
+    :data:`KEEPER_SIGNAL_WAIT_S` at most); 0 when Slurm does not say."""
+    if not job.in_slurm:
+        return 0
+    deadline = time.monotonic() + KEEPER_SIGNAL_WAIT_S
+    while True:
+        number = job_fields(job.job_id, runner).get("ExitCode", "").partition(":")[2]
+        if number.isdigit() and int(number):
+            return int(number)
+        if time.monotonic() >= deadline:
+            return 0
+        time.sleep(0.2)
+
+
 def after_keeper_death(
     job: JobSettings, keeper: int, at: float, runner: Runner
 ) -> tuple[Decision, str]:
@@ -88,9 +107,8 @@ def after_keeper_death(
     the supervisor requeues it at once within the budget (no node left out: its host is
     alive), or stops. The signal that ended the keeper is Slurm's ExitCode (``0:9``)
     when it has it. The decision and its line, recorded (kind ``keeper``)."""
-    code = job_fields(job.job_id, runner).get("ExitCode", "") if job.in_slurm else ""
-    number = code.partition(":")[2]
-    by = f" by {signal_name(int(number))}" if number.isdigit() and int(number) else ""
+    number = keeper_signal(job, runner)
+    by = f" by {signal_name(number)}" if number else ""
     host = job.slurm.nodename or "?"
     why = (
         f"the keeper (pid {keeper} on {host}), the job's own process, was killed{by} at {stamp(at)}"
