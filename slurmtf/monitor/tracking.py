@@ -71,16 +71,21 @@ def track_all(environ: Mapping[str, str]) -> bool:
 def wants_mlflow(environ: Mapping[str, str]) -> bool:
     """Whether to find the job's MLflow run: ``SLURMTF_MLFLOW`` 1 (always), 0 (never), or
     auto (the default): when ``MLFLOW_TRACKING_URI`` is set."""
-    text = (environ.get(MLFLOW_ENV, "") or "auto").strip()
+    hint = (
+        "leave it unset (auto: when MLFLOW_TRACKING_URI is set), 1 to use MLflow's "
+        "default store too, 0 to leave MLflow alone"
+    )
+    return auto_switch(environ, MLFLOW_ENV, "MLFLOW_TRACKING_URI", "must be auto, 1 or 0", hint)
+
+
+def auto_switch(
+    environ: Mapping[str, str], name: str, present: str, problem: str, hint: str
+) -> bool:
+    """``name``: 1 (on), 0 (off), or auto (unset): on when ``present`` is set."""
+    text = (environ.get(name, "") or "auto").strip()
     if text not in ("auto", "0", "1"):
-        raise InputError(
-            MLFLOW_ENV, text, "must be auto, 1 or 0",
-            "leave it unset (auto: when MLFLOW_TRACKING_URI is set), 1 to use MLflow's "
-            "default store too, 0 to leave MLflow alone",
-        )  # fmt: skip
-    if text == "auto":
-        return bool(environ.get("MLFLOW_TRACKING_URI"))
-    return text == "1"
+        raise InputError(name, text, problem, hint)
+    return bool(environ.get(present)) if text == "auto" else text == "1"
 
 
 def throwaway_store(tmp: str, key: str, rank: int) -> str:

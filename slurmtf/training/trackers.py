@@ -36,9 +36,8 @@ from typing import Any
 
 from absl import logging
 
-from slurmtf.errors import InputError
 from slurmtf.monitor.tracker_runs import export_tracker_env
-from slurmtf.monitor.tracking import last_logged_step, track_all, wants_mlflow
+from slurmtf.monitor.tracking import auto_switch, last_logged_step, track_all, wants_mlflow
 
 WANDB_ENV = "SLURMTF_WANDB"  # 1: log to W&B without WANDB_PROJECT; 0: never
 QUEUED = 1000  # batches of scalars waiting for a slow server before new ones are dropped
@@ -48,14 +47,11 @@ EXIT_WAIT_S = 5.0  # the same at the exit of a rank that failed (within srun's K
 
 def wants_wandb(environ: Mapping[str, str]) -> bool:
     """``SLURMTF_WANDB`` 1 or 0; unset: when ``WANDB_PROJECT`` is set."""
-    text = (environ.get(WANDB_ENV, "") or "auto").strip()
-    if text not in ("auto", "0", "1"):
-        raise InputError(
-            WANDB_ENV, text, "must be 1 or 0",
-            "leave it unset (W&B when WANDB_PROJECT is set), 1 for W&B's default project, "
-            "0 to leave W&B alone",
-        )  # fmt: skip
-    return bool(environ.get("WANDB_PROJECT")) if text == "auto" else text == "1"
+    hint = (
+        "leave it unset (W&B when WANDB_PROJECT is set), 1 for W&B's default project, "
+        "0 to leave W&B alone"
+    )
+    return auto_switch(environ, WANDB_ENV, "WANDB_PROJECT", "must be 1 or 0", hint)
 
 
 class Trackers:

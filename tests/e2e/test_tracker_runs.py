@@ -126,17 +126,9 @@ def interrupt(sandbox: SlurmSandbox, job_id: str, out: Path, state: Callable[[],
     return sandbox.wait(job_id, 600)
 
 
-def check_one_run(uri: str, experiment: str, job_id: str, outs: list[Path], tmp: Path) -> str:
-    """One MLflow run of the job (its name), every step once; the chief's W&B runs."""
+def the_job_run(uri: str, experiment: str, job_id: str) -> tuple[Any, Any]:
+    """The client and the experiment's one run, which is tagged with the job's id."""
     from mlflow.tracking import MlflowClient
-
-    chief = events(outs[0], "cluster")
-    print("MEASURED starts (resumed from, last logged)",
-          [(s["start_step"], s["last_logged"]) for s in chief])  # fmt: skip
-    assert len(chief) == 3, chief
-    assert {s["mlflow_run"] for s in chief} == {chief[0]["mlflow_run"]}, chief
-    steps = [p["step"] for p in events(outs[0], "progress")]
-    assert [s for s in steps if steps.count(s) > 1], f"no step was redone: nothing shown\n{steps}"
 
     client = MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(experiment)
@@ -145,6 +137,20 @@ def check_one_run(uri: str, experiment: str, job_id: str, outs: list[Path], tmp:
     assert len(runs) == 1, [r.info.run_name for r in runs]
     (run,) = runs
     assert run.data.tags["slurmtf.job"] == job_id
+    return client, run
+
+
+def check_one_run(uri: str, experiment: str, job_id: str, outs: list[Path], tmp: Path) -> str:
+    """One MLflow run of the job (its name), every step once; the chief's W&B runs."""
+    chief = events(outs[0], "cluster")
+    print("MEASURED starts (resumed from, last logged)",
+          [(s["start_step"], s["last_logged"]) for s in chief])  # fmt: skip
+    assert len(chief) == 3, chief
+    assert {s["mlflow_run"] for s in chief} == {chief[0]["mlflow_run"]}, chief
+    steps = [p["step"] for p in events(outs[0], "progress")]
+    assert [s for s in steps if steps.count(s) > 1], f"no step was redone: nothing shown\n{steps}"
+
+    client, run = the_job_run(uri, experiment, job_id)
     assert run.info.run_id == chief[0]["mlflow_run"]
     history = sorted(m.step for m in client.get_metric_history(run.info.run_id, "step"))
     assert history == list(range(1, STEPS + 1)), history
@@ -214,15 +220,7 @@ MODEL = [f"--train_steps={MODEL_STEPS}", "--log_every=1", "--checkpoint_every=5"
 def check_model_run(uri: str, experiment: str, job_id: str, out: Path, tmp: Path) -> None:
     """One MLflow run of the bundled model's job: ``train/loss`` at every step once
     (log_every=1) and its evaluation; the chief's W&B runs all the job's."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment)
-    assert found is not None
-    runs = client.search_runs([found.experiment_id])
-    assert len(runs) == 1, [r.info.run_name for r in runs]
-    (run,) = runs
-    assert run.data.tags["slurmtf.job"] == job_id
+    client, run = the_job_run(uri, experiment, job_id)
     assert run.data.params["model"] == "mnist"
     history = sorted(m.step for m in client.get_metric_history(run.info.run_id, "train/loss"))
     assert history == list(range(1, MODEL_STEPS + 1)), history
