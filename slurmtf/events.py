@@ -19,13 +19,14 @@ epoch). Events (fields beyond ``event`` and ``time``):
   holds (:mod:`slurmtf.runtime.rank.held_port`).
 
 The node's file: the events a job's supervisor acts on while a step runs
-(:data:`SUPERVISED`: ``peer_lost``) also go, as the same line, to one file per node
-named by ``SLURMTF_NODE_EVENTS`` (a path whose ``%N`` stands for the node,
-``SLURMD_NODENAME``; the supervisor sets it for its steps). Every rank of a node appends
-to that file, each line with one ``write`` on a descriptor opened with ``O_APPEND``, so
-lines of the ranks of one node never mix; the supervisor's look opens one file per node
-(:mod:`slurmtf.runtime.job.follow`), never one per rank. This module is the one reader of
-that variable.
+(:data:`SUPERVISED`: ``peer_lost``; ``trains``, the chief's first step of an attempt,
+after which the supervisor starts the next attempt's warm ranks) also go, as the same
+line, to one file per node named by ``SLURMTF_NODE_EVENTS`` (a path whose ``%N``
+stands for the node, ``SLURMD_NODENAME``; the supervisor sets it for its steps). Every
+rank of a node appends to that file, each line with one ``write`` on a descriptor opened
+with ``O_APPEND``, so lines of the ranks of one node never mix; the supervisor's look
+opens one file per node (:mod:`slurmtf.runtime.job.follow`), never one per rank. This
+module is the one reader of that variable.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ Event = dict[str, Any]
 NODE_EVENTS_VAR = "SLURMTF_NODE_EVENTS"
 NODE_MARK = "%N"  # as in srun's --output patterns: the node's name
 # The events a supervisor acts on during a step: also appended to the node's file.
-SUPERVISED = frozenset({"peer_lost"})
+SUPERVISED = frozenset({"peer_lost", "trains"})
 _node_file: dict[str, int] = {}  # the node file's path -> its descriptor (-1: unusable)
 
 

@@ -8,9 +8,10 @@ errors print one ``NAME='value': problem. HINT: fix`` line on stderr and return 
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 
 from absl import flags
 
@@ -19,7 +20,7 @@ from slurmtf.cli import report_error
 from slurmtf.cluster.flags import NO_INDEX, apply_cluster_flags
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.runtime.rank import allocator
+from slurmtf.runtime.rank import allocator, standby, teardown
 from slurmtf.runtime.rank.held_port import check_port
 from slurmtf.tf import install
 from slurmtf.training import sidecar
@@ -148,6 +149,8 @@ def main_for(
         print(f"{program}: {exc}. HINT: python -m {program} --help", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if not warm_start(os.environ):
+            return 0  # a warm rank that was not needed
         install.check_release()
         config = staged(
             config_from_flags(
@@ -176,9 +179,26 @@ def main_for(
     except Exception as exc:
         if type(exc).__name__ not in PEER_FAILURES:
             raise
-        return _report_peer_failure(program, exc, info)
+        code = _report_peer_failure(program, exc, info)
+        if info is not None and not info.layout.is_single_worker:
+            # The survivor has saved the step it held (training.rescue): it ends now, not
+            # after the 1-2 s of an interpreter's teardown, so the next attempt starts sooner.
+            teardown.leave_alone(code)
+        return code
     finally:
         FLAGS.unparse_flags()
+
+
+def warm_start(environ: MutableMapping[str, str]) -> bool:
+    """A warm rank (:mod:`slurmtf.runtime.rank.standby`) imports TensorFlow and Keras,
+    then waits for its supervisor's word: True to train, False to exit. Others: True."""
+    if standby.go_file(environ) is None:
+        return True
+    with standby.quiet_stderr(environ):
+        install.import_tensorflow()
+        import keras  # noqa: F401  (its import is most of a start after TensorFlow's)
+
+        return standby.start_when_told(environ)
 
 
 def staged(config: TrainConfig) -> TrainConfig:

@@ -194,6 +194,8 @@ class Training:
             outcome.step += 1
             step = outcome.step
             self.watch.finished(step)
+            if step == start + 1 and self.info.is_chief:  # the supervisor warms the next ranks
+                events.emit("trains", rank=self.info.rank, step=step)
             self.timing.add(out[3:], step)
             outcome.last_loss = float(out[0])
             if outcome.first_loss is None:

@@ -26,6 +26,7 @@ from slurmtf.runtime.recovery.budget import DEFAULT_MODE, Policy, parse_mode
 # a ParameterServerStrategy job, any command (users' own scripts through job.sh), and
 # the step of a job `slurmtf submit` wrote (submitit's srun line).
 MODEL_KINDS = ("mnist", "resnet")
+WARM_MODES = ("auto", "1", "0")
 JOB_KINDS = (*MODEL_KINDS, "train", "parameter_server", "command", "submitit")
 # The kinds whose chief starts through slurmtf (slurmtf.run, serve, the submit launcher,
 # the bundled models' trackers), which gives it the job's MLflow run: the supervisor
@@ -100,6 +101,7 @@ class JobSettings:
     servers: bool = False  # a parameter-server step of the command kind (job.sh's ps_srun)
     budget_mode: str = DEFAULT_MODE  # RESTART_BUDGET: what MAX_RESTARTS counts
     failures_per_hour: int = 0  # MAX_FAILURES_PER_HOUR (0: no limit)
+    warm: str = "auto"  # SLURMTF_WARM_STANDBY: when the next attempt's ranks start early
 
     @property
     def policy(self) -> Policy:
@@ -167,6 +169,7 @@ class JobSettings:
             roles=env.get("SLURMTF_JOBS") or "chief:1,ps:2,worker",
             serve_args=_words("SERVE_ARGS", env.get("SERVE_ARGS", ""), empty=True),
             srun_args=_words("SRUN_ARGS", env.get("SRUN_ARGS", ""), empty=True),
+            warm=warm_mode(env.get("SLURMTF_WARM_STANDBY") or "auto"),
         )  # fmt: skip
 
     @property
@@ -224,6 +227,18 @@ def restart_in_place(text: str) -> bool:
             "leave it unset (restart in place); 0 requeues every failed attempt instead",
         )  # fmt: skip
     return text == "1"
+
+
+def warm_mode(text: str) -> str:
+    """``SLURMTF_WARM_STANDBY`` as typed: ``auto`` (warm ranks once the job has failed),
+    ``1`` (from the first step on) or ``0`` (never)."""
+    if text not in WARM_MODES:
+        raise InputError(
+            "SLURMTF_WARM_STANDBY", text, "must be auto, 1 or 0",
+            "auto starts the next attempt's ranks early once the job has failed, 1 from "
+            "its first step, 0 never",
+        )  # fmt: skip
+    return text
 
 
 def _seconds(name: str, text: str) -> float:

@@ -36,6 +36,7 @@ import dataclasses
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -63,6 +64,14 @@ from slurmtf.runtime.job.step_nodes import (
     every_node,
     first_placement,
     next_placement,
+)
+from slurmtf.runtime.job.warm import (
+    Standby,
+    go_path,
+    standby_env,
+    trains,
+    warm_delay,
+    warm_now,
 )
 from slurmtf.runtime.job_log import log, plain, to_stderr
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
@@ -118,6 +127,8 @@ class Supervisor:
         self.staging = Staging(job, self.env, runner)
         self.files = LogFiles(job.log_dir, job.logs.prefix, job.logs.suffix, job.srun_err)
         self.resv_span: int | None = None  # MpiParams=ports' range, asked once
+        self.standby: Standby | None = None  # the next attempt's warm ranks (runtime.job.warm)
+        self.failed = False  # an attempt of this job failed (SLURMTF_WARM_STANDBY=auto)
 
     # --- the loop -----------------------------------------------------------------
     def run(self, header: bool = True) -> int:
@@ -132,6 +143,7 @@ class Supervisor:
             self.finished = True
             return status
         finally:
+            self.stop_standby()
             self.watcher.stop(at_once=self.beats.usurped)
             self.beats.stop()
             for signum, handler in before.items():
@@ -205,8 +217,11 @@ class Supervisor:
                 log(line)
             self.staging.unstage()
             return 0
+        if decision.action != "restart":
+            self.stop_standby()
         if decision.action == "restart":
             log(line)
+            self.failed = True
             self.attempt = self.beats.attempt = decision.restart
             self.place = next_placement(self.job, self.place, decision)
             self.watcher.keep(self.place.excluded)
@@ -279,18 +294,28 @@ class Supervisor:
             self.resv_span = cluster_span(self.runner) if self.job.in_slurm else 0
         return resv_ports(self.job, place, self.resv_span)
 
-    def run_step(self) -> StepEnd:
-        """One attempt of the step: the ranks see its number as SLURM_RESTART_COUNT
-        (restarts in place + requeues), so their events and checkpoints name it."""
-        command = rank_command(self.job, self.args, self.job.requeues)
+    def step_env(self, command: RankCommand, attempt: int) -> dict[str, str]:
+        """The ranks' environment for ``attempt``: they see its number as
+        SLURM_RESTART_COUNT (restarts in place + requeues), so that their events and
+        checkpoints name it."""
         env = {**self.env, **command.env, **self.staging.env()}
         if self.servers_het(command):  # each component's own task count (Slurm 26.05)
             env.update(het_task_counts(env))
-        if self.attempt:
-            env["SLURM_RESTART_COUNT"] = str(self.attempt)
+        if attempt:
+            env["SLURM_RESTART_COUNT"] = str(attempt)
         env[NODE_EVENTS_VAR] = self.job.node_events  # SLURMTF_NODE_EVENTS
-        if self.job.kind in TRACKED_KINDS:  # SLURMTF_MLFLOW_RUN_ID, SLURMTF_MLFLOW_LAST_STEP
-            env.update(job_run_env(env, log))
+        return env
+
+    def tracker_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """SLURMTF_MLFLOW_RUN_ID and SLURMTF_MLFLOW_LAST_STEP, asked at each start."""
+        return job_run_env(env, log) if self.job.kind in TRACKED_KINDS else {}
+
+    def run_step(self) -> StepEnd:
+        """One attempt of the step: a new srun, or the warm one made for it."""
+        command = rank_command(self.job, self.args, self.job.requeues)
+        env = self.step_env(command, self.attempt)
+        tracked = self.tracker_env(env)
+        env.update(tracked)
         if command.done_file is not None:
             with contextlib.suppress(OSError):
                 command.done_file.unlink()
@@ -304,26 +329,34 @@ class Supervisor:
                 self.job.srun_err, self.files.offsets.get(str(self.job.srun_err), 0), to_stderr
             )
         )
-        self.child = Child(
-            self.step_args(command), env, stderr=None if copy is None else self.job.srun_err
-        )
+        self.child = self.warm_child(tracked)
+        if self.child is None:
+            self.child = Child(
+                self.step_args(command), env, stderr=None if copy is None else self.job.srun_err
+            )
         try:
-            end = self.watch(copy)
+            end = self.watch(copy, command)
         finally:
             self.child.reap()
             if copy is not None:
                 copy.copy()
             self.child = None
+            with contextlib.suppress(OSError):  # the word that started this attempt's ranks
+                go_path(self.job.log_dir, self.job.job_id, self.attempt).unlink()
         plain(f"srun exited {end.status}")
         return end
 
-    def watch(self, copy: Copier | None) -> StepEnd:
+    def watch(self, copy: Copier | None, command: RankCommand) -> StepEnd:
         """Until the step ends: copy srun's messages, read the ranks' new events; when
-        one names a lost peer, probe its node; a silent one ends the step at once."""
+        one names a lost peer, probe its node; a silent one ends the step at once. The
+        next attempt's warm ranks start after the chief's first step."""
         assert self.child is not None
         follower = EventFollower(self._node_files, dict(self.files.offsets))
         watching = self.job.node_watch and self.job.in_slurm
+        due = self.warm_due(command)  # None: no warm ranks for the next attempt
+        seen = False  # the chief's first step of this attempt
         alive: tuple[str, ...] = ()
+        started = time.monotonic()
         while self.child.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.child.proc.wait(timeout=self.job.watch_s)
@@ -336,7 +369,13 @@ class Supervisor:
             if keeper_gone() is not None:  # Slurm ends the job: its steps go now
                 return StepEnd(self.child.stop(grace=0))
             self.watcher.keep(self.place.excluded)
-            news = follower.new_events() if watching else []
+            news = follower.new_events() if watching or due is not None else []
+            seen = seen or trains(news)
+            if due is not None and warm_now(due, seen, time.monotonic() - started):
+                due = None
+                self.start_standby(command)
+            if not watching:
+                continue
             said = lost_in(news, self.files.new_text(self.job.srun_err) if news else "")
             if not said:
                 continue
@@ -348,6 +387,44 @@ class Supervisor:
                 slurm_calls.end_steps(self.job.job_id, self.runner)
                 return StepEnd(self.child.stop(grace=0), lost, alive)
         return StepEnd(self.child.status(), (), alive)
+
+    # --- warm ranks (slurmtf.runtime.job.warm) -----------------------------------------
+    def warm_due(self, command: RankCommand) -> float | None:
+        """Seconds into this attempt after which the next one's ranks start early (at the
+        chief's first step at the earliest), or None."""
+        usable = self.job.kind in (*MODEL_KINDS, "submitit") and command.kill_on_bad_exit == 1
+        if not (usable and self.job.in_slurm and self.job.in_place and self.job.het_size <= 1):
+            return None
+        return warm_delay(self.job.warm, failed=self.failed or self.attempt > 0)
+
+    def start_standby(self, command: RankCommand) -> None:
+        self.stop_standby()
+        attempt = self.attempt + 1
+        place = [*self.place.tasks, *self.place.args]
+        go = go_path(self.job.log_dir, self.job.job_id, attempt)
+        env = standby_env(self.step_env(command, attempt), go, self.beats.path, os.getpid())
+        err = None if self.job.kind == "submitit" else self.job.srun_err
+        self.standby = Standby.start(
+            attempt, place, args=self.step_args(command), env=env, go=go, stderr=err
+        )
+
+    def warm_child(self, env: Mapping[str, str]) -> Child | None:
+        """The warm step, told to go, when it was made for this attempt and placement."""
+        standby, self.standby = self.standby, None
+        if standby is None:
+            return None
+        if not standby.fits(self.attempt, [*self.place.tasks, *self.place.args]):
+            self.standby = standby
+            self.stop_standby()
+            return None
+        plain(f"warm ranks take over (started {standby.age():.0f} s before, "
+              "SLURMTF_WARM_STANDBY)")  # fmt: skip
+        return standby.take_over(env)
+
+    def stop_standby(self) -> None:
+        if self.standby is not None:
+            standby, self.standby = self.standby, None
+            standby.stop()
 
     def _node_files(self) -> list[Path]:
         """The files of the nodes' supervised events (slurmtf.events): one per node."""

@@ -8,6 +8,7 @@ functions that start it):
 - ``held_port``: a rank's port found held by another process (the ``port_in_use`` event).
 - ``allocator``: glibc's malloc settings for a long training process.
 - ``teardown``: the end of a multi-worker process (the ranks leave together).
+- ``standby``: a warm rank: started before it is needed, it waits for its supervisor's word.
 
 May import: ``slurmtf.cluster``, ``slurmtf.spec``, ``slurmtf.tf``, ``slurmtf.datasets``
 (a staged data set), ``slurmtf.resolver`` and the vocabulary (``errors``, ``events``,

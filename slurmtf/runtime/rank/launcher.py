@@ -51,6 +51,7 @@ from slurmtf.contracts import (
 from slurmtf.events import emit
 from slurmtf.monitor.tracking import export_rank_env
 from slurmtf.resolver import export_tf_config, resolve
+from slurmtf.runtime.rank import standby
 from slurmtf.runtime.rank.held_port import check_port
 from slurmtf.spec.jobspec import LEGACY_KERAS_ENV, JobSpec, chief_done_file, task_command
 
@@ -169,12 +170,33 @@ class TaskLauncher:
 
     def __call__(self) -> int:
         spec = JobSpec.from_json(self.spec_json)
+        go = standby.go_file(os.environ)
+        # A warm task (slurmtf.runtime.rank.standby): a bundled model's child imports
+        # TensorFlow and waits itself; anything else starts once told.
+        if go is not None and not warms_itself(spec) and not standby.start_when_told(os.environ):
+            _leave_unseen()
         status = run_task(spec, self.params, os.environ)
+        if go is not None and standby.read_go(go) == {"go": False, "env": {}}:
+            _leave_unseen()  # the model's child was told to go away
         if status:
             # Not an exception: the task's exit status is the model's, for --kill-on-bad-exit
             # and for the job's state.
             raise SystemExit(status)
         return 0
+
+
+def warms_itself(spec: JobSpec) -> bool:
+    """A bundled model (not a parameter-server job) waits for the go in its own process,
+    after TensorFlow's import."""
+    return spec.kind == "model" and spec.jobs is None
+
+
+def _leave_unseen() -> None:
+    """A warm task that was not needed ends here, before submitit writes a result for a
+    job it never ran."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def call_function(target: str, argv: Sequence[str]) -> int:
