@@ -12,8 +12,10 @@ epoch). Events (fields beyond ``event`` and ``time``):
   loss, accuracy, examples_per_sec), ``timing`` (every rank: compute and wait per step,
   link rates), ``straggler``/``straggler_recovered`` (chief), ``eval``, ``checkpoint`` (chief: step,
   seconds training stood still, asynchronous),
-  ``preempted``, ``done`` (step, preempted) from the training loop (``eval`` and ``done``
-  also from a sidecar evaluator task, with ``role``); ``start``/``exit``
+  ``preempted``, ``done`` (step, preempted), ``trains`` (chief: the attempt's first
+  step), ``warm`` (a warm rank ready: rank, seconds its imports took) from the training
+  loop (``eval`` and ``done`` also from a sidecar evaluator task, with ``role``);
+  ``start``/``exit``
   (status) from the per-task launcher; ``port_in_use`` (rank, port, node, holder,
   ``moves``: whether a restart takes other ports) from a rank whose port another process
   holds (:mod:`slurmtf.runtime.rank.held_port`).

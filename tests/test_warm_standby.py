@@ -207,9 +207,7 @@ exit 137
 """
 
 
-def supervise_warm(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str], mode: str
-) -> tuple[int, str]:
+def supervise_warm(tmp_path: Path, capfd: pytest.CaptureFixture[str], mode: str) -> tuple[int, str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "srun").write_text(WARM_SRUN)

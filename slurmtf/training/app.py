@@ -11,6 +11,7 @@ import dataclasses
 import os
 import re
 import sys
+import time
 from collections.abc import Callable, MutableMapping, Sequence
 
 from absl import flags
@@ -194,10 +195,13 @@ def warm_start(environ: MutableMapping[str, str]) -> bool:
     then waits for its supervisor's word: True to train, False to exit. Others: True."""
     if standby.go_file(environ) is None:
         return True
+    started = time.monotonic()
     with standby.quiet_stderr(environ):
         install.import_tensorflow()
         import keras  # noqa: F401  (its import is most of a start after TensorFlow's)
 
+        rank = int(environ.get("SLURM_PROCID") or 0)
+        events.emit("warm", rank=rank, seconds=round(time.monotonic() - started, 2))
         return standby.start_when_told(environ)
 
 

@@ -330,9 +330,12 @@ def check_clean_end(
     )
 
 
-def rank_pids(job_id: str, rank: int, module: str = "models.mnist") -> list[int]:
+def rank_pids(
+    job_id: str, rank: int, module: str = "models.mnist", present: Sequence[str] = ()
+) -> list[int]:
     """Python processes running ``module`` (``slurmtf_models.mnist`` under ``slurmtf
-    submit``) in job ``job_id`` whose ``SLURM_PROCID`` is ``rank``."""
+    submit``) in job ``job_id`` whose ``SLURM_PROCID`` is ``rank`` (and whose start
+    environment has each variable of ``present``)."""
     want = {b"SLURM_JOB_ID": job_id.encode(), b"SLURM_PROCID": str(rank).encode()}
     found = []
     for entry in Path("/proc").iterdir():
@@ -346,7 +349,9 @@ def rank_pids(job_id: str, rank: int, module: str = "models.mnist") -> list[int]
         except OSError:
             continue
         environ = dict(item.split(b"=", 1) for item in items if b"=" in item)
-        if all(environ.get(key) == value for key, value in want.items()):
+        if all(environ.get(key) == value for key, value in want.items()) and all(
+            name.encode() in environ for name in present
+        ):
             found.append(int(entry.name))
     return found
 

@@ -100,19 +100,24 @@ class Standby:
         return self.child
 
     def stop(self) -> int:
-        """Tell the ranks to go away, and end the step if it is not gone by then."""
-        if self.child.poll() is None:
+        """Tell the ranks to go away, and end the step if it is not gone by then. The
+        ranks' start-up output goes too, unless the step had ended by itself (kept:
+        ``<go file>.<rank>.err`` says why)."""
+        ending = self.child.poll() is None
+        if ending:
             with contextlib.suppress(OSError):
                 write_go(self.go, False)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.child.proc.wait(timeout=STOP_WAIT_S)
         status = self.child.stop()
-        self.remove()
+        self.remove(side_files=ending)
         return status
 
-    def remove(self) -> None:
-        with contextlib.suppress(OSError):
-            self.go.unlink()
+    def remove(self, *, side_files: bool = False) -> None:
+        sides = self.go.parent.glob(f"{self.go.name}.*.err") if side_files else ()
+        for path in [self.go, *sides]:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def age(self) -> float:
         return time.monotonic() - self.started

@@ -96,7 +96,8 @@ def run_task(
 ) -> int:
     """Run this task's command; returns the exit status this task should end with."""
     layout = resolve(environ)  # SLURM_PROCID and SLURM_RESTART_COUNT checked there
-    check_port(layout)  # a held port ends this attempt (port_in_use), not the job
+    if standby.go_file(environ) is None:  # a warm model's child checks once told to go
+        check_port(layout)  # a held port ends this attempt (port_in_use), not the job
     rank = layout.task_index
     job = job_id_of(environ)
     restart = layout.restart_count

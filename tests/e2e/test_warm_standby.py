@@ -1,0 +1,133 @@
+"""Warm ranks on a real Slurm: the next attempt's step waits beside the one that trains,
+and a killed rank's restart takes it over instead of starting new processes.
+
+With ``SLURMTF_WARM_STANDBY=1`` a 2-node MNIST job (``sbatch jobs/mnist.sbatch`` and
+``slurmtf submit --model``) starts its warm step (``srun --overlap``) after the chief's
+first step. Once both warm ranks say they are ready (``warm`` events: TensorFlow and
+Keras imported), rank 1's training process is SIGKILLed. The restart tells the warm
+ranks to go: the job's log says so, the step resumes from rank 0's memory with 0 steps
+redone, the job ends COMPLETED with one weights checksum, and nothing warm is left (no
+process, no go file). Each test prints ``MEASURED <path> warm kill -> training again``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from slurmtf.cluster.ports import free_port_base
+from slurmtf.events import read_events
+from tests.e2e.conftest import PYTHON, SlurmSandbox
+from tests.e2e.jobruns import SandboxJob, check_status, rank_pids, wait_until
+from tests.e2e.test_kill_in_place import (
+    check_resumed_from_memory,
+    final_sums,
+    reached,
+    trained_after_restart,
+    wait_for,
+)
+
+pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
+
+WARM = {"SLURMTF_WARM_STANDBY": "1", "MAX_RESTARTS": "2"}
+STEPS = 150
+MODEL = [f"--train_steps={STEPS}", "--log_every=1", "--checkpoint_every=25", "--eval_steps=1",
+         "--batch_size=16", "--num_threads=1", "--seed=7", "--heartbeat_timeout=10"]  # fmt: skip
+AGAIN_WITHIN_S = 30  # 3.5 s on an idle machine; CI shares 2 cores with other jobs
+
+
+def warm_ready(outs: list[Path]) -> bool:
+    """Every rank's warm process has imported TensorFlow and waits."""
+    return all(
+        out.exists() and any(e.get("event") == "warm" for e in read_events(out)) for out in outs
+    )
+
+
+def trainers(job_id: str, rank: int, module: str) -> list[int]:
+    """Rank ``rank``'s training processes, not its warm one (which waits in a step whose
+    ranks carry SLURMTF_STANDBY)."""
+    warm = set(rank_pids(job_id, rank, module, present=("SLURMTF_STANDBY",)))
+    return [pid for pid in rank_pids(job_id, rank, module) if pid not in warm]
+
+
+def kill_warm_and_time(pids: list[int], again: Callable[[], bool]) -> float:
+    assert pids, "no training process of rank 1"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(again, 240, "training again after the kill")
+    return time.monotonic() - killed
+
+
+def check_nothing_warm_left(job_id: str, log_dir: Path, module: str) -> None:
+    for rank in (0, 1):
+        assert rank_pids(job_id, rank, module) == [], f"rank {rank} left a process"
+    assert not list(log_dir.glob("standby-*")), sorted(p.name for p in log_dir.iterdir())
+
+
+@pytest.mark.matrix
+def test_a_killed_rank_of_an_sbatch_job_restarts_on_the_warm_ranks(
+    recovery_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    job = SandboxJob(recovery_sandbox, tmp_path / "sbatch")
+    state_home = tmp_path / "state"
+    state_home.mkdir()
+    job.submit(MODEL, env={**WARM, "XDG_STATE_HOME": str(state_home)})
+    try:
+        outs = [job.log_dir / f"rank{r}.out" for r in (0, 1)]
+        wait_until(job, lambda: warm_ready(outs), 300, "warm ranks ready")
+        at_kill = reached(outs[0])
+        assert at_kill < STEPS, "the job ended before its warm ranks were ready"
+        seconds = kill_warm_and_time(
+            trainers(job.job_id, 1, "models.mnist"), lambda: trained_after_restart(outs[0])
+        )
+        print(f"MEASURED sbatch warm kill -> training again {seconds:.1f} s")
+        assert recovery_sandbox.wait(job.job_id, timeout=300) == "COMPLETED", job.report()
+        said = job.job_output()
+        assert "warm ranks take over" in said, said[-3000:]
+        assert seconds < AGAIN_WITHIN_S, job.report()
+        check_resumed_from_memory(outs, at_kill, said)
+        assert len(final_sums(outs, STEPS)) == 1
+        check_status(recovery_sandbox, job.job_id, state_home, STEPS, redone=0)
+        check_nothing_warm_left(job.job_id, job.log_dir, "models.mnist")
+    finally:
+        job.cancel()
+
+
+@pytest.mark.tf_core
+def test_a_killed_rank_of_a_submitted_model_restarts_on_the_warm_ranks(
+    recovery_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    done = recovery_sandbox.run(
+        [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", "--max_restarts=2",
+         f"--log_dir={tmp_path}", "--model=mnist", "--", *MODEL],
+        env={"SLURMTF_PORT_BASE": str(free_port_base(2)), **WARM}, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    found = re.search(r"submitted job (\d+)", done.stdout)
+    assert found, done.stdout + done.stderr
+    jid = found.group(1)
+    try:
+        outs = [tmp_path / f"{jid}_{r}_log.out" for r in (0, 1)]
+        wait_for(lambda: warm_ready(outs), 300, f"job {jid}: warm ranks ready")
+        at_kill = reached(outs[0])
+        assert at_kill < STEPS, "the job ended before its warm ranks were ready"
+        module = "slurmtf_models.mnist"
+        seconds = kill_warm_and_time(
+            trainers(jid, 1, module), lambda: trained_after_restart(outs[0])
+        )
+        print(f"MEASURED submit --model warm kill -> training again {seconds:.1f} s")
+        assert recovery_sandbox.wait(jid, timeout=300) == "COMPLETED", recovery_sandbox.logs(jid)
+        said = outs[0].read_text() + recovery_sandbox.logs(jid)
+        assert "warm ranks take over" in said, said[-3000:]
+        assert seconds < AGAIN_WITHIN_S, said[-3000:]
+        check_resumed_from_memory(outs, at_kill, said)
+        assert len(final_sums(outs, STEPS)) == 1
+        check_nothing_warm_left(jid, tmp_path, module)
+    finally:
+        recovery_sandbox.run(["scancel", jid], check=False)
