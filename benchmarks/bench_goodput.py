@@ -13,7 +13,10 @@ the disturbed one. Beside it, what ``slurmtf status`` sums from rank 0's events
 (slurmtf.monitor.failure_cost): failures, seconds lost, steps redone, its own goodput;
 and whether the final weights checksum equals the undisturbed one.
 
-    python -m benchmarks.bench_goodput [--kinds rank,freeze,supervisor] [--every 45]
+    python -m benchmarks.bench_goodput [--kinds rank,freeze,supervisor] [--every 45] [--warm 1]
+
+``--warm`` is every run's ``SLURMTF_WARM_STANDBY`` (``auto`` by default): with warm
+ranks, a killed rank's restart takes over the next attempt's waiting step.
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kinds", default=",".join(KINDS), help="failure kinds to run")
     parser.add_argument("--every", type=float, default=45.0, help="seconds between failures")
     parser.add_argument("--steps", type=int, default=600, help="--train_steps of each run")
+    parser.add_argument("--warm", default="auto", help="SLURMTF_WARM_STANDBY of every run")
 
 
-def submit(sandbox: Sandbox, run: Path, steps: int) -> str:
+def submit(sandbox: Sandbox, run: Path, steps: int, warm: str) -> str:
     env = {"MODEL_DIR": str(run / "model"), "LOG_DIR": str(run / "logs"),
-           "MAX_RESTARTS": "100", "PYTHON": harness.python()}  # fmt: skip
+           "MAX_RESTARTS": "100", "PYTHON": harness.python(),
+           "SLURMTF_WARM_STANDBY": warm}  # fmt: skip
     run.mkdir(parents=True, exist_ok=True)
     sbatch = ["-N2", "--gres=none", "--time=60", f"--job-name=goodput-{run.name}",
               f"--output={run}/job.out", str(harness.REPO / "jobs" / "mnist.sbatch")]  # fmt: skip
@@ -80,11 +85,13 @@ def training_seconds(out: Path) -> float:
     return times[-1] - times[0] if len(times) > 1 else 0.0
 
 
-def measure(sandbox: Sandbox, kind: str, work: Path, every: float, steps: int) -> JSONDict:
+def measure(
+    sandbox: Sandbox, kind: str, work: Path, every: float, steps: int, *, warm: str = "auto"
+) -> JSONDict:
     """One run of ``kind`` (``none``: undisturbed) until the job ends."""
     run = work / kind
     out = run / "logs" / "rank0.out"
-    job_id = submit(sandbox, run, steps)
+    job_id = submit(sandbox, run, steps, warm)
     harness.wait_until("step 1", lambda: harness.last_step(out) >= 1
                        or harness.job_state(sandbox, job_id) in ENDED, 600)  # fmt: skip
     failures, next_at, state = 0, time.monotonic() + every, ""
@@ -110,13 +117,14 @@ def measure(sandbox: Sandbox, kind: str, work: Path, every: float, steps: int) -
 def run(options: Options) -> JSONDict:
     kinds = ["rank"] if options.quick else options.flag("kinds", ",".join(KINDS)).split(",")
     every, steps = float(options.flag("every", 45.0)), int(options.flag("steps", 600))
+    warm = str(options.flag("warm", "auto"))
     with tempfile.TemporaryDirectory(prefix="bench-goodput-") as tmp:
         sandbox = Sandbox(Path(tmp) / "sbx", nodes=2)
         sandbox.up()
         try:
-            results = [measure(sandbox, "none", Path(tmp), every, steps)]
+            results = [measure(sandbox, "none", Path(tmp), every, steps, warm=warm)]
             for kind in kinds:
-                results.append(measure(sandbox, kind, Path(tmp), every, steps))
+                results.append(measure(sandbox, kind, Path(tmp), every, steps, warm=warm))
                 print(json.dumps(results[-1]), file=sys.stderr, flush=True)
         finally:
             sandbox.down()
@@ -126,7 +134,7 @@ def run(options: Options) -> JSONDict:
             round(base["training_s"] / result["training_s"], 3) if result["training_s"] else None
         )
         result["same_weights"] = result["checksum"] == base["checksum"]
-    return {"every_s": every, "steps": steps, "results": results,
+    return {"every_s": every, "steps": steps, "warm": warm, "results": results,
             "tensorflow": harness.package_version("tensorflow", "tensorflow-cpu")}  # fmt: skip
 
 
