@@ -17,7 +17,7 @@ from pathlib import Path
 from slurmtf.cli import ArgumentParser, report_error
 from slurmtf.contracts import EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError, UsageError
-from slurmtf.runtime.rank.launcher import call_function, run_task
+from slurmtf.runtime.rank.launcher import call_function, run_warm_task
 from slurmtf.spec.jobspec import JobSpec
 
 PROGRAM = "slurmtf.launch"
@@ -50,6 +50,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             raise InputError("--params", args.params, "is not JSON", 'e.g. {"lr": "0.1"}') from exc
         spec = JobSpec.from_json(json.loads(args.spec.read_text()))
-        return run_task(spec, params, os.environ)
+        return run_warm_task(spec, params, os.environ)
     except SlurmtfError as exc:
         return report_error(PROGRAM, exc)

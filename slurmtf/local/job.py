@@ -28,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TextIO
 
@@ -36,13 +36,20 @@ from slurmtf.contracts import EXIT_PREEMPTED, rank_log_paths
 from slurmtf.local.step import LocalStep, node_names, start_rank
 from slurmtf.monitor.status import summary
 from slurmtf.monitor.tracker_runs import job_run_env
+from slurmtf.runtime.job.follow import read_from
+from slurmtf.runtime.job.settings import warm_mode
+from slurmtf.runtime.job.warm import STOP_WAIT_S, go_path, warm_delay, warm_now
 from slurmtf.runtime.rank.launcher import LOCAL_ENV, job_id_of
+from slurmtf.runtime.rank.standby import OF_ENV, STANDBY_ENV, write_go
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.endings import srun_words
 from slurmtf.runtime.recovery.evidence import LogFiles
 from slurmtf.runtime.recovery.record import read_record, restarts_so_far
 from slurmtf.spec.jobspec import JobSpec, rank_python
 
+WARM_ENV = "SLURMTF_WARM_STANDBY"
+TRAINS_MARK = b'"event": "trains"'  # the chief's first step of an attempt (its event line)
+TRACKER_ENV = ("SLURMTF_MLFLOW_RUN_ID", "SLURMTF_MLFLOW_LAST_STEP")  # asked at each start
 KILL_WAIT_S = 5.0  # between the SIGTERM and the SIGKILL that end a step (Slurm's KillWait)
 
 
@@ -109,12 +116,18 @@ def _group_gone(proc: subprocess.Popen[bytes]) -> bool:
     return False
 
 
-def wait_ranks(procs: Sequence[subprocess.Popen[bytes]], srun_err: Path) -> int:
+def wait_ranks(
+    procs: Sequence[subprocess.Popen[bytes]],
+    srun_err: Path,
+    each_look: Callable[[], None] = lambda: None,
+) -> int:
     """Wait for every rank; when one fails, write srun's words for it (and any other that
     failed by itself) to ``srun_err`` and stop the rest. The step's status: the first
-    failure's (128+N for signal N), else the highest exit code (75 when preempted)."""
+    failure's (128+N for signal N), else the highest exit code (75 when preempted).
+    ``each_look`` runs at every look (every 0.2 s)."""
     codes: list[int | None] = [None] * len(procs)
     while any(c is None for c in codes):
+        each_look()
         codes = [c if c is not None else p.poll() for c, p in zip(codes, procs, strict=True)]
         failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0, EXIT_PREEMPTED)]
         if failed:  # like srun --kill-on-bad-exit, which names the first task that failed
@@ -127,33 +140,113 @@ def wait_ranks(procs: Sequence[subprocess.Popen[bytes]], srun_err: Path) -> int:
     return max(int(c or 0) for c in codes)
 
 
-def run_point(
-    spec: JobSpec,
-    params: Mapping[str, str],
-    ids: Mapping[str, str],
-    *,
-    spec_file: Path,
-    environ: Mapping[str, str],
-    restarts: int,
-) -> int:
-    """Start every rank of one grid point (each in its own process group), wait, stop the
-    rest when one fails; srun's exit status for the step."""
-    job_id = job_id_of(ids)
-    files = local_files(spec, job_id)
-    prefix = shlex.split(spec.container_prefix)  # --container_prefix, as on a cluster
-    python = rank_python(spec, sys.executable)
-    command = [*prefix, python, "-u", "-m", "slurmtf.launch", f"--spec={spec_file}"]
-    command.append(f"--params={json.dumps(dict(params))}")
-    step = rank_step(spec, ids, restarts)
-    procs: list[subprocess.Popen[bytes]] = []
+@dataclasses.dataclass
+class Point:
+    """One grid point's job: how its ranks start, and its warm ranks (the next attempt's
+    processes, started early: :mod:`slurmtf.runtime.job.warm`) when it has some."""
+
+    spec: JobSpec
+    params: Mapping[str, str]
+    ids: Mapping[str, str]
+    spec_file: Path
+    warm_mode: str = "auto"  # SLURMTF_WARM_STANDBY
+    warm: WarmRanks | None = None
+    out: TextIO = sys.stdout  # where the runner's lines go
+
+    def start(
+        self, environ: Mapping[str, str], restarts: int, go: Path | None = None
+    ) -> list[subprocess.Popen[bytes]]:
+        """Every rank of attempt ``restarts`` (each in its own process group); warm
+        ones, waiting for ``go``, when it is given."""
+        files = local_files(self.spec, job_id_of(self.ids))
+        prefix = shlex.split(self.spec.container_prefix)  # --container_prefix, as on a cluster
+        python = rank_python(self.spec, sys.executable)
+        command = [*prefix, python, "-u", "-m", "slurmtf.launch", f"--spec={self.spec_file}"]
+        command.append(f"--params={json.dumps(dict(self.params))}")
+        step = rank_step(self.spec, self.ids, restarts)
+        warm = {} if go is None else {STANDBY_ENV: str(go), OF_ENV: str(os.getpid())}
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            for rank in range(self.spec.num_tasks):
+                env = {**environ, **step.rank_env(rank), **warm}
+                out, err = files.rank_file(rank, "out"), files.rank_file(rank, "err")
+                procs.append(start_rank(command, env, out, err, append=True))
+        except BaseException:
+            stop_ranks(procs)
+            raise
+        return procs
+
+    def stop_warm(self) -> None:
+        if self.warm is not None:
+            warm, self.warm = self.warm, None
+            warm.stop()
+
+
+@dataclasses.dataclass
+class WarmRanks:
+    """The warm ranks of one attempt, waiting for their go file."""
+
+    attempt: int
+    procs: list[subprocess.Popen[bytes]]
+    go: Path
+
+    def alive(self) -> bool:
+        return all(p.poll() is None for p in self.procs)
+
+    def stop(self) -> None:
+        """Tell them to go away; end whoever is left after a moment."""
+        with contextlib.suppress(OSError):
+            write_go(self.go, False)
+        deadline = time.monotonic() + STOP_WAIT_S
+        while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
+            time.sleep(0.05)
+        stop_ranks(self.procs)
+        for path in [self.go, *self.go.parent.glob(f"{self.go.name}.*.err")]:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def run_point(point: Point, *, environ: Mapping[str, str], restarts: int) -> int:
+    """Start every rank of one grid point (or tell its warm ones to go), wait, stop the
+    rest when one fails; srun's exit status for the step. The next attempt's warm ranks
+    start after the chief's first step (``SLURMTF_WARM_STANDBY``)."""
+    job_id = job_id_of(point.ids)
+    files = local_files(point.spec, job_id)
+    warm, point.warm = point.warm, None
+    go = go_path(point.spec.folder, job_id, restarts)
+    if warm is not None and warm.attempt == restarts and warm.alive():
+        print("slurmtf: warm ranks take over (SLURMTF_WARM_STANDBY)", file=point.out, flush=True)
+        write_go(warm.go, True, {k: environ[k] for k in TRACKER_ENV if k in environ})
+        procs = warm.procs
+    else:
+        if warm is not None:
+            warm.stop()
+        procs = point.start(environ, restarts)
+    chief = files.rank_file(0, "out")
+    offset = chief.stat().st_size if chief.exists() else 0
+    delay = warm_delay(point.warm_mode, failed=restarts > 0)
+    started = time.monotonic()
+
+    def keep_warm() -> None:
+        nonlocal delay
+        if delay is None or point.warm is not None:
+            return
+        trained = TRAINS_MARK in read_from(chief, offset) if chief.exists() else False
+        if warm_now(delay, trained, time.monotonic() - started):
+            delay = None
+            next_go = go_path(point.spec.folder, job_id, restarts + 1)
+            with contextlib.suppress(OSError):
+                next_go.unlink()
+            ranks = point.start(environ, restarts + 1, next_go)
+            point.warm = WarmRanks(restarts + 1, ranks, next_go)
+
     try:
-        for rank in range(spec.num_tasks):
-            env = {**environ, **step.rank_env(rank)}
-            out, err = files.rank_file(rank, "out"), files.rank_file(rank, "err")
-            procs.append(start_rank(command, env, out, err, append=True))
-        return wait_ranks(procs, files.srun_err or spec.folder / f"{job_id}_srun.err")
+        return wait_ranks(procs, files.srun_err or point.spec.folder / f"{job_id}_srun.err",
+                          keep_warm)  # fmt: skip
     finally:  # Ctrl-C, or a rank that failed to start: no rank outlives the step
         stop_ranks(procs)
+        with contextlib.suppress(OSError):
+            go.unlink()
 
 
 def run_attempts(spec: JobSpec, params: Mapping[str, str], ids: Mapping[str, str], *,
@@ -165,12 +258,23 @@ def run_attempts(spec: JobSpec, params: Mapping[str, str], ids: Mapping[str, str
     job_id = job_id_of(ids)
     files = local_files(spec, job_id)
     attempt = restarts_so_far(read_record(spec.folder, job_id), 0)
+    mode = warm_mode(environ.get(WARM_ENV) or "auto")
+    point = Point(spec, params, ids, spec_file, mode, out=out)
+    try:
+        return _attempts(point, files, attempt, environ, out)
+    finally:
+        point.stop_warm()
+
+
+def _attempts(point: Point, files: LogFiles, attempt: int, environ: Mapping[str, str],
+              out: TextIO) -> int:  # fmt: skip
+    spec, job_id = point.spec, job_id_of(point.ids)
     while True:
         files = at_the_end(files, spec.num_tasks)
-        named = {**environ, **ids, "SLURM_JOB_NAME": spec.job_name}
+        named = {**environ, **point.ids, "SLURM_JOB_NAME": spec.job_name}
         run = job_run_env(named, lambda line: print(f"slurmtf: {line}", file=out, flush=True))
         status = run_point(  # SLURMTF_MLFLOW_RUN_ID, SLURMTF_MLFLOW_LAST_STEP
-            spec, params, ids, spec_file=spec_file, environ={**environ, **run}, restarts=attempt
+            point, environ={**environ, **run}, restarts=attempt
         )
         step = Step(job_id, status, spec.max_requeues, on_this_machine=True,
                     mode=spec.restart_budget, per_hour=spec.max_failures_per_hour)  # fmt: skip
@@ -178,6 +282,7 @@ def run_attempts(spec: JobSpec, params: Mapping[str, str], ids: Mapping[str, str
         if decision.note:
             print(f"slurmtf: {decision.note}", file=out, flush=True)
         if decision.action != "restart":
+            point.stop_warm()
             if decision.action == "stop" or decision.why != "completed":
                 print(f"slurmtf: {line}", file=out, flush=True)
             return decision.status

@@ -309,7 +309,8 @@ def checkpoint_values(model_dir: Path) -> dict[str, Any]:
 
 
 def model_pid(job_id: str, rank: int, module: str = "models.mnist") -> int | None:
-    """The process running ``module`` as ``rank`` of local job ``job_id`` (its SLURM_* env)."""
+    """The process running ``module`` as ``rank`` of local job ``job_id`` (its SLURM_* env),
+    not a warm one that waits for the next attempt (started with SLURMTF_STANDBY)."""
     want = {f"SLURM_JOB_ID={job_id}".encode(), f"SLURM_PROCID={rank}".encode()}
     for proc in Path("/proc").iterdir():
         try:
@@ -317,6 +318,7 @@ def model_pid(job_id: str, rank: int, module: str = "models.mnist") -> int | Non
             environ = set((proc / "environ").read_bytes().split(b"\0"))
         except OSError:
             continue
-        if module.encode() in cmdline and want <= environ:
+        warm = any(item.startswith(b"SLURMTF_STANDBY=") for item in environ)
+        if module.encode() in cmdline and want <= environ and not warm:
             return int(proc.name)
     return None

@@ -35,18 +35,22 @@ pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.tf_core]
 
 KERAS_2 = keras_2()
 STEPS = 400
+WARM = {"SLURMTF_WARM_STANDBY": "1"}  # the next attempt's ranks wait ready
 KILL_AFTER = 150  # steps; the periodic saves are at 100 and 200 and at the end
 TRAIN = ["--batch_size=16", "--log_every=1", "--num_threads=1", "--seed=7", "--eval_steps=1",
          f"--train_steps={STEPS}", "--checkpoint_every=100",
          *(["--dropout_rate=0"] if KERAS_2 else [])]  # fmt: skip
 
 
-def submit(tmp: Path, name: str) -> tuple[subprocess.Popen[str], Path, Path]:
+def submit(
+    tmp: Path, name: str, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[str], Path, Path]:
     model_dir, logs = tmp / f"{name}-model", tmp / f"{name}-logs"
     argv = [sys.executable, "-m", "slurmtf.cli", "submit", "--cluster=local", "--nodes=2",
             "--model=mnist", f"--log_dir={logs}", "--max_restarts=2",
             "--", f"--model_dir={model_dir}", *TRAIN]  # fmt: skip
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, start_new_session=True,
+                            env={**os.environ, **(env or {})})  # fmt: skip
     return proc, model_dir, logs
 
 
@@ -85,12 +89,19 @@ def kill_past_the_save(
     def text() -> str:
         return "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(logs.glob("*")))
 
-    wait_for(lambda: reached(logs, job_id) >= KILL_AFTER, 300, "training past the save",
-             text, running=lambda: proc.poll() is None)  # fmt: skip
+    wait_for(lambda: reached(logs, job_id) >= KILL_AFTER and warm_ready(logs, job_id), 300,
+             "training past the save", text, running=lambda: proc.poll() is None)  # fmt: skip
     pid = model_pid(job_id, rank)
     assert pid is not None, f"rank {rank}'s model process"
     os.kill(pid, signal.SIGKILL)
     return reached(logs, job_id), text
+
+
+def warm_ready(logs: Path, job_id: str) -> bool:
+    """Every warm rank (if the job has them) has imported TensorFlow and waits."""
+    warm = [e for r in (0, 1) for e in rank_events(logs, job_id, r) if e["event"] == "warm"]
+    warm_job = any(logs.glob("standby-*"))
+    return not warm_job or {e["rank"] for e in warm} == {0, 1}
 
 
 def check_resumed_from_memory(
@@ -114,13 +125,18 @@ def check_resumed_from_memory(
 def test_a_killed_rank_costs_at_most_one_step_and_the_weights_match_undisturbed(
     tmp_path: Path,
 ) -> None:
-    """Rank 1 killed (rank 0 saves), and rank 0 killed (rank 1, no longer the chief,
-    saves); both resume where the survivor was and end as the undisturbed run does."""
+    """Rank 1 killed (rank 0 saves; the job has warm ranks, which take over), and rank 0
+    killed (rank 1, no longer the chief, saves; new processes); both resume where the
+    survivor was and end as the undisturbed run does."""
     calm, _, calm_logs = submit(tmp_path, "calm")
-    runs = {victim: submit(tmp_path, f"hit{victim}") for victim in (1, 0)}
+    runs = {victim: submit(tmp_path, f"hit{victim}", WARM if victim == 1 else None)
+            for victim in (1, 0)}  # fmt: skip
     kills = {victim: kill_past_the_save(proc, logs, victim)
              for victim, (proc, _, logs) in runs.items()}  # fmt: skip
     outs = {victim: finish(proc) for victim, (proc, _, _) in runs.items()}
+    assert "warm ranks take over" in outs[1], outs[1]
+    assert "warm ranks take over" not in outs[0], outs[0]
+    assert not list(runs[1][2].glob("standby-*")), "a warm rank's file was left"
     finish(calm)
     calm_done = finals(calm_logs, str(calm.pid))
     assert len({d["weights_checksum"] for d in calm_done}) == 1

@@ -35,7 +35,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -171,19 +171,27 @@ class TaskLauncher:
 
     def __call__(self) -> int:
         spec = JobSpec.from_json(self.spec_json)
-        go = standby.go_file(os.environ)
-        # A warm task (slurmtf.runtime.rank.standby): a bundled model's child imports
-        # TensorFlow and waits itself; anything else starts once told.
-        if go is not None and not warms_itself(spec) and not standby.start_when_told(os.environ):
-            _leave_unseen()
-        status = run_task(spec, self.params, os.environ)
-        if go is not None and standby.read_go(go) == {"go": False, "env": {}}:
-            _leave_unseen()  # the model's child was told to go away
+        status = run_warm_task(spec, self.params, os.environ)
         if status:
             # Not an exception: the task's exit status is the model's, for --kill-on-bad-exit
             # and for the job's state.
             raise SystemExit(status)
         return 0
+
+
+def run_warm_task(
+    spec: JobSpec, params: Mapping[str, str], environ: MutableMapping[str, str]
+) -> int:
+    """:func:`run_task`, for a warm task (:mod:`slurmtf.runtime.rank.standby`) once told
+    to go: a bundled model's child imports TensorFlow and waits itself; anything else
+    waits here. A warm task told to go away ends without a word (:func:`_leave_unseen`)."""
+    go = standby.go_file(environ)
+    if go is not None and not warms_itself(spec) and not standby.start_when_told(environ):
+        _leave_unseen()
+    status = run_task(spec, params, environ)
+    if go is not None and standby.read_go(go) == {"go": False, "env": {}}:
+        _leave_unseen()  # the model's child was told to go away
+    return status
 
 
 def warms_itself(spec: JobSpec) -> bool:

@@ -13,7 +13,8 @@ wait for the go file. It holds one JSON object, written by one rename:
 
 A rank also stops waiting when its supervisor is gone: the heartbeat file
 (``SLURMTF_STANDBY_BEAT``, :mod:`slurmtf.runtime.batch_host.heartbeat`'s JSON) names
-another ``pid`` than ``SLURMTF_STANDBY_OF``, or a state other than running. While it
+another ``pid`` than ``SLURMTF_STANDBY_OF``, or a state other than running; without a
+heartbeat file (``--cluster=local``), when the process ``SLURMTF_STANDBY_OF`` is gone. While it
 waits, its stderr (TensorFlow's start-up lines) goes to ``<go file>.<SLURM_PROCID>.err``,
 removed at the go, so that the rank's own log holds only what the attempt wrote.
 """
@@ -62,8 +63,10 @@ def write_go(path: Path, go: bool, env: Mapping[str, str] | None = None) -> None
 def supervisor_gone(environ: Mapping[str, str]) -> str | None:
     """Why this rank's supervisor no longer waits for it, or ``None``."""
     beat, pid = environ.get(BEAT_ENV, ""), environ.get(OF_ENV, "")
-    if not beat or not pid:
+    if not pid:
         return None
+    if not beat:  # a runner on this machine (--cluster=local): its process
+        return None if Path(f"/proc/{pid}").exists() else f"the runner (pid {pid}) is gone"
     try:
         value = json.loads(Path(beat).read_text())
     except (OSError, ValueError):
