@@ -261,3 +261,15 @@ def test_a_warm_step_left_at_the_end_is_told_to_go(tmp_path: Path) -> None:
     child.proc.wait(timeout=30)
     stopper.join()
     assert child.status() == 0
+
+
+def test_the_benchmarks_tell_a_waiting_warm_rank_from_a_training_one(tmp_path: Path) -> None:
+    from benchmarks.harness import process_kind
+
+    go = tmp_path / "standby-7.1.json"
+    argv = [sys.executable.encode(), b"-m", b"models.mnist"]
+    env = [b"SLURM_JOB_ID=7", b"SLURM_PROCID=1", f"SLURMTF_STANDBY={go}".encode()]
+    assert process_kind("7", argv, env) == "warm1"
+    standby.write_go(go, True)
+    assert process_kind("7", argv, env) == "rank1"  # told to go: it trains now
+    assert process_kind("7", argv, env[:2]) == "rank1"
