@@ -30,6 +30,7 @@ from slurmtf.training.allocation import STATE_NAME as ALLOCATION_STATE
 from slurmtf.training.checkpoints import WORKERS_FILE
 from slurmtf.training.export import AllocationWriter
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
+from tests.helpers.localjobs import waits_warm
 
 # The MNIST job the preemption and recovery tests interrupt: deterministic, checkpoints
 # every INTERVAL steps, ends at STEPS.
@@ -335,7 +336,8 @@ def rank_pids(
 ) -> list[int]:
     """Python processes running ``module`` (``slurmtf_models.mnist`` under ``slurmtf
     submit``) in job ``job_id`` whose ``SLURM_PROCID`` is ``rank`` (and whose start
-    environment has each variable of ``present``)."""
+    environment has each variable of ``present``), but no warm rank that still waits for
+    the next attempt (:func:`tests.helpers.localjobs.waits_warm`)."""
     want = {b"SLURM_JOB_ID": job_id.encode(), b"SLURM_PROCID": str(rank).encode()}
     found = []
     for entry in Path("/proc").iterdir():
@@ -349,9 +351,9 @@ def rank_pids(
         except OSError:
             continue
         environ = dict(item.split(b"=", 1) for item in items if b"=" in item)
-        if all(environ.get(key) == value for key, value in want.items()) and all(
-            name.encode() in environ for name in present
-        ):
+        wanted = all(environ.get(key) == value for key, value in want.items())
+        has = all(name.encode() in environ for name in present)
+        if wanted and has and not waits_warm(environ.get(b"SLURMTF_STANDBY")):
             found.append(int(entry.name))
     return found
 

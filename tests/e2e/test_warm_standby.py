@@ -49,13 +49,6 @@ def warm_ready(outs: list[Path]) -> bool:
     )
 
 
-def trainers(job_id: str, rank: int, module: str) -> list[int]:
-    """Rank ``rank``'s training processes, not its warm one (which waits in a step whose
-    ranks carry SLURMTF_STANDBY)."""
-    warm = set(rank_pids(job_id, rank, module, present=("SLURMTF_STANDBY",)))
-    return [pid for pid in rank_pids(job_id, rank, module) if pid not in warm]
-
-
 def kill_warm_and_time(pids: list[int], again: Callable[[], bool]) -> float:
     assert pids, "no training process of rank 1"
     for pid in pids:
@@ -85,7 +78,7 @@ def test_a_killed_rank_of_an_sbatch_job_restarts_on_the_warm_ranks(
         at_kill = reached(outs[0])
         assert at_kill < STEPS, "the job ended before its warm ranks were ready"
         seconds = kill_warm_and_time(
-            trainers(job.job_id, 1, "models.mnist"), lambda: trained_after_restart(outs[0])
+            rank_pids(job.job_id, 1), lambda: trained_after_restart(outs[0])
         )
         print(f"MEASURED sbatch warm kill -> training again {seconds:.1f} s")
         assert recovery_sandbox.wait(job.job_id, timeout=300) == "COMPLETED", job.report()
@@ -119,7 +112,7 @@ def test_a_killed_rank_of_a_submitted_model_restarts_on_the_warm_ranks(
         assert at_kill < STEPS, "the job ended before its warm ranks were ready"
         module = "slurmtf_models.mnist"
         seconds = kill_warm_and_time(
-            trainers(jid, 1, module), lambda: trained_after_restart(outs[0])
+            rank_pids(jid, 1, module), lambda: trained_after_restart(outs[0])
         )
         print(f"MEASURED submit --model warm kill -> training again {seconds:.1f} s")
         assert recovery_sandbox.wait(jid, timeout=300) == "COMPLETED", recovery_sandbox.logs(jid)

@@ -186,6 +186,8 @@ def run_warm_task(
     to go: a bundled model's child imports TensorFlow and waits itself; anything else
     waits here. A warm task told to go away ends without a word (:func:`_leave_unseen`)."""
     go = standby.go_file(environ)
+    if go is not None and spec.jobs is not None:
+        _leave_unseen()  # a parameter-server job's restart starts its servers anew
     if go is not None and not warms_itself(spec) and not standby.start_when_told(environ):
         _leave_unseen()
     status = run_task(spec, params, environ)
