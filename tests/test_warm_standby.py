@@ -273,3 +273,13 @@ def test_the_benchmarks_tell_a_waiting_warm_rank_from_a_training_one(tmp_path: P
     standby.write_go(go, True)
     assert process_kind("7", argv, env) == "rank1"  # told to go: it trains now
     assert process_kind("7", argv, env[:2]) == "rank1"
+
+
+def test_a_standby_for_another_placement_is_ended_at_once(tmp_path: Path) -> None:
+    """A restart on other nodes does not wait for the warm step: it is told and ended."""
+    go = tmp_path / "standby-7.3.json"
+    child = Child(["sleep", "60"], dict(os.environ))  # a step that would not answer
+    started = time.monotonic()
+    assert Standby(3, (), child, go).stop(at_once=True) == 128 + 9
+    assert time.monotonic() - started < 2
+    assert not go.exists()

@@ -414,8 +414,7 @@ class Supervisor:
         if standby is None:
             return None
         if not standby.fits(self.attempt, [*self.place.tasks, *self.place.args]):
-            self.standby = standby
-            self.stop_standby()
+            standby.stop(at_once=True)  # the next attempt runs elsewhere: it starts now
             return None
         plain(f"warm ranks take over (started {standby.age():.0f} s before, "
               "SLURMTF_WARM_STANDBY)")  # fmt: skip

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from slurmtf.events import Event
-from slurmtf.runtime.job.children import Child
+from slurmtf.runtime.job.children import GRACE_S, Child
 from slurmtf.runtime.rank.standby import BEAT_ENV, OF_ENV, STANDBY_ENV, write_go
 
 TRAINS = "trains"  # the chief's event after its first step of an attempt
@@ -99,17 +99,19 @@ class Standby:
         write_go(self.go, True, env)
         return self.child
 
-    def stop(self) -> int:
-        """Tell the ranks to go away, and end the step if it is not gone by then. The
-        ranks' start-up output goes too, unless the step had ended by itself (kept:
-        ``<go file>.<rank>.err`` says why)."""
+    def stop(self, *, at_once: bool = False) -> int:
+        """Tell the ranks to go away, and end the step if it is not gone by then
+        (``at_once``: now; the told ranks leave by themselves, and a restart on other
+        nodes does not wait for a step that may span a lost one). The ranks' start-up
+        output goes too, unless the step had ended by itself (kept: ``<go
+        file>.<rank>.err`` says why)."""
         ending = self.child.poll() is None
         if ending:
             with contextlib.suppress(OSError):
                 write_go(self.go, False)
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.child.proc.wait(timeout=STOP_WAIT_S)
-        status = self.child.stop()
+                self.child.proc.wait(timeout=0 if at_once else STOP_WAIT_S)
+        status = self.child.stop(grace=0 if at_once else GRACE_S)
         self.remove(side_files=ending)
         return status
 
