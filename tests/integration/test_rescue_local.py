@@ -36,6 +36,7 @@ pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.tf_core]
 KERAS_2 = keras_2()
 STEPS = 400
 WARM = {"SLURMTF_WARM_STANDBY": "1"}  # the next attempt's ranks wait ready
+COLD = {"SLURMTF_WARM_STANDBY": "0"}  # new processes (auto would warm a run past 2 min)
 KILL_AFTER = 150  # steps; the periodic saves are at 100 and 200 and at the end
 TRAIN = ["--batch_size=16", "--log_every=1", "--num_threads=1", "--seed=7", "--eval_steps=1",
          f"--train_steps={STEPS}", "--checkpoint_every=100",
@@ -129,7 +130,7 @@ def test_a_killed_rank_costs_at_most_one_step_and_the_weights_match_undisturbed(
     killed (rank 1, no longer the chief, saves; new processes); both resume where the
     survivor was and end as the undisturbed run does."""
     calm, _, calm_logs = submit(tmp_path, "calm")
-    runs = {victim: submit(tmp_path, f"hit{victim}", WARM if victim == 1 else None)
+    runs = {victim: submit(tmp_path, f"hit{victim}", WARM if victim == 1 else COLD)
             for victim in (1, 0)}  # fmt: skip
     kills = {victim: kill_past_the_save(proc, logs, victim)
              for victim, (proc, _, logs) in runs.items()}  # fmt: skip

@@ -35,7 +35,8 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, MutableMapping, Sequence
+import time
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -103,23 +104,33 @@ def run_task(
     restart = layout.restart_count
     command = task_command(spec, params, python=python, job_id=job, restart=restart)
     env = child_environment(environ, layout, legacy_keras=spec.legacy_keras)
-    emit(
-        "launch",
-        rank=rank,
-        job_id=job,
-        node=environ.get("SLURMD_NODENAME", ""),
-        restart_count=layout.restart_count,
-        params=dict(params),
-        command=command,
-        tf_config=layout.tf_config(),  # as exported into the child's TF_CONFIG
-    )
+
+    def launched(child: subprocess.Popen[bytes]) -> None:
+        """The ``launch`` event; a warm model's once its child is told to go."""
+        go = standby.go_file(environ)
+        while go is not None and child.poll() is None and standby.read_go(go) is None:
+            time.sleep(standby.POLL_S)
+        word = standby.read_go(go) if go is not None else {"go": True}
+        if word is None or not word["go"]:
+            return  # not needed, or ended by itself: no attempt was launched
+        emit(
+            "launch",
+            rank=rank,
+            job_id=job,
+            node=environ.get("SLURMD_NODENAME", ""),
+            restart_count=layout.restart_count,
+            params=dict(params),
+            command=command,
+            tf_config=layout.tf_config(),  # as exported into the child's TF_CONFIG
+        )
+
     signum = parse_preemption_signal(spec.signal, "--signal")
 
     def note(sig: int, frame: FrameType | None) -> None:
         del frame
         emit("signal", rank=rank, signal=signal.Signals(sig).name)
 
-    status = _run_child(command, env, signum, note)
+    status = _run_child(command, env, signum, note, launched)
     if spec.jobs is not None and layout.task_type == "chief":
         _touch(chief_done_file(spec, job, restart))  # the servers stop, however it ended
     ended_by = ending_signal(status)
@@ -132,11 +143,18 @@ def run_task(
     return EXIT_PREEMPTED
 
 
-def _run_child(command: Sequence[str], env: Mapping[str, str], signum: int, note: Any) -> int:
+def _run_child(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    signum: int,
+    note: Any,
+    started: Callable[[subprocess.Popen[bytes]], None],
+) -> int:
     """Run ``command`` to its end; its exit status. The preemption signal is only noted,
     and SIGTERM is passed on and waited out: a step's end (srun after a failed task,
     ``scancel``) lets the child finish its step and save from memory first, and the
-    task ends with the child (Slurm's SIGKILL after KillWait bounds the wait)."""
+    task ends with the child (Slurm's SIGKILL after KillWait bounds the wait).
+    ``started`` is called with the child once the signals are set."""
     child = subprocess.Popen(command, env=env)
 
     def pass_on(sig: int, frame: FrameType | None) -> None:
@@ -147,6 +165,7 @@ def _run_child(command: Sequence[str], env: Mapping[str, str], signum: int, note
     previous = signal.signal(signum, note)
     previous_term = signal.signal(signal.SIGTERM, pass_on) if signum != signal.SIGTERM else None
     try:
+        started(child)
         return child.wait()
     finally:
         signal.signal(signum, previous)
