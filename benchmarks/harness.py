@@ -28,7 +28,7 @@ from typing import Any
 
 from slurmtf.events import named, parse_events, read_events
 from slurmtf.local.step import LocalStep, scrubbed_env, start_rank
-from slurmtf.runtime.rank.standby import read_go
+from slurmtf.runtime.rank.standby import waits
 
 REPO = Path(__file__).resolve().parent.parent
 JSONDict = dict[str, Any]
@@ -488,21 +488,12 @@ def process_kind(job_id: str, argv: Sequence[bytes], environ: Iterable[bytes]) -
     python = bool(argv) and Path(argv[0].decode(errors="replace")).name.startswith("python")
     if python and any(a.startswith(RANK_MARKERS) for a in argv) and b"SLURM_PROCID" in env:
         rank = env[b"SLURM_PROCID"].decode()
-        return f"warm{rank}" if waiting(env.get(b"SLURMTF_STANDBY")) else f"rank{rank}"
+        return f"warm{rank}" if waits(env.get(b"SLURMTF_STANDBY")) else f"rank{rank}"
     if python and argv[1:4] == [b"-m", b"slurmtf", b"job"]:
         return "batch"
     if argv and argv[0].startswith(b"slurmtf job "):  # titled: "slurmtf job KIND (keeper)"
         return "batch"
     return "other"
-
-
-def waiting(go_file: bytes | None) -> bool:
-    """Whether a rank started with ``SLURMTF_STANDBY=go_file`` still waits (a warm rank,
-    slurmtf.runtime.rank.standby): its go file does not say go."""
-    if not go_file:
-        return False
-    word = read_go(Path(go_file.decode(errors="replace")))
-    return not (word and word["go"])
 
 
 def job_processes(job_id: str, proc: Path = Path("/proc")) -> dict[str, list[int]]:

@@ -33,23 +33,22 @@ from pathlib import Path
 from typing import TextIO
 
 from slurmtf.contracts import EXIT_PREEMPTED, rank_log_paths
+from slurmtf.events import parse_events
 from slurmtf.local.step import LocalStep, node_names, start_rank
 from slurmtf.monitor.status import summary
 from slurmtf.monitor.tracker_runs import job_run_env
+from slurmtf.monitor.tracking import LAST_STEP_ENV, RUN_ID_ENV
 from slurmtf.runtime.job.follow import read_from
-from slurmtf.runtime.job.settings import warm_mode
-from slurmtf.runtime.job.warm import STOP_WAIT_S, go_path, warm_delay, warm_now
+from slurmtf.runtime.job.settings import WARM_ENV, warm_mode
+from slurmtf.runtime.job.warm import STOP_WAIT_S, go_path, trains, warm_delay, warm_now
 from slurmtf.runtime.rank.launcher import LOCAL_ENV, job_id_of
-from slurmtf.runtime.rank.standby import OF_ENV, STANDBY_ENV, write_go
+from slurmtf.runtime.rank.standby import OF_ENV, STANDBY_ENV, remove_files, write_go
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.endings import srun_words
 from slurmtf.runtime.recovery.evidence import LogFiles
 from slurmtf.runtime.recovery.record import read_record, restarts_so_far
 from slurmtf.spec.jobspec import JobSpec, rank_python
 
-WARM_ENV = "SLURMTF_WARM_STANDBY"
-TRAINS_MARK = b'"event": "trains"'  # the chief's first step of an attempt (its event line)
-TRACKER_ENV = ("SLURMTF_MLFLOW_RUN_ID", "SLURMTF_MLFLOW_LAST_STEP")  # asked at each start
 KILL_WAIT_S = 5.0  # between the SIGTERM and the SIGKILL that end a step (Slurm's KillWait)
 
 
@@ -164,7 +163,10 @@ class Point:
         command = [*prefix, python, "-u", "-m", "slurmtf.launch", f"--spec={self.spec_file}"]
         command.append(f"--params={json.dumps(dict(self.params))}")
         step = rank_step(self.spec, self.ids, restarts)
-        warm = {} if go is None else {STANDBY_ENV: str(go), OF_ENV: str(os.getpid())}
+        warm = {}
+        if go is not None:
+            remove_files(go, side_files=False)  # an earlier attempt's word
+            warm = {STANDBY_ENV: str(go), OF_ENV: str(os.getpid())}
         procs: list[subprocess.Popen[bytes]] = []
         try:
             for rank in range(self.spec.num_tasks):
@@ -201,9 +203,7 @@ class WarmRanks:
         while time.monotonic() < deadline and any(p.poll() is None for p in self.procs):
             time.sleep(0.05)
         stop_ranks(self.procs)
-        for path in [self.go, *self.go.parent.glob(f"{self.go.name}.*.err")]:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        remove_files(self.go)
 
 
 def run_point(point: Point, *, environ: Mapping[str, str], restarts: int) -> int:
@@ -216,7 +216,8 @@ def run_point(point: Point, *, environ: Mapping[str, str], restarts: int) -> int
     go = go_path(point.spec.folder, job_id, restarts)
     if warm is not None and warm.attempt == restarts and warm.alive():
         print("slurmtf: warm ranks take over (SLURMTF_WARM_STANDBY)", file=point.out, flush=True)
-        write_go(warm.go, True, {k: environ[k] for k in TRACKER_ENV if k in environ})
+        tracked = (RUN_ID_ENV, LAST_STEP_ENV)  # asked at each start
+        write_go(warm.go, True, {k: environ[k] for k in tracked if k in environ})
         procs = warm.procs
     else:
         if warm is not None:
@@ -231,12 +232,10 @@ def run_point(point: Point, *, environ: Mapping[str, str], restarts: int) -> int
         nonlocal delay
         if delay is None or point.warm is not None:
             return
-        trained = TRAINS_MARK in read_from(chief, offset) if chief.exists() else False
-        if warm_now(delay, trained, time.monotonic() - started):
+        text = read_from(chief, offset).decode(errors="replace") if chief.exists() else ""
+        if warm_now(delay, trains(parse_events(text)), time.monotonic() - started):
             delay = None
             next_go = go_path(point.spec.folder, job_id, restarts + 1)
-            with contextlib.suppress(OSError):
-                next_go.unlink()
             ranks = point.start(environ, restarts + 1, next_go)
             point.warm = WarmRanks(restarts + 1, ranks, next_go)
 

@@ -26,11 +26,11 @@ import pytest
 
 from slurmtf.events import Event, named, read_events
 from slurmtf.runtime.batch_host.heartbeat import Beat, beat_path, read_beat
+from slurmtf.runtime.rank.standby import waits
 from slurmtf.training.allocation import STATE_NAME as ALLOCATION_STATE
 from slurmtf.training.checkpoints import WORKERS_FILE
 from slurmtf.training.export import AllocationWriter
 from tests.e2e.conftest import PYTHON, REPO, TERMINAL, SlurmSandbox
-from tests.helpers.localjobs import waits_warm
 
 # The MNIST job the preemption and recovery tests interrupt: deterministic, checkpoints
 # every INTERVAL steps, ends at STEPS.
@@ -337,7 +337,7 @@ def rank_pids(
     """Python processes running ``module`` (``slurmtf_models.mnist`` under ``slurmtf
     submit``) in job ``job_id`` whose ``SLURM_PROCID`` is ``rank`` (and whose start
     environment has each variable of ``present``), but no warm rank that still waits for
-    the next attempt (:func:`tests.helpers.localjobs.waits_warm`)."""
+    the next attempt (:func:`slurmtf.runtime.rank.standby.waits`)."""
     want = {b"SLURM_JOB_ID": job_id.encode(), b"SLURM_PROCID": str(rank).encode()}
     found = []
     for entry in Path("/proc").iterdir():
@@ -353,7 +353,7 @@ def rank_pids(
         environ = dict(item.split(b"=", 1) for item in items if b"=" in item)
         wanted = all(environ.get(key) == value for key, value in want.items())
         has = all(name.encode() in environ for name in present)
-        if wanted and has and not waits_warm(environ.get(b"SLURMTF_STANDBY")):
+        if wanted and has and not waits(environ.get(b"SLURMTF_STANDBY")):
             found.append(int(entry.name))
     return found
 

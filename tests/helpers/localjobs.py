@@ -25,7 +25,7 @@ import pytest
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
 from slurmtf.local.step import LocalStep, scrubbed_env, start_rank
-from slurmtf.runtime.rank.standby import read_go
+from slurmtf.runtime.rank.standby import waits
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -309,15 +309,6 @@ def checkpoint_values(model_dir: Path) -> dict[str, Any]:
     return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map() if n not in skip}
 
 
-def waits_warm(go_file: bytes | None) -> bool:
-    """Whether a process started with ``SLURMTF_STANDBY=go_file`` is a warm rank that
-    still waits (slurmtf.runtime.rank.standby): its go file does not say go."""
-    if not go_file:
-        return False
-    word = read_go(Path(go_file.decode(errors="replace")))
-    return not (word and word["go"])
-
-
 def model_pid(job_id: str, rank: int, module: str = "models.mnist") -> int | None:
     """The process running ``module`` as ``rank`` of local job ``job_id`` (its SLURM_* env),
     not a warm one that still waits for the next attempt."""
@@ -330,6 +321,6 @@ def model_pid(job_id: str, rank: int, module: str = "models.mnist") -> int | Non
             continue
         marks = (i.partition(b"=")[2] for i in environ if i.startswith(b"SLURMTF_STANDBY="))
         go = next(marks, None)
-        if module.encode() in cmdline and want <= environ and not waits_warm(go):
+        if module.encode() in cmdline and want <= environ and not waits(go):
             return int(proc.name)
     return None

@@ -26,6 +26,7 @@ from slurmtf.runtime.recovery.budget import DEFAULT_MODE, Policy, parse_mode
 # a ParameterServerStrategy job, any command (users' own scripts through job.sh), and
 # the step of a job `slurmtf submit` wrote (submitit's srun line).
 MODEL_KINDS = ("mnist", "resnet")
+WARM_ENV = "SLURMTF_WARM_STANDBY"  # when the next attempt's ranks start early
 WARM_MODES = ("auto", "1", "0")
 JOB_KINDS = (*MODEL_KINDS, "train", "parameter_server", "command", "submitit")
 # The kinds whose chief starts through slurmtf (slurmtf.run, serve, the submit launcher,
@@ -169,7 +170,7 @@ class JobSettings:
             roles=env.get("SLURMTF_JOBS") or "chief:1,ps:2,worker",
             serve_args=_words("SERVE_ARGS", env.get("SERVE_ARGS", ""), empty=True),
             srun_args=_words("SRUN_ARGS", env.get("SRUN_ARGS", ""), empty=True),
-            warm=warm_mode(env.get("SLURMTF_WARM_STANDBY") or "auto"),
+            warm=warm_mode(env.get(WARM_ENV) or "auto"),
         )  # fmt: skip
 
     @property
@@ -234,7 +235,7 @@ def warm_mode(text: str) -> str:
     ``1`` (from the first step on) or ``0`` (never)."""
     if text not in WARM_MODES:
         raise InputError(
-            "SLURMTF_WARM_STANDBY", text, "must be auto, 1 or 0",
+            WARM_ENV, text, "must be auto, 1 or 0",
             "auto starts the next attempt's ranks early once the job has failed, 1 from "
             "its first step, 0 never",
         )  # fmt: skip

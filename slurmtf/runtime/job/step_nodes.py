@@ -30,6 +30,11 @@ class Placement:
     excluded: tuple[str, ...] = ()
     first: tuple[str, ...] = ()
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """srun's placement flags: the tasks', then the nodes'."""
+        return (*self.tasks, *self.args)
+
 
 def own_tasks(job: JobSettings) -> bool:
     """The job scripts set the step's tasks themselves; a submitit job's srun line has them."""

@@ -212,13 +212,13 @@ class Supervisor:
         """Act on a decision: the job's exit status, or None after placing the next step."""
         if decision.note:
             log(decision.note)
+        if decision.action != "restart":
+            self.stop_standby()  # the job ends or goes back to the queue
         if decision.action == "done":
             if decision.why != "completed":
                 log(line)
             self.staging.unstage()
             return 0
-        if decision.action != "restart":
-            self.stop_standby()
         if decision.action == "restart":
             log(line)
             self.failed = True
@@ -264,7 +264,7 @@ class Supervisor:
     # --- one step -----------------------------------------------------------------
     def step_args(self, command: RankCommand) -> list[str]:
         """srun's arguments for this attempt's step."""
-        place = [*self.place.tasks, *self.place.args]
+        place = self.place.flags
         resv = self.resv_ports(place)
         if self.job.kind == "submitit":
             return ["srun", *self.place.args, *resv, *self.job.srun_args, *command.srun_args,
@@ -400,7 +400,7 @@ class Supervisor:
     def start_standby(self, command: RankCommand) -> None:
         self.stop_standby()
         attempt = self.attempt + 1
-        place = [*self.place.tasks, *self.place.args]
+        place = self.place.flags
         go = go_path(self.job.log_dir, self.job.job_id, attempt)
         env = standby_env(self.step_env(command, attempt), go, self.beats.path, os.getpid())
         err = None if self.job.kind == "submitit" else self.job.srun_err
@@ -413,7 +413,7 @@ class Supervisor:
         standby, self.standby = self.standby, None
         if standby is None:
             return None
-        if not standby.fits(self.attempt, [*self.place.tasks, *self.place.args]):
+        if not standby.fits(self.attempt, self.place.flags):
             standby.stop(at_once=True)  # the next attempt runs elsewhere: it starts now
             return None
         plain(f"warm ranks take over (started {standby.age():.0f} s before, "

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from slurmtf.events import Event
 from slurmtf.runtime.job.children import GRACE_S, Child
-from slurmtf.runtime.rank.standby import BEAT_ENV, OF_ENV, STANDBY_ENV, write_go
+from slurmtf.runtime.rank.standby import BEAT_ENV, OF_ENV, STANDBY_ENV, remove_files, write_go
 
 TRAINS = "trains"  # the chief's event after its first step of an attempt
 START_AFTER_S = 30.0  # a step without that event (a user's script) is warmed after this
@@ -86,8 +86,7 @@ class Standby:
         cls, attempt: int, place: Sequence[str], *, args: Sequence[str],
         env: Mapping[str, str], go: Path, stderr: Path | None,
     ) -> Standby:  # fmt: skip
-        with contextlib.suppress(OSError):
-            go.unlink()  # an earlier job's word
+        remove_files(go, side_files=False)  # an earlier job's word
         return cls(attempt, tuple(place), Child(overlap_args(args), env, stderr=stderr), go)
 
     def fits(self, attempt: int, place: Sequence[str]) -> bool:
@@ -112,14 +111,8 @@ class Standby:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.child.proc.wait(timeout=0 if at_once else STOP_WAIT_S)
         status = self.child.stop(grace=0 if at_once else GRACE_S)
-        self.remove(side_files=ending)
+        remove_files(self.go, side_files=ending)
         return status
-
-    def remove(self, *, side_files: bool = False) -> None:
-        sides = self.go.parent.glob(f"{self.go.name}.*.err") if side_files else ()
-        for path in [self.go, *sides]:
-            with contextlib.suppress(OSError):
-                path.unlink()
 
     def age(self) -> float:
         return time.monotonic() - self.started

@@ -35,7 +35,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from types import FrameType
@@ -107,11 +106,7 @@ def run_task(
 
     def launched(child: subprocess.Popen[bytes]) -> None:
         """The ``launch`` event; a warm model's once its child is told to go."""
-        go = standby.go_file(environ)
-        while go is not None and child.poll() is None and standby.read_go(go) is None:
-            time.sleep(standby.POLL_S)
-        word = standby.read_go(go) if go is not None else {"go": True}
-        if word is None or not word["go"]:
+        if standby.wait_for_go(environ, alive=lambda: child.poll() is None) is None:
             return  # not needed, or ended by itself: no attempt was launched
         emit(
             "launch",
@@ -205,20 +200,15 @@ def run_warm_task(
     to go: a bundled model's child imports TensorFlow and waits itself; anything else
     waits here. A warm task told to go away ends without a word (:func:`_leave_unseen`)."""
     go = standby.go_file(environ)
-    if go is not None and spec.jobs is not None:
-        _leave_unseen()  # a parameter-server job's restart starts its servers anew
-    if go is not None and not warms_itself(spec) and not standby.start_when_told(environ):
-        _leave_unseen()
+    if go is not None:
+        if spec.jobs is not None:
+            _leave_unseen()  # a parameter-server job's restart starts its servers anew
+        if spec.kind != "model" and not standby.start_when_told(environ):
+            _leave_unseen()
     status = run_task(spec, params, environ)
-    if go is not None and standby.read_go(go) == {"go": False, "env": {}}:
+    if go is not None and standby.told_to_leave(go):
         _leave_unseen()  # the model's child was told to go away
     return status
-
-
-def warms_itself(spec: JobSpec) -> bool:
-    """A bundled model (not a parameter-server job) waits for the go in its own process,
-    after TensorFlow's import."""
-    return spec.kind == "model" and spec.jobs is None
 
 
 def _leave_unseen() -> None:

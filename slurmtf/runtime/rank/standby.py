@@ -26,7 +26,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,34 @@ def read_go(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) and isinstance(value.get("go"), bool) else None
+
+
+def told_to_leave(path: Path) -> bool:
+    """Whether the go file says go away (``{"go": false}``)."""
+    word = read_go(path)
+    return word is not None and not word["go"]
+
+
+def waits(go: str | bytes | None) -> bool:
+    """Whether a process started with ``SLURMTF_STANDBY=go`` still waits: a warm rank
+    whose go file does not say go (``go`` as read from ``/proc/PID/environ``)."""
+    if not go:
+        return False
+    word = read_go(Path(go.decode(errors="replace") if isinstance(go, bytes) else go))
+    return not (word and word["go"])
+
+
+def side_file(go: Path, rank: str) -> Path:
+    """Where a waiting rank's stderr goes (:func:`quiet_stderr`)."""
+    return go.with_name(f"{go.name}.{rank}.err")
+
+
+def remove_files(go: Path, *, side_files: bool = True) -> None:
+    """The go file and (``side_files``) every rank's :func:`side_file` of it."""
+    sides = go.parent.glob(side_file(go, "*").name) if side_files else ()
+    for path in [go, *sides]:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def write_go(path: Path, go: bool, env: Mapping[str, str] | None = None) -> None:
@@ -80,13 +108,18 @@ def supervisor_gone(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def wait_for_go(environ: Mapping[str, str], poll_s: float = POLL_S) -> dict[str, Any] | None:
-    """Wait for the word; the ``env`` to set for a go, ``None`` for a stop."""
+def wait_for_go(
+    environ: Mapping[str, str],
+    poll_s: float = POLL_S,
+    alive: Callable[[], bool] = lambda: True,
+) -> dict[str, Any] | None:
+    """Wait for the word; the ``env`` to set for a go, ``None`` for a stop (or once the
+    supervisor is gone, or ``alive()`` is no longer true)."""
     path = go_file(environ)
     if path is None:
         return {}
     beat_at = 0.0
-    while True:
+    while alive():
         word = read_go(path)
         if word is not None:
             return dict(word.get("env") or {}) if word["go"] else None
@@ -96,6 +129,7 @@ def wait_for_go(environ: Mapping[str, str], poll_s: float = POLL_S) -> dict[str,
             if supervisor_gone(environ) is not None:
                 return None
         time.sleep(poll_s)
+    return None
 
 
 def start_when_told(environ: MutableMapping[str, str]) -> bool:
@@ -114,13 +148,13 @@ def start_when_told(environ: MutableMapping[str, str]) -> bool:
 
 @contextlib.contextmanager
 def quiet_stderr(environ: Mapping[str, str]) -> Iterator[None]:
-    """While a warm rank waits: fd 2 into ``<go file>.<rank>.err``; back at the end, and
-    the file removed when nothing but start-up lines went there."""
+    """While a warm rank waits: fd 2 into its :func:`side_file`; back at the end, and the
+    file removed (kept when the wait ends by an error: it says why)."""
     path = go_file(environ)
     if path is None:
         yield
         return
-    side = path.with_name(f"{path.name}.{environ.get('SLURM_PROCID', '0')}.err")
+    side = side_file(path, environ.get("SLURM_PROCID", "0"))
     sys.stderr.flush()
     saved = os.dup(2)
     try:
