@@ -283,7 +283,7 @@ def test_slurmtf_job_is_its_supervisors_keeper(tmp_path: Path) -> None:
         rf"{re.escape(said)} \(the OOM killer or kill -9\) at \S+: the keeper starts it again", out
     ), out
     assert re.search(
-        rf"restart 1 in place \(1 of 1 without progress, MAX_RESTARTS\), \d+ s after "
+        rf"restart 1 in place \(1 of 1 without progress, MAX_RESTARTS\), \d+\.\d s after "
         rf"{re.escape(said)}",
         out,
     )

@@ -116,7 +116,7 @@ def test_dead_nodes_are_left_out_while_enough_remain(case: tuple[Any, ...]) -> N
 def test_the_log_line_names_the_restart_and_how_long_after() -> None:
     decision = decide(attempt(137, "task 1: Killed"), Budget(0, 3))
     assert decision.line("77", 11.2) == (
-        "restart 1 in place (1 of 3 without progress, MAX_RESTARTS), 11 s after rank 1 was "
+        "restart 1 in place (1 of 3 without progress, MAX_RESTARTS), 11.2 s after rank 1 was "
         "killed by SIGKILL"
     )
     requeue = decide(attempt(75), Budget(1, 3))

@@ -95,7 +95,7 @@ def test_a_silent_node_with_a_spare_restarts_in_place_on_the_spare() -> None:
     )
     line = decision.line("7", 11)
     assert line.startswith(
-        "restart 1 in place (1 of 3 without progress, MAX_RESTARTS), 11 s after node2 stopped"
+        "restart 1 in place (1 of 3 without progress, MAX_RESTARTS), 11.0 s after node2 stopped"
     )
     assert line.endswith("; node2 left out, training on a spare (node3)")
 

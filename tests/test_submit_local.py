@@ -161,8 +161,8 @@ RANK_ENDING = Path(__file__).parent / "scripts" / "rank_ending.py"
 @pytest.mark.parametrize(
     ("ending", "status", "said"),
     [
-        ("kill", 0, r", \d+ s after rank 1 was killed by SIGKILL"),
-        ("segv", 0, r", \d+ s after rank 1 was killed by SIGSEGV"),
+        ("kill", 0, r", \d+\.\d s after rank 1 was killed by SIGKILL"),
+        ("segv", 0, r", \d+\.\d s after rank 1 was killed by SIGSEGV"),
         ("preempt", 0, r" after preemption \(checkpoint saved\)"),
         ("raise", 1, "rank 1 failed with its own error .*RuntimeError: rank 1 broke on purpose"),
         ("exit2", 2, r"bad flags or settings \(exit 2\)"),

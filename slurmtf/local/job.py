@@ -14,7 +14,7 @@ or a preemption restarts every rank in place, resuming from the last checkpoint,
 ``SLURM_RESTART_COUNT`` = the attempt, within the one ``--max_restarts`` budget; a rank's
 own error or exit 2 stops the job with its line. The record is
 ``recovery-<job>.jsonl`` in the log folder, the log line the job scripts' (``restart 1 of
-3 in place (MAX_RESTARTS), 4 s after rank 1 was killed by SIGKILL``).
+3 in place (MAX_RESTARTS), 4.0 s after rank 1 was killed by SIGKILL``).
 """
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
 TRAINS_AGAIN_WITHIN_S = 60  # 30 s on an idle machine; CI shares 2 cores with other jobs
 SAID = (
-    r"restart 1 in place \(" + first_count("2") + r", MAX_RESTARTS\), \d+ s after rank 1 was "
+    r"restart 1 in place \(" + first_count("2") + r", MAX_RESTARTS\), \d+\.\d s after rank 1 was "
     r"killed by SIGKILL"
 )
 FIT_CHECKS = REPO / "tests" / "scripts" / "fit_checks.py"

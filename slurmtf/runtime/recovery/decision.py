@@ -73,7 +73,7 @@ class Decision:
             return f"{self.why}: requeueing job {job_id} (restart {of}, {rule}){resume}"
         if self.action == "stop":
             return self.why
-        after = f", {seconds:.0f} s after" if seconds is not None else " after"
+        after = f", {seconds:.1f} s after" if seconds is not None else " after"
         line = f"restart {of} in place ({rule}){after} {self.why}"
         if self.new_exclusions:
             line += f"; {','.join(self.new_exclusions)} left out"
