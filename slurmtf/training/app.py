@@ -21,7 +21,7 @@ from slurmtf.cli import report_error
 from slurmtf.cluster.flags import NO_INDEX, apply_cluster_flags
 from slurmtf.contracts import EXIT_FAILURE, EXIT_USAGE
 from slurmtf.errors import InputError, SlurmtfError
-from slurmtf.runtime.rank import allocator, standby, teardown
+from slurmtf.runtime.rank import allocator, standby, teardown, temp_folder
 from slurmtf.runtime.rank.held_port import check_port
 from slurmtf.tf import install
 from slurmtf.training import sidecar
@@ -152,6 +152,7 @@ def main_for(
     try:
         if not warm_start(os.environ):
             return 0  # a warm rank that was not needed
+        temp_folder.use_own(os.environ)  # TensorFlow's files of a killed rank go with it
         install.check_release()
         config = staged(
             config_from_flags(

@@ -8,6 +8,7 @@ functions that start it):
 - ``held_port``: a rank's port found held by another process (the ``port_in_use`` event).
 - ``allocator``: glibc's malloc settings for a long training process.
 - ``teardown``: the end of a multi-worker process (the ranks leave together).
+- ``temp_folder``: a rank's own temporary folder (a killed rank's files go with its slot).
 - ``standby``: a warm rank: started before it is needed, it waits for its supervisor's word.
 
 May import: ``slurmtf.cluster``, ``slurmtf.spec``, ``slurmtf.tf``, ``slurmtf.datasets``
