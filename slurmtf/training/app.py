@@ -150,9 +150,8 @@ def main_for(
         print(f"{program}: {exc}. HINT: python -m {program} --help", file=sys.stderr)
         return EXIT_USAGE
     try:
-        if not warm_start(os.environ):
+        if not ready_to_train(os.environ):
             return 0  # a warm rank that was not needed
-        temp_folder.use_own(os.environ)  # TensorFlow's files of a killed rank go with it
         install.check_release()
         config = staged(
             config_from_flags(
@@ -189,6 +188,15 @@ def main_for(
         return code
     finally:
         FLAGS.unparse_flags()
+
+
+def ready_to_train(environ: MutableMapping[str, str]) -> bool:
+    """:func:`warm_start`, then this rank's own temporary folder (a killed rank's
+    TensorFlow files go with its slot); False for a warm rank that was not needed."""
+    if not warm_start(environ):
+        return False
+    temp_folder.use_own(environ)
+    return True
 
 
 def warm_start(environ: MutableMapping[str, str]) -> bool:

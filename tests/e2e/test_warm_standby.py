@@ -1,8 +1,9 @@
 """Warm ranks on a real Slurm: the next attempt's step waits beside the one that trains,
 and a killed rank's restart takes it over instead of starting new processes.
 
-With ``SLURMTF_WARM_STANDBY=1`` a 2-node MNIST job (``sbatch jobs/mnist.sbatch`` and
-``slurmtf submit --model``) starts its warm step (``srun --overlap``) after the chief's
+With ``SLURMTF_WARM_STANDBY=1`` a 2-node MNIST job (``sbatch jobs/mnist.sbatch``,
+``slurmtf submit --model`` and ``slurmtf submit --command``, whose warm launchers wait
+before they start the command) starts its warm step (``srun --overlap``) after the chief's
 first step. Once both warm ranks say they are ready (``warm`` events: TensorFlow and
 Keras imported), rank 1's training process is SIGKILLed. The restart tells the warm
 ranks to go: the job's log says so, the step resumes from rank 0's memory with 0 steps
@@ -23,6 +24,7 @@ import pytest
 
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import read_events
+from slurmtf.runtime.rank.standby import waits
 from tests.e2e.conftest import PYTHON, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, check_status, rank_pids, wait_until
 from tests.e2e.test_kill_in_place import (
@@ -47,6 +49,24 @@ def warm_ready(outs: list[Path]) -> bool:
     return all(
         out.exists() and any(e.get("event") == "warm" for e in read_events(out)) for out in outs
     )
+
+
+def waiting_launchers(job_id: str) -> int:
+    """The job's warm tasks that wait for their go before they start a child (the
+    launchers of ``submit --command``)."""
+    count = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            items = (entry / "environ").read_bytes().split(b"\0")
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        env = dict(item.split(b"=", 1) for item in items if b"=" in item)
+        python = Path(argv[0].decode(errors="replace")).name.startswith("python")  # not srun
+        ours = env.get(b"SLURM_JOB_ID") == job_id.encode() and b"submitit" in b" ".join(argv)
+        ours = ours and python
+        count += ours and waits(env.get(b"SLURMTF_STANDBY"))
+    return count
 
 
 def kill_warm_and_time(pids: list[int], again: Callable[[], bool]) -> float:
@@ -122,5 +142,42 @@ def test_a_killed_rank_of_a_submitted_model_restarts_on_the_warm_ranks(
         check_resumed_from_memory(outs, at_kill, said)
         assert len(final_sums(outs, STEPS)) == 1
         check_nothing_warm_left(jid, tmp_path, module)
+    finally:
+        recovery_sandbox.run(["scancel", jid], check=False)
+
+
+def test_a_killed_rank_of_a_submitted_command_restarts_on_the_warm_launchers(
+    recovery_sandbox: SlurmSandbox, tmp_path: Path
+) -> None:
+    module = "slurmtf_models.mnist"
+    # The launchers wait as soon as they start, but a 150-step job can end before that.
+    steps = 600
+    flags = [f"--train_steps={steps}", *MODEL[1:], f"--model_dir={tmp_path / 'model'}"]
+    command = f"{PYTHON} -m {module} {' '.join(flags)}"
+    done = recovery_sandbox.run(
+        [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=10", "--max_restarts=2",
+         f"--log_dir={tmp_path}", f"--command={command}"],
+        env={"SLURMTF_PORT_BASE": str(free_port_base(2)), **WARM}, cwd=tmp_path, check=False,
+    )  # fmt: skip
+    found = re.search(r"submitted job (\d+)", done.stdout)
+    assert found, done.stdout + done.stderr
+    jid = found.group(1)
+    try:
+        outs = [tmp_path / f"{jid}_{r}_log.out" for r in (0, 1)]
+        wait_for(lambda: waiting_launchers(jid) == 2, 300, f"job {jid}: warm launchers")
+        at_kill = reached(outs[0])
+        assert at_kill < steps, "the job ended before its warm launchers waited"
+        seconds = kill_warm_and_time(
+            rank_pids(jid, 1, module), lambda: trained_after_restart(outs[0])
+        )
+        print(f"MEASURED submit --command warm kill -> training again {seconds:.1f} s")
+        assert recovery_sandbox.wait(jid, timeout=300) == "COMPLETED", recovery_sandbox.logs(jid)
+        said = outs[0].read_text() + recovery_sandbox.logs(jid)
+        assert "warm ranks take over" in said, said[-3000:]
+        assert seconds < AGAIN_WITHIN_S, said[-3000:]
+        check_resumed_from_memory(outs, at_kill, said)
+        assert len(final_sums(outs, steps)) == 1
+        check_nothing_warm_left(jid, tmp_path, module)
+        assert waiting_launchers(jid) == 0
     finally:
         recovery_sandbox.run(["scancel", jid], check=False)
