@@ -107,7 +107,8 @@ def test_a_job_that_advances_goes_past_max_restarts_and_one_that_does_not_stops(
         assert decision.action == "restart", decision
         line = decision.line("7", 11)
         assert line.startswith(f"restart {len(records) + 1} in place (0 of 3 without progress: ")
-        assert f"training reached step {step}, MAX_RESTARTS), 11.0 s after rank 1 was killed" in line
+        reached = f"training reached step {step}, MAX_RESTARTS), 11.0 s after rank 1 was killed"
+        assert reached in line
         records.append({**failure(step), "progress": budget.progressed})
     lines = []
     for _ in range(4):  # then stuck at step 600

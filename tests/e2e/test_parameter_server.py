@@ -220,8 +220,8 @@ def test_a_killed_ps_restarts_in_place_from_the_checkpoint(
     clusters = check_completed(job, 40)
     assert restarts(slurm_sandbox, job.job_id) == 0, job.report()  # never left the allocation
     said = (
-        r"restart 1 in place \(" + first_count(r"\d+") + r", MAX_RESTARTS\), \d+\.\d s after rank 1 "
-        r"was killed by SIGKILL"
+        r"restart 1 in place \(" + first_count(r"\d+") + r", MAX_RESTARTS\), \d+\.\d s after "
+        r"rank 1 was killed by SIGKILL"
     )
     assert re.search(said, job.job_output()), job.report()
     assert "requeueing job" not in job.job_output(), job.report()
