@@ -146,7 +146,7 @@ def check_restarted(sandbox: SlurmSandbox, job: SandboxJob, how: str, pid: int |
     assert said, job.job_output()
     if pid is not None:
         assert said.group(1) == str(pid)
-    line = re.search(r"restart 1 in place \(" + first_count("2") + rf", MAX_RESTARTS\), \d+ s "
+    line = re.search(r"restart 1 in place \(" + first_count("2") + rf", MAX_RESTARTS\), \d+\.\d s "
                      rf"after {SAID[how]}",
                      job.job_output())  # fmt: skip
     assert line, job.job_output()

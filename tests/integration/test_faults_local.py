@@ -238,7 +238,7 @@ def test_a_killed_local_rank_restarts_in_place_and_completes(tmp_path: Path) -> 
             submit.stdout.close()
     assert submit.returncode == 0, out
     assert re.search(r"restart 1 in place \(0 of 2 without progress: training reached step "
-                     r"\d+, MAX_RESTARTS\), \d+ s "
+                     r"\d+, MAX_RESTARTS\), \d+\.\d s "
                      r"after rank 1 was killed by SIGKILL", out), out  # fmt: skip
     finals = [[e for e in _events(p) if e["event"] == "done"][-1]
               for p in sorted(logs.glob(f"{job_id}_*_log.out"))]  # fmt: skip
