@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import itertools
+import math
 import os
 import platform
 import signal
@@ -579,3 +580,48 @@ def wait_until(what: str, test: Callable[[], object], timeout: float, every: flo
             return
         time.sleep(every)
     raise TimeoutError(f"no {what} within {timeout:.0f} s")
+
+
+# Allowed growth after warm-up (last fifth against first fifth of the samples).
+MAX_THREAD_GROWTH = 8
+MAX_FD_GROWTH = 8
+MAX_RSS_GROWTH = 0.05
+
+
+def trend(
+    times: Sequence[float], values: Sequence[float], warmup: float, until: float = math.inf
+) -> JSONDict:
+    """Start, end, growth and least-squares slope per hour of ``values`` after ``warmup``
+    (and before ``until``).
+
+    Growth compares the mean of the last fifth of the samples with the mean of the first
+    fifth (after warm-up), so one noisy sample neither hides nor fakes a trend.
+    """
+    points = [(t, v) for t, v in zip(times, values, strict=True) if warmup <= t < until]
+    if len(points) < 5:
+        raise ValueError(f"need at least 5 samples after the warm-up, got {len(points)}")
+    fifth = max(1, len(points) // 5)
+    first = sum(v for _, v in points[:fifth]) / fifth
+    last = sum(v for _, v in points[-fifth:]) / fifth
+    return {
+        "start": first,
+        "end": last,
+        "growth": last - first,
+        "growth_fraction": (last - first) / first if first else 0.0,
+        "slope_per_hour": slope_per_hour(points),
+        # the second half alone: growth that goes on, not start-up settling
+        "last_half_slope_per_hour": slope_per_hour(points[len(points) // 2 :]),
+        "min": min(v for _, v in points),
+        "max": max(v for _, v in points),
+    }
+
+
+def slope_per_hour(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of ``(seconds, value)`` points, per hour (0 for fewer than 2)."""
+    if len(points) < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in points) / len(points)
+    mean_v = sum(v for _, v in points) / len(points)
+    var_t = sum((t - mean_t) ** 2 for t, _ in points)
+    cov = sum((t - mean_t) * (v - mean_v) for t, v in points)
+    return cov / var_t * 3600 if var_t else 0.0

@@ -31,6 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import (
+    MAX_FD_GROWTH,
+    MAX_RSS_GROWTH,
+    MAX_THREAD_GROWTH,
     REPO,
     JSONDict,
     job_state,
@@ -38,7 +41,9 @@ from benchmarks.harness import (
     markdown_table,
     rank_pids,
     read_usage,
+    slope_per_hour,
     submit_job,
+    trend,
 )
 from benchmarks.protocol import figure
 from slurmtf.events import parse_events
@@ -55,10 +60,6 @@ MODELS = {  # name -> (job script, its arguments, the arguments that make it end
         ("--epochs=1000000", "--steps_per_epoch=200"),
     ),
 }
-# Allowed growth after warm-up (last fifth against first fifth of the samples).
-MAX_THREAD_GROWTH = 8
-MAX_FD_GROWTH = 8
-MAX_RSS_GROWTH = 0.05
 # Allowed RSS slope (MB/h per rank) over the last half of the samples after warm-up, so
 # slow growth cannot hide in a small total. 25 MB/h: the target of a 30-minute run (flat
 # 30-minute runs measured +8 to +22 MB/h, docs/SOAK.md). Short soaks are noisier: see
@@ -68,45 +69,6 @@ MAX_RSS_SLOPE_MB_H = 25.0
 # last-half slope reached +375 MB/h (p95 +242), while the per-collective leak it guards
 # against grew +1,757 to +2,360 MB/h in the same windows (docs/SOAK.md).
 CI_MAX_RSS_SLOPE_MB_H = 800.0
-
-
-def trend(
-    times: Sequence[float], values: Sequence[float], warmup: float, until: float = math.inf
-) -> JSONDict:
-    """Start, end, growth and least-squares slope per hour of ``values`` after ``warmup``
-    (and before ``until``).
-
-    Growth compares the mean of the last fifth of the samples with the mean of the first
-    fifth (after warm-up), so one noisy sample neither hides nor fakes a trend.
-    """
-    points = [(t, v) for t, v in zip(times, values, strict=True) if warmup <= t < until]
-    if len(points) < 5:
-        raise ValueError(f"need at least 5 samples after the warm-up, got {len(points)}")
-    fifth = max(1, len(points) // 5)
-    first = sum(v for _, v in points[:fifth]) / fifth
-    last = sum(v for _, v in points[-fifth:]) / fifth
-    return {
-        "start": first,
-        "end": last,
-        "growth": last - first,
-        "growth_fraction": (last - first) / first if first else 0.0,
-        "slope_per_hour": slope_per_hour(points),
-        # the second half alone: growth that goes on, not start-up settling
-        "last_half_slope_per_hour": slope_per_hour(points[len(points) // 2 :]),
-        "min": min(v for _, v in points),
-        "max": max(v for _, v in points),
-    }
-
-
-def slope_per_hour(points: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope of ``(seconds, value)`` points, per hour (0 for fewer than 2)."""
-    if len(points) < 2:
-        return 0.0
-    mean_t = sum(t for t, _ in points) / len(points)
-    mean_v = sum(v for _, v in points) / len(points)
-    var_t = sum((t - mean_t) ** 2 for t, _ in points)
-    cov = sum((t - mean_t) * (v - mean_v) for t, v in points)
-    return cov / var_t * 3600 if var_t else 0.0
 
 
 def verdict(ranks: JSONDict, max_rss_slope_mb_h: float = MAX_RSS_SLOPE_MB_H) -> list[str]:

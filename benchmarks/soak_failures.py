@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness
-from benchmarks.harness import JSONDict
-from benchmarks.soak import MAX_FD_GROWTH, MAX_RSS_GROWTH, MAX_THREAD_GROWTH, trend
+from benchmarks.harness import MAX_FD_GROWTH, MAX_RSS_GROWTH, MAX_THREAD_GROWTH, JSONDict, trend
 from slurmtf.events import named, read_events
 from slurmtf.monitor.failure_cost import job_cost
 from slurmtf.runtime.recovery.record import read_record
