@@ -112,6 +112,9 @@ class SoakPlan:
     # within ``minutes``; otherwise the job must still run after ``minutes``.
     until_done: bool = False
     max_rss_slope_mb_h: float = MAX_RSS_SLOPE_MB_H  # last-half RSS slope allowed per rank
+    # SLURMTF_WARM_STANDBY of the job: "auto" starts the next attempt's warm ranks 2
+    # minutes in, whose imports share the machine's cores with the ranks sampled here.
+    warm: str = "auto"
 
     def submit(self, sandbox: Any, work: Path) -> str:
         """Submit the job script with the model's flags (endless unless ``until_done``)."""
@@ -120,7 +123,8 @@ class SoakPlan:
                   *self.sbatch_options, f"--time={int(self.minutes) + 15}",
                   f"--output={work}/job-%j.out"]  # fmt: skip
         args = [*flags, *([] if self.until_done else endless), *self.model_flags]
-        env = {"MODEL_DIR": str(work / "model"), "LOG_DIR": str(work / "logs")}
+        env = {"MODEL_DIR": str(work / "model"), "LOG_DIR": str(work / "logs"),
+               "SLURMTF_WARM_STANDBY": self.warm}  # fmt: skip
         return submit_job(sandbox, [*sbatch, str(REPO / "jobs" / script), *args], env)
 
 

@@ -36,6 +36,10 @@ def test_three_minutes_of_synchronised_resnet20_keep_every_rank_flat(
         warmup=45.0,
         model_flags=("--sync_batch_norm", "--batch_size=32", "--log_every=20"),
         max_rss_slope_mb_h=CI_MAX_RSS_SLOPE_MB_H,
+        # The bound was set without warm ranks, whose imports 2 minutes in (auto) would
+        # fall in the judged window on 2 shared cores; warm ranks have their own soak
+        # (benchmarks/soak_failures.py).
+        warm="0",
     )
     result = run(plan, sandbox=slurm_sandbox.sandbox, work_dir=tmp_path)
     print(markdown(result))
