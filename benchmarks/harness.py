@@ -625,3 +625,16 @@ def slope_per_hour(points: Sequence[tuple[float, float]]) -> float:
     var_t = sum((t - mean_t) ** 2 for t, _ in points)
     cov = sum((t - mean_t) * (v - mean_v) for t, v in points)
     return cov / var_t * 3600 if var_t else 0.0
+
+
+def growth_problems(what: str, trends: JSONDict) -> list[str]:
+    """What grew beyond the limits above in ``trends`` (:func:`trend` of ``threads``,
+    ``fds`` and ``rss_kb``), each problem named by ``what``."""
+    problems = []
+    if trends["threads"]["growth"] > MAX_THREAD_GROWTH:
+        problems.append(f"{what}: threads grew by {trends['threads']['growth']:.0f}")
+    if trends["fds"]["growth"] > MAX_FD_GROWTH:
+        problems.append(f"{what}: open fds grew by {trends['fds']['growth']:.0f}")
+    if trends["rss_kb"]["growth_fraction"] > MAX_RSS_GROWTH:
+        problems.append(f"{what}: RSS grew by {100 * trends['rss_kb']['growth_fraction']:.1f} %")
+    return problems

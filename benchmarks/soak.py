@@ -31,11 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import (
-    MAX_FD_GROWTH,
-    MAX_RSS_GROWTH,
-    MAX_THREAD_GROWTH,
     REPO,
     JSONDict,
+    growth_problems,
     job_state,
     machine_info,
     markdown_table,
@@ -79,13 +77,7 @@ def verdict(ranks: JSONDict, max_rss_slope_mb_h: float = MAX_RSS_SLOPE_MB_H) -> 
     """
     problems = []
     for rank, t in sorted(ranks.items()):
-        if t["threads"]["growth"] > MAX_THREAD_GROWTH:
-            problems.append(f"rank {rank}: threads grew by {t['threads']['growth']:.0f}")
-        if t["fds"]["growth"] > MAX_FD_GROWTH:
-            problems.append(f"rank {rank}: open fds grew by {t['fds']['growth']:.0f}")
-        if t["rss_kb"]["growth_fraction"] > MAX_RSS_GROWTH:
-            grown = 100 * t["rss_kb"]["growth_fraction"]
-            problems.append(f"rank {rank}: RSS grew by {grown:.1f} %")
+        problems += growth_problems(f"rank {rank}", t)
         rising = t["rss_kb"]["last_half_slope_per_hour"] / 1024
         if rising > max_rss_slope_mb_h:
             problems.append(

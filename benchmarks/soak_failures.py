@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks import harness
-from benchmarks.harness import MAX_FD_GROWTH, MAX_RSS_GROWTH, MAX_THREAD_GROWTH, JSONDict, trend
+from benchmarks.harness import JSONDict, growth_problems, trend
 from slurmtf.events import named, read_events
 from slurmtf.monitor.failure_cost import job_cost
 from slurmtf.runtime.recovery.record import read_record
@@ -87,11 +87,17 @@ def count_files(*roots: Path) -> int:
     """Files and folders under ``roots`` (0 for one that is missing), TensorBoard's event
     files left out: each summary writer starts a new one at each start of the chief, the
     run's record that TensorBoard reads as one (:func:`count_event_files`)."""
-    return sum(1 for name in listing(*roots) if TFEVENTS not in name)
+    return file_counts(listing(*roots))[0]
 
 
 def count_event_files(*roots: Path) -> int:
-    return sum(1 for name in listing(*roots) if TFEVENTS in name)
+    return file_counts(listing(*roots))[1]
+
+
+def file_counts(names: set[str]) -> tuple[int, int]:
+    """``(files kept, TensorBoard's event files)`` of one :func:`listing`."""
+    events = sum(1 for name in names if TFEVENTS in name)
+    return len(names) - events, events
 
 
 def listing(*roots: Path) -> set[str]:
@@ -112,12 +118,13 @@ def sample(job_id: str, t: float, run: Path) -> tuple[list[JSONDict], JSONDict]:
             figures = harness.proc_figures(pid)
             if figures is not None and kind not in ("other", "stepd"):
                 rows.append({"t": t, "kind": kind, "pid": pid, **figures})
+    files, event_files = file_counts(listing(run))  # one walk of the run folder
     counts = {
         "t": t,
         "processes": sum(len(pids) for pids in found.values()),
         "warm": sum(len(p) for k, p in found.items() if k.startswith("warm")),
-        "files": count_files(run),
-        "event_files": count_event_files(run),
+        "files": files,
+        "event_files": event_files,
         "tmp": len(tmp_listing()),
     }
     return rows, counts
@@ -182,18 +189,6 @@ def lives(rows: Sequence[JSONDict]) -> dict[str, list[JSONDict]]:
     for (kind, _), life in sorted(by_life.items(), key=lambda kv: kv[1]["t"]):
         roles.setdefault(kind, []).append(life)
     return roles
-
-
-def growth_problems(what: str, trends: JSONDict) -> list[str]:
-    """What grew in ``trends`` (:func:`benchmarks.soak.trend` per figure)."""
-    problems = []
-    if trends["threads"]["growth"] > MAX_THREAD_GROWTH:
-        problems.append(f"{what}: threads grew by {trends['threads']['growth']:.0f}")
-    if trends["fds"]["growth"] > MAX_FD_GROWTH:
-        problems.append(f"{what}: open fds grew by {trends['fds']['growth']:.0f}")
-    if trends["rss_kb"]["growth_fraction"] > MAX_RSS_GROWTH:
-        problems.append(f"{what}: RSS grew by {100 * trends['rss_kb']['growth_fraction']:.1f} %")
-    return problems
 
 
 def _trends(points: Sequence[JSONDict], keys: Sequence[str], warmup: float) -> JSONDict:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.harness import processes
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import read_events
 from slurmtf.runtime.rank.standby import waits
@@ -58,17 +59,11 @@ def waiting_launchers(job_id: str) -> int:
     """The job's warm tasks that wait for their go before they start a child (the
     launchers of ``submit --command``)."""
     count = 0
-    for entry in Path("/proc").iterdir():
-        try:
-            items = (entry / "environ").read_bytes().split(b"\0")
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
+    for _, argv, items in processes():
         env = dict(item.split(b"=", 1) for item in items if b"=" in item)
         python = Path(argv[0].decode(errors="replace")).name.startswith("python")  # not srun
         ours = env.get(b"SLURM_JOB_ID") == job_id.encode() and b"submitit" in b" ".join(argv)
-        ours = ours and python
-        count += ours and waits(env.get(b"SLURMTF_STANDBY"))
+        count += python and ours and waits(env.get(b"SLURMTF_STANDBY"))
     return count
 
 

@@ -32,7 +32,7 @@ def folder_for(environ: Mapping[str, str], root: str | None = None) -> Path:
 def use_own(environ: Mapping[str, str]) -> Path:
     """Make :func:`folder_for` this process's temporary folder (emptied first), removed at
     exit; the folder."""
-    folder = folder_for(environ, tempfile.gettempdir())
+    folder = folder_for(environ)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     tempfile.tempdir = str(folder)
