@@ -108,4 +108,5 @@ def _plain(function: Callable[..., Any]) -> Callable[..., Any]:
     """``function`` as tf.data traces it, without AutoGraph (the module's docstring)."""
     import tensorflow as tf
 
-    return tf.autograph.experimental.do_not_convert(function)
+    plain: Callable[..., Any] = tf.autograph.experimental.do_not_convert(function)
+    return plain
