@@ -3,7 +3,8 @@ supports, each detected by its feature (docs/TENSORFLOW_VERSIONS.md, "Difference
 
 - ``cluster_resolver``: the ``ClusterResolver`` over a ``ClusterLayout``.
 - ``lean_import``: TensorFlow without Keras, for processes that build no model.
-- ``collectives``: collective keys reused, for flat memory over long runs.
+- ``collectives``: collective keys reused, for flat memory over long runs; variables
+  created without a broadcast each.
 - ``compat``: what differs between Keras 2 and Keras 3 (and among Keras 3 releases) in
   the APIs the training loop, ``model.fit`` and the export use; Keras 3 itself.
 - ``coordination``: the coordination service (its config module, the registration

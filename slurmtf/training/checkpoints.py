@@ -47,6 +47,7 @@ class Resumed:
     path: str
     step: int
     source: str  # "checkpoint" or "rank R's memory"
+    complete: bool = True  # it set every variable of the run (False: some kept their start)
 
 
 class Checkpointer:
@@ -113,7 +114,9 @@ class Checkpointer:
         """Restore the newest state on every rank (all read the same files)."""
         found = self.latest()
         if found is not None:
-            self._checkpoint.restore(found.path).expect_partial()
+            status = self._checkpoint.restore(found.path)
+            found = dataclasses.replace(found, complete=_sets_every_variable(status))
+            status.expect_partial()
             logging.info(
                 "Resumed from checkpoint %s (step %d, %s)", found.path, found.step, found.source
             )
@@ -210,3 +213,12 @@ def record_workers(model_dir: str | None, num_workers: int) -> None:
         scratch.replace(folder / WORKERS_FILE)
     except OSError as exc:
         logging.warning("Cannot record the worker count in %s: %s", folder, exc)
+
+
+def _sets_every_variable(status: Any) -> bool:
+    """Whether a restore's ``status`` set every variable of the objects it restored."""
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError:
+        return False
+    return True

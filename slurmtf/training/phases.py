@@ -13,7 +13,7 @@ from absl import logging
 
 from slurmtf import events
 from slurmtf.contracts import EXIT_PREEMPTED
-from slurmtf.tf import compat
+from slurmtf.tf import collectives, compat
 from slurmtf.training import allocation, reporting, sidecar, steptiming
 from slurmtf.training.checkpoints import Checkpointer
 from slurmtf.training.export import Summaries, export_saved_model
@@ -83,7 +83,7 @@ class Training:
         import keras
         import tensorflow as tf
 
-        with strategy.scope():
+        with strategy.scope(), collectives.local_initial_values(strategy) as local:
             model = spec.build_model()
             model(tf.zeros((1, *spec.input_shape)), training=False)
             schedule = make_schedule(
@@ -112,7 +112,8 @@ class Training:
             link_columns=len(timing.link_nodes), counter=step_var, guarded=random_state,
         )  # fmt: skip
         sync_state = steps.state_sync() if spec.replica_local_state else no_state_sync
-        steps.check_same_step(start)
+        unset = local and (restored is None or not restored.complete)
+        _same_start(steps, start, unset, run_variables(model, optimizer, [step_var, *random_state]))
         evaluates = not sidecar.has_evaluator(info.layout.roles)
         splits = ("train", "eval") if evaluates else ("train",)
         summaries = _summaries(spec, config, info, splits)
@@ -334,6 +335,24 @@ def _restore(ckpt: Checkpointer, step_var: Any, is_chief: bool) -> tuple[Any, in
     if restored is not None and is_chief:
         events.emit("resumed", step=start, source=restored.source, path=restored.path)
     return restored, start
+
+
+def _same_start(steps: Steps, start: int, unset: bool, variables: list[Any]) -> None:
+    """Every rank starts at ``start`` with the chief's values: variables made without
+    the chief's broadcast are its values once a restore set them all (every rank read
+    the same files: checked here), or else after one all-reduce, which every rank joins
+    when any rank's are ``unset``."""
+    if steps.check_same_step(start, needs_sync=unset):
+        steps.sync_from_chief(variables)
+        logging.info("initial values: the chief's, by one all-reduce (no restore set all)")
+
+
+def run_variables(model: Any, optimizer: Any, others: list[Any]) -> list[Any]:
+    """Every variable of the model, the optimizer and ``others``, each once."""
+    found: dict[int, Any] = {}
+    for variable in [*model.variables, *compat.optimizer_variables(optimizer), *others]:
+        found.setdefault(id(variable), variable)
+    return list(found.values())
 
 
 def weights_checksum(model: Any) -> float:

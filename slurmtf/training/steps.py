@@ -125,11 +125,15 @@ class Steps:
 
         return run
 
-    def check_same_step(self, step: int) -> None:
-        """Fail clearly when ranks resumed from different checkpoints (unshared --model_dir)."""
+    def check_same_step(self, step: int, *, needs_sync: bool = False) -> bool:
+        """Fail clearly when ranks resumed from different checkpoints (unshared
+        --model_dir); True when a rank ``needs_sync`` (:meth:`sync_from_chief`), so that
+        every rank learns it from the same collective."""
         import tensorflow as tf
 
-        value = tf.constant([float(step), float(step) ** 2, 1.0], dtype=tf.float64)
+        value = tf.constant(
+            [float(step), float(step) ** 2, 1.0, float(needs_sync)], dtype=tf.float64
+        )
         strategy = self._strategy
 
         def total() -> Any:
@@ -147,6 +151,41 @@ class Steps:
                 f"ranks resumed at different steps (this one at {step})",
                 "put --model_dir on a file system every node shares",
             )
+        return bool(out[3] > 0)
+
+    def sync_from_chief(self, variables: Sequence[Any]) -> None:
+        """Give ``variables`` the chief's values (its first replica's) on every replica,
+        in one all-reduce per wire dtype: for variables created without the broadcast of
+        their initial values (slurmtf.tf.collectives.local_initial_values)."""
+        import numpy as np
+        import tensorflow as tf
+
+        strategy = self._strategy
+        groups: dict[Any, list[Any]] = {}
+        for variable in variables:
+            groups.setdefault(_wire_dtype(variable.dtype), []).append(variable)
+
+        def replica_values() -> Any:
+            context = tf.distribute.get_replica_context()
+            first = context.replica_id_in_sync_group == 0
+            summed = []
+            for wire, members in groups.items():  # one all-reduce per dtype: it packs them
+                values = [compat.variable_value(v) for v in members]
+                flat = tf.concat([tf.reshape(tf.cast(v, wire), [-1]) for v in values], 0)
+                own = tf.where(first, flat, tf.zeros_like(flat))  # where, not * 0: no NaN
+                summed.append(context.all_reduce("sum", own))
+            return summed
+
+        def sync() -> None:
+            out = strategy.run(replica_values)
+            summed = [strategy.experimental_local_results(x)[0] for x in out]
+            for flat, members in zip(summed, groups.values(), strict=True):
+                sizes = [int(np.prod(v.shape)) for v in members]
+                for variable, part in zip(members, tf.split(flat, sizes), strict=True):
+                    variable.assign(tf.cast(tf.reshape(part, variable.shape), variable.dtype))
+
+        if groups:
+            _compiled(sync)()
 
 
 def make_eval_step(strategy: Any, model: Any) -> Any:
@@ -248,6 +287,16 @@ def _applying(strategy: Any, model: Any, optimizer: Any, counter: Any) -> Callab
             counter.assign_add(1)
 
     return apply
+
+
+def _wire_dtype(dtype: Any) -> Any:
+    """The dtype a variable's values cross an all-reduce in without loss."""
+    import tensorflow as tf
+
+    dtype = tf.as_dtype(dtype)  # Keras 3 names it by a string
+    if dtype.is_floating:
+        return tf.float64 if dtype == tf.float64 else tf.float32
+    return tf.int64
 
 
 def _local_copy(variable: Any) -> Any:
