@@ -97,7 +97,6 @@ class Steps:
 
         One all-reduce of the moving statistics, run at evaluations and checkpoints only.
         """
-        import numpy as np
         import tensorflow as tf
 
         strategy = self._strategy
@@ -105,18 +104,14 @@ class Steps:
         if not state or strategy.num_replicas_in_sync == 1:
             return no_state_sync
 
-        sizes = [int(np.prod(v.shape)) for v in state]
-
         def replica_values() -> Any:
-            values = [compat.variable_value(v) for v in state]
-            return tf.concat([tf.reshape(tf.cast(v, tf.float32), [-1]) for v in values], 0)
+            return _flat(state, tf.float32)
 
         def sync() -> None:
             flat = strategy.reduce(
                 tf.distribute.ReduceOp.MEAN, strategy.run(replica_values), axis=None
             )
-            for variable, mean in zip(state, tf.split(flat, sizes), strict=True):
-                variable.assign(tf.cast(tf.reshape(mean, variable.shape), variable.dtype))
+            _assign_flat(state, flat)
 
         compiled = _compiled(sync)
 
@@ -157,7 +152,6 @@ class Steps:
         """Give ``variables`` the chief's values (its first replica's) on every replica,
         in one all-reduce per wire dtype: for variables created without the broadcast of
         their initial values (slurmtf.tf.collectives.local_initial_values)."""
-        import numpy as np
         import tensorflow as tf
 
         strategy = self._strategy
@@ -170,8 +164,7 @@ class Steps:
             first = context.replica_id_in_sync_group == 0
             summed = []
             for wire, members in groups.items():  # one all-reduce per dtype: it packs them
-                values = [compat.variable_value(v) for v in members]
-                flat = tf.concat([tf.reshape(tf.cast(v, wire), [-1]) for v in values], 0)
+                flat = _flat(members, wire)
                 own = tf.where(first, flat, tf.zeros_like(flat))  # where, not * 0: no NaN
                 summed.append(context.all_reduce("sum", own))
             return summed
@@ -180,9 +173,7 @@ class Steps:
             out = strategy.run(replica_values)
             summed = [strategy.experimental_local_results(x)[0] for x in out]
             for flat, members in zip(summed, groups.values(), strict=True):
-                sizes = [int(np.prod(v.shape)) for v in members]
-                for variable, part in zip(members, tf.split(flat, sizes), strict=True):
-                    variable.assign(tf.cast(tf.reshape(part, variable.shape), variable.dtype))
+                _assign_flat(members, flat)
 
         if groups:
             _compiled(sync)()
@@ -287,6 +278,24 @@ def _applying(strategy: Any, model: Any, optimizer: Any, counter: Any) -> Callab
             counter.assign_add(1)
 
     return apply
+
+
+def _flat(variables: Sequence[Any], dtype: Any) -> Any:
+    """The values of ``variables`` in one vector of ``dtype``, in their order."""
+    import tensorflow as tf
+
+    values = [compat.variable_value(v) for v in variables]
+    return tf.concat([tf.reshape(tf.cast(v, dtype), [-1]) for v in values], 0)
+
+
+def _assign_flat(variables: Sequence[Any], flat: Any) -> None:
+    """Give ``variables`` their parts of ``flat`` (:func:`_flat`'s layout)."""
+    import numpy as np
+    import tensorflow as tf
+
+    sizes = [int(np.prod(v.shape)) for v in variables]
+    for variable, part in zip(variables, tf.split(flat, sizes), strict=True):
+        variable.assign(tf.cast(tf.reshape(part, variable.shape), variable.dtype))
 
 
 def _wire_dtype(dtype: Any) -> Any:
