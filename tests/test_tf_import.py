@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +32,55 @@ def test_tensorflow_without_keras_then_keras_on_first_use() -> None:
     assert "sum: 64.0" in lines
     assert "keras on use: (1, 2)" in lines
     assert "same module again: True" in lines
+
+
+MODEL_RANK = """
+import importlib.util, sys
+from slurmtf.tf import install
+tf = install.import_tensorflow()
+print("keras:", "keras" in sys.modules)
+print("extras:", sorted(m for m in sys.modules if m.split(".")[0] in ("sklearn", "IPython")))
+model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
+print("model:", model(tf.ones([1, 3])).shape)
+if importlib.util.find_spec("sklearn"):
+    import sklearn.base  # held during the import only
+    print("sklearn after:", hasattr(sklearn.base, "BaseEstimator"))
+"""
+
+
+@pytest.mark.tf
+def test_a_model_rank_imports_keras_without_its_extras() -> None:
+    """install.import_tensorflow: TensorFlow and Keras, without scikit-learn or IPython;
+    both import as usual afterwards."""
+    done = subprocess.run([sys.executable, "-c", MODEL_RANK], capture_output=True, text=True,
+                          timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert "keras: True" in lines
+    assert "extras: []" in lines
+    assert "model: (1, 2)" in lines
+    assert "sklearn after: False" not in lines
+
+
+def test_held_back_fails_imports_inside_the_block_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slurmtf.tf.lean_import import held_back
+
+    (tmp_path / "pkg_held").mkdir()
+    (tmp_path / "pkg_held" / "__init__.py").write_text("VALUE = 1\n")
+    (tmp_path / "pkg_held" / "sub.py").write_text("VALUE = 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    finders = list(sys.meta_path)
+    with held_back(["pkg_held", "json"]):
+        with pytest.raises(ImportError, match="held back"):
+            import pkg_held
+        import json  # imported before the block: untouched
+
+        assert json.dumps(1) == "1"
+    assert sys.meta_path == finders
+    import pkg_held.sub
+
+    assert pkg_held.sub.VALUE == 2
+    monkeypatch.delitem(sys.modules, "pkg_held")
+    monkeypatch.delitem(sys.modules, "pkg_held.sub")

@@ -2,7 +2,8 @@
 supports, each detected by its feature (docs/TENSORFLOW_VERSIONS.md, "Differences handled"):
 
 - ``cluster_resolver``: the ``ClusterResolver`` over a ``ClusterLayout``.
-- ``lean_import``: TensorFlow without Keras, for processes that build no model.
+- ``lean_import``: TensorFlow without Keras, for processes that build no model; Keras
+  without its extras, for a model's ranks.
 - ``collectives``: collective keys reused, for flat memory over long runs; variables
   created without a broadcast each.
 - ``compat``: what differs between Keras 2 and Keras 3 (and among Keras 3 releases) in

@@ -107,11 +107,17 @@ def not_importable(exc: ImportError, python: str = sys.executable) -> SlurmtfErr
 
 
 def import_tensorflow() -> Any:
-    """``import tensorflow`` after :func:`check_release`; a failure is one line
-    (:class:`SlurmtfError`), not a traceback."""
+    """``import tensorflow`` and Keras after :func:`check_release`, without Keras's
+    extras (:data:`slurmtf.tf.lean_import.KERAS_EXTRAS`: a bundled model's rank uses
+    none); a failure is one line (:class:`SlurmtfError`), not a traceback."""
+    from slurmtf.tf.lean_import import KERAS_EXTRAS, held_back
+
     check_release()
     try:
-        import tensorflow as tf
+        with held_back(KERAS_EXTRAS):
+            import tensorflow as tf
+
+            importlib.import_module("keras")  # 2.15 imports it on first use: held here too
     except ImportError as exc:
         raise not_importable(exc) from exc
     return tf

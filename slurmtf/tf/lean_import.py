@@ -1,5 +1,5 @@
-"""TensorFlow for processes that never build a Keras model: ``slurmtf check``'s probe
-and ``slurmtf serve``'s servers.
+"""TensorFlow for processes that never build a Keras model (``slurmtf check``'s probe,
+``slurmtf serve``'s servers), and Keras without its extras for a model's ranks.
 
 ``import tensorflow`` (2.21) imports all of Keras 3 eagerly (for its optimizers'
 SavedModel registrations), and Keras imports scikit-learn, IPython and more of SciPy when they
@@ -7,6 +7,11 @@ are installed: about 40 % of the import's CPU time, paid by every rank of a chec
 at its start (docs/BENCHMARKS.md). :func:`import_tensorflow_lean` imports TensorFlow
 with Keras held back: TensorFlow's own ``try`` around that import skips it, and
 ``tf.keras`` still loads on first use, as it would without the eager import.
+
+The bundled models' ranks need Keras but none of those extras: :func:`held_back` with
+:data:`KERAS_EXTRAS` around their import (slurmtf.tf.install.import_tensorflow) saves
+about 0.8 s of CPU and 77 MB a rank (2.21), and so a part of every restart. Keras's own
+``try`` treats them as not installed; its scikit-learn wrappers say so when used.
 """
 
 from __future__ import annotations
@@ -14,11 +19,14 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from types import ModuleType
 from typing import Any
 
 HELD_BACK = ("keras",)
+# What Keras 3 imports only when installed: its scikit-learn wrappers, notebook display.
+KERAS_EXTRAS = ("sklearn", "IPython")
 
 
 class _NotNow(importlib.abc.Loader):
@@ -47,15 +55,23 @@ class _HoldBack(importlib.abc.MetaPathFinder):
         return spec
 
 
+@contextmanager
+def held_back(names: Sequence[str]) -> Iterator[None]:
+    """Imports of the packages ``names`` (and their submodules) fail inside the block,
+    unless a package is imported already; they import as usual afterwards."""
+    finder = _HoldBack([n for n in names if n not in sys.modules])
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+
+
 def import_tensorflow_lean() -> Any:
     """``tensorflow``, imported without Keras (or the module as it is, when a caller
     imported it before)."""
     if "tensorflow" in sys.modules:
         return sys.modules["tensorflow"]
-    finder = _HoldBack(HELD_BACK)
-    sys.meta_path.insert(0, finder)
-    try:
+    with held_back(HELD_BACK):
         import tensorflow as tf
-    finally:
-        sys.meta_path.remove(finder)
     return tf

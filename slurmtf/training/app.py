@@ -206,8 +206,7 @@ def warm_start(environ: MutableMapping[str, str]) -> bool:
         return True
     started = time.monotonic()
     with standby.quiet_stderr(environ):
-        install.import_tensorflow()
-        import keras  # noqa: F401  (its import is most of a start after TensorFlow's)
+        install.import_tensorflow()  # and Keras: most of a start after TensorFlow's
 
         rank = int(environ.get("SLURM_PROCID") or 0)
         events.emit("warm", rank=rank, seconds=round(time.monotonic() - started, 2))
