@@ -71,20 +71,23 @@ def test_held_back_fails_imports_inside_the_block_only(
 ) -> None:
     from slurmtf.tf.lean_import import held_back
 
-    (tmp_path / "pkg_held").mkdir()
-    (tmp_path / "pkg_held" / "__init__.py").write_text("VALUE = 1\n")
-    (tmp_path / "pkg_held" / "sub.py").write_text("VALUE = 2\n")
+    for name in ("pkg_held", "pkg_before"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("VALUE = 1\n")
+        (tmp_path / name / "sub.py").write_text("VALUE = 2\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    import pkg_before
+
     finders = list(sys.meta_path)
-    with held_back(["pkg_held", "json"]):
+    with held_back(["pkg_held", "pkg_before"]):
         with pytest.raises(ImportError, match="held back"):
             import pkg_held
-        import json  # imported before the block: untouched
+        import pkg_before.sub  # its package was imported before the block: not held
 
-        assert json.dumps(1) == "1"
+        assert pkg_before.sub.VALUE == 2
     assert sys.meta_path == finders
     import pkg_held.sub
 
     assert pkg_held.sub.VALUE == 2
-    monkeypatch.delitem(sys.modules, "pkg_held")
-    monkeypatch.delitem(sys.modules, "pkg_held.sub")
+    for name in ("pkg_held", "pkg_held.sub", "pkg_before", "pkg_before.sub"):
+        monkeypatch.delitem(sys.modules, name)

@@ -10,7 +10,8 @@ with Keras held back: TensorFlow's own ``try`` around that import skips it, and
 
 The bundled models' ranks need Keras but none of those extras: :func:`held_back` with
 :data:`KERAS_EXTRAS` around their import (slurmtf.tf.install.import_tensorflow) saves
-about 0.8 s of CPU and 77 MB a rank (2.21), and so a part of every restart. Keras's own
+about 1.2 s of CPU and 76 MB a rank (2.21, docs/FAILURES.md), and so a part of every
+restart. Keras's own
 ``try`` treats them as not installed; its scikit-learn wrappers say so when used.
 """
 
