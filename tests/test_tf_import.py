@@ -41,29 +41,34 @@ def test_tensorflow_without_keras_then_keras_on_first_use() -> None:
 
 
 MODEL_RANK = """
-import importlib.util, sys
+import importlib, importlib.util, sys
 from slurmtf.tf import install
+from slurmtf.tf.lean_import import KERAS_EXTRAS
 tf = install.import_tensorflow()
 print("keras:", "keras" in sys.modules)
-print("extras:", sorted(m for m in sys.modules if m.split(".")[0] in ("sklearn", "IPython")))
+print("extras:", sorted(m for m in sys.modules if m.split(".")[0] in KERAS_EXTRAS))
 model = tf.keras.Sequential([tf.keras.layers.Dense(2)])
 print("model:", model(tf.ones([1, 3])).shape)
-if importlib.util.find_spec("sklearn"):
-    import sklearn.base  # held during the import only
-    print("sklearn after:", hasattr(sklearn.base, "BaseEstimator"))
+for name in KERAS_EXTRAS:  # held during the import only
+    if importlib.util.find_spec(name):
+        print("after:", name, importlib.import_module(name).__name__ == name)
 """
 
 
 @pytest.mark.tf
 def test_a_model_rank_imports_keras_without_its_extras() -> None:
-    """install.import_tensorflow: TensorFlow and Keras, without scikit-learn or IPython;
-    both import as usual afterwards."""
+    """install.import_tensorflow: TensorFlow and Keras, without scikit-learn, IPython,
+    pandas or matplotlib; each imports as usual afterwards."""
+    from slurmtf.tf.lean_import import KERAS_EXTRAS
+
     lines = printed(MODEL_RANK)
     assert "keras: True" in lines
     assert "extras: []" in lines
     assert "model: (1, 2)" in lines
-    if importlib.util.find_spec("sklearn"):
-        assert "sklearn after: True" in lines
+    installed = [name for name in KERAS_EXTRAS if importlib.util.find_spec(name)]
+    assert installed, "none of Keras's extras is installed here: the check above proves nothing"
+    for name in installed:
+        assert f"after: {name} True" in lines, lines
 
 
 def test_held_back_fails_imports_inside_the_block_only(

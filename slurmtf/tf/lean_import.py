@@ -10,9 +10,9 @@ with Keras held back: TensorFlow's own ``try`` around that import skips it, and
 
 The bundled models' ranks need Keras but none of those extras: :func:`held_back` with
 :data:`KERAS_EXTRAS` around their import (slurmtf.tf.install.import_tensorflow) saves
-about 1.2 s of CPU and 76 MB a rank (2.21, docs/FAILURES.md), and so a part of every
-restart. Keras's own
-``try`` treats them as not installed; its scikit-learn wrappers say so when used.
+about 1.3 s of CPU and 165 MB a rank (2.21, docs/FAILURES.md), and so a part of every
+restart. Keras's own ``try`` treats them as not installed; its scikit-learn wrappers say
+so when used. They import as usual afterwards (an MLflow tracker's pandas, say).
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from types import ModuleType
 from typing import Any
 
 HELD_BACK = ("keras",)
-# What Keras 3 imports only when installed: its scikit-learn wrappers, notebook display.
-KERAS_EXTRAS = ("sklearn", "IPython")
+# What Keras imports only when installed (each behind its own ``try``): its scikit-learn
+# wrappers, notebook display, DataFrames as fit() input, the image-gallery plot.
+KERAS_EXTRAS = ("sklearn", "IPython", "pandas", "matplotlib")
 
 
 class _NotNow(importlib.abc.Loader):

@@ -15,6 +15,10 @@ from dataclasses import dataclass
 
 from slurmtf.errors import SlurmtfError
 
+# ml_dtypes 0.7.0 spends 0.6 s of CPU in its import (0.6.0: 8 ms), in every rank's start;
+# pyproject's cpu and gpu extras name the same requirement.
+SLOW_ML_DTYPES = "ml_dtypes!=0.7.0"
+
 
 @dataclass(frozen=True)
 class Release:
@@ -38,7 +42,9 @@ class Release:
     def requirements(self) -> list[str]:
         """pip requirements of a test environment of this release (tf-keras apart: it is
         installed without dependencies, or pip would pull the full ``tensorflow`` wheel)."""
-        return [f"tensorflow-cpu=={self.tensorflow}", f"keras=={self.keras}", self.numpy]
+        return [
+            f"tensorflow-cpu=={self.tensorflow}", f"keras=={self.keras}", self.numpy, SLOW_ML_DTYPES
+        ]  # fmt: skip
 
 
 # Oldest first. Keras: the release current when the TensorFlow release came out.

@@ -26,7 +26,7 @@ from benchmarks.harness import processes
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import read_events
 from slurmtf.runtime.rank.standby import waits
-from tests.e2e.conftest import PYTHON, SlurmSandbox
+from tests.e2e.conftest import PYTHON, TERMINAL, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, check_status, rank_pids, wait_until
 from tests.e2e.test_kill_in_place import (
     check_resumed_from_memory,
@@ -67,13 +67,33 @@ def waiting_launchers(job_id: str) -> int:
     return count
 
 
-def kill_warm_and_time(pids: list[int], again: Callable[[], bool]) -> float:
+def kill_warm_and_time(
+    pids: list[int], again: Callable[[], bool], state: Callable[[], str],
+    report: Callable[[], str],
+) -> float:  # fmt: skip
+    """SIGKILL ``pids``; the seconds until ``again()``. The job's end before that (its
+    ``state()``), or 240 s without it, fails with ``report()``."""
     assert pids, "no training process of rank 1"
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    wait_for(again, 240, "training again after the kill")
+    asked = 0.0
+    while not again():
+        now = time.monotonic()
+        if now - killed > 240:
+            raise TimeoutError(f"not training again 240 s after the kill\n{report()}")
+        if now - asked > 3:
+            asked = now
+            ended = state()
+            if ended in TERMINAL and not again():
+                raise AssertionError(f"the job ended {ended} before training again\n{report()}")
+        time.sleep(0.3)
     return time.monotonic() - killed
+
+
+def tails(paths: list[Path], chars: int = 4000) -> str:
+    """The end of each of ``paths`` that exists, headed by its name."""
+    return "".join(f"\n--- {p}:\n{p.read_text()[-chars:]}" for p in paths if p.exists())
 
 
 def check_nothing_warm_left(job_id: str, log_dir: Path, module: str) -> None:
@@ -96,7 +116,10 @@ def test_a_killed_rank_of_an_sbatch_job_restarts_on_the_warm_ranks(
         at_kill = reached(outs[0])
         assert at_kill < STEPS, "the job ended before its warm ranks were ready"
         seconds = kill_warm_and_time(
-            rank_pids(job.job_id, 1), lambda: trained_after_restart(outs[0])
+            rank_pids(job.job_id, 1),
+            lambda: trained_after_restart(outs[0]),
+            job.state,
+            job.report,
         )
         print(f"MEASURED sbatch warm kill -> training again {seconds:.1f} s")
         assert recovery_sandbox.wait(job.job_id, timeout=300) == "COMPLETED", job.report()
@@ -133,7 +156,10 @@ def submit_kill_and_check(
         at_kill = reached(outs[0])
         assert at_kill < steps, "the job ended before its warm ranks were ready"
         seconds = kill_warm_and_time(
-            rank_pids(jid, 1, module), lambda: trained_after_restart(outs[0])
+            rank_pids(jid, 1, module),
+            lambda: trained_after_restart(outs[0]),
+            lambda: sandbox.state(jid),
+            lambda: tails(sorted(tmp_path.glob(f"{jid}_*"))) + sandbox.logs(jid),
         )
         path = target[0].split("=")[0]
         print(f"MEASURED submit {path} warm kill -> training again {seconds:.1f} s")
