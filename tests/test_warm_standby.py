@@ -201,7 +201,9 @@ fi
 if [ -e "$STEP_DONE" ]; then echo "step again: SLURM_RESTART_COUNT=$SLURM_RESTART_COUNT"; exit 0; fi
 touch "$STEP_DONE"
 echo '{"event": "trains", "rank": 0, "step": 1}' >> "${SLURMTF_NODE_EVENTS//%N/node1}"
-for i in $(seq 100); do [ -e "$WARM_STARTED" ] && break; sleep 0.05; done
+if [ "${SLURMTF_WARM_STANDBY:-}" != 0 ]; then  # the warm step starts after the first step
+    for i in $(seq 100); do [ -e "$WARM_STARTED" ] && break; sleep 0.05; done
+fi
 echo "srun: error: node2: task 1: Killed" >&2
 exit 137
 """
