@@ -84,6 +84,19 @@ def parse_preemption_signal(value: str, name: str = "--preemption_signal") -> si
     return sig
 
 
+# Slurm's warning before the time limit (--signal=USR2@S, without B:) and a site's
+# preemption notice reach every task of every step of the job.
+WARNING_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
+
+
+def ignore_warning_signals() -> None:
+    """For slurmtf's own steps (staging, the watcher, a parameter-server server): the
+    ranks save on the warning, and these must outlive it rather than die of its default
+    action (the job's staged copies left on the nodes, the batch host unwatched)."""
+    for sig in WARNING_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def ending_signal(status: int) -> signal.Signals | None:
     """The signal that ended a process, from its status as Python (``-N``) or a shell or
     launcher (``128+N``) reports it; ``None`` for a process that exited by itself."""

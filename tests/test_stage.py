@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +15,7 @@ from slurmtf.cli import data as data_cli
 from slurmtf.cluster.layout import ClusterLayout
 from slurmtf.datasets import stage
 from slurmtf.errors import InputError
+from slurmtf.events import parse_events
 from tests.helpers.datafiles import with_manifest, write_mnist
 
 
@@ -197,3 +201,31 @@ def test_the_launcher_hands_scripts_the_staged_copy(src: Path, tmp_path: Path) -
 
 def _one_worker() -> ClusterLayout:
     return ClusterLayout(workers=("localhost:2000",), nodes=("localhost",))
+
+
+WARNED_MID_STEP = """
+import os, signal, sys
+from pathlib import Path
+from slurmtf.cli import data
+from slurmtf.datasets import stage
+
+def warned(environ):  # Slurm's warning arrives while the step removes the copy
+    os.kill(os.getpid(), signal.Signals[sys.argv[1]])
+    return Path("/scratch/slurmtf-data-7")
+
+stage.unstage = warned
+sys.exit(data.main(["unstage"]))
+"""
+
+
+@pytest.mark.parametrize("warning", ["SIGUSR2", "SIGUSR1"])
+def test_the_staging_step_outlives_slurms_warning_signal(warning: str) -> None:
+    """``--signal=USR2@S`` reaches every step of the job: the removal of the staged copies
+    finishes (its ``unstaged`` event) instead of dying of the signal's default action."""
+    done = subprocess.run(
+        [sys.executable, "-c", WARNED_MID_STEP, warning], capture_output=True, text=True,
+        timeout=60, check=False, env={**os.environ, "SLURMD_NODENAME": "node1"},
+    )  # fmt: skip
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    (event,) = parse_events(done.stdout)
+    assert event == {**event, "event": "unstaged", "node": "node1"}

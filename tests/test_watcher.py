@@ -404,6 +404,30 @@ def test_the_watcher_refuses_to_run_without_its_job() -> None:
     assert cli.main(["--job_id=7", "--host=node1"]) == 2
 
 
+WARNED_WATCHER = """
+import os, signal, sys
+from slurmtf.cli import watcher as cli
+
+def warned(self):  # Slurm's warning before the time limit, while the watcher watches
+    os.kill(os.getpid(), signal.SIGUSR2)
+    print("still watching", flush=True)
+    return 0
+
+cli.Watcher.run = warned
+sys.exit(cli.main(["--job_id=7", "--host=node1", f"--log_dir={sys.argv[1]}"]))
+"""
+
+
+def test_the_watcher_outlives_slurms_warning_signal(tmp_path: Path) -> None:
+    """``--signal=USR2@S`` reaches every step of the job, the watcher's too: it must go on
+    watching the batch host, not die of the signal's default action."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", WARNED_WATCHER, str(tmp_path)],
+                          capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+    assert (done.returncode, done.stdout) == (0, "still watching\n"), done.stderr
+
+
 def test_the_watcher_setting_is_one_or_zero(tmp_path: Path) -> None:
     assert job(tmp_path).watcher is True
     assert job(tmp_path, SLURMTF_WATCHER="0").watcher is False

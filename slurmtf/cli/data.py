@@ -86,9 +86,11 @@ def _stage(args: argparse.Namespace) -> None:
     """The ``staged``/``unstaged`` event line of this node (one task per node runs it)."""
     import os
 
+    from slurmtf.contracts import ignore_warning_signals
     from slurmtf.datasets import stage
     from slurmtf.events import emit
 
+    ignore_warning_signals()  # a step of the job: the copy or its removal must finish
     node = os.environ.get("SLURMD_NODENAME", "")
     if args.command == "unstage":
         emit("unstaged", node=node, path=str(stage.unstage(os.environ)))

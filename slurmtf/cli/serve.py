@@ -24,7 +24,7 @@ from pathlib import Path
 from slurmtf.cli import ArgumentParser, add_flag, run_command
 from slurmtf.cluster.env import read_slurm_env
 from slurmtf.cluster.layout import ClusterLayout, build_layout
-from slurmtf.contracts import EXIT_FAILURE
+from slurmtf.contracts import EXIT_FAILURE, ignore_warning_signals
 from slurmtf.errors import InputError
 from slurmtf.events import emit
 from slurmtf.monitor.tracker_runs import export_tracker_env
@@ -116,10 +116,8 @@ def _run(args: argparse.Namespace) -> int:
 
 def _serve(layout: ClusterLayout, args: argparse.Namespace) -> None:
     chief = chief_of(layout)
-    # Slurm's preemption signal (--signal=USR2@S) reaches every task of the step: the
-    # chief saves and ends, and this server stops with it; the signal must not kill it.
-    for preemption in (signal.SIGUSR1, signal.SIGUSR2):
-        signal.signal(preemption, signal.SIG_IGN)
+    # The chief saves on the warning signal and ends, and this server stops with it.
+    ignore_warning_signals()
     start_server(layout)
     signal.signal(signal.SIGTERM, lambda *_: _exit(f"{layout.task_type} got SIGTERM", 143))
     emit("serving", rank=layout.task_index, role=layout.task_type, task_id=layout.task_id)

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from slurmtf.cli import ArgumentParser, add_flag, run_command
+from slurmtf.contracts import ignore_warning_signals
 from slurmtf.errors import InputError
 from slurmtf.runtime.batch_host.watcher import Watcher, WatchSettings
 from slurmtf.runtime.recovery.budget import DEFAULT_MODE, parse_mode
@@ -45,6 +46,7 @@ def _body(args: argparse.Namespace) -> int:
         args.requeues, args.probe_s, args.job_log, args.host_group,
         parse_mode(args.restart_budget, "--restart_budget"), args.max_failures_per_hour,
     )  # fmt: skip
+    ignore_warning_signals()  # a step of the job: it watches to the job's end
     return Watcher(settings, default_runner).run()
 
 
