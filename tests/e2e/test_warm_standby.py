@@ -188,8 +188,9 @@ def test_a_killed_rank_of_a_submitted_model_restarts_on_the_warm_ranks(
 def test_a_killed_rank_of_a_submitted_command_restarts_on_the_warm_launchers(
     recovery_sandbox: SlurmSandbox, tmp_path: Path
 ) -> None:
-    # The launchers wait as soon as they start, but a 150-step job can end before that.
-    steps = 600
+    # The launchers wait as soon as they start, but a 150-step job can end before that;
+    # 600 steps took 250 s of a loaded CI run, 300 leave twice the margin.
+    steps = 300
     flags = [f"--train_steps={steps}", *MODEL[1:], f"--model_dir={tmp_path / 'model'}"]
     command = f"{PYTHON} -m slurmtf_models.mnist {' '.join(flags)}"
     submit_kill_and_check(

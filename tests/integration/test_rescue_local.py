@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.tf, pytest.mark.slow, pytest.mark.tf_core]
 # without dropout, and the weights must still match bit for bit.
 
 KERAS_2 = keras_2()
-STEPS = 400
+STEPS = 250  # 100 steps after the kill: the resumed run must still end as the calm one
 WARM = {"SLURMTF_WARM_STANDBY": "1"}  # the next attempt's ranks wait ready
 COLD = {"SLURMTF_WARM_STANDBY": "0"}  # new processes (auto would warm a run past 2 min)
 KILL_AFTER = 150  # steps; the periodic saves are at 100 and 200 and at the end
