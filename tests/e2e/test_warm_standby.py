@@ -26,6 +26,7 @@ from benchmarks.harness import processes
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import read_events
 from slurmtf.runtime.rank.standby import waits
+from slurmtf.sandbox.daemons import log_tail
 from tests.e2e.conftest import PYTHON, TERMINAL, SlurmSandbox
 from tests.e2e.jobruns import SandboxJob, check_status, rank_pids, wait_until
 from tests.e2e.test_kill_in_place import (
@@ -33,8 +34,8 @@ from tests.e2e.test_kill_in_place import (
     final_sums,
     reached,
     trained_after_restart,
-    wait_for,
 )
+from tests.helpers.localjobs import wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
@@ -77,23 +78,14 @@ def kill_warm_and_time(
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
     killed = time.monotonic()
-    asked = 0.0
-    while not again():
-        now = time.monotonic()
-        if now - killed > 240:
-            raise TimeoutError(f"not training again 240 s after the kill\n{report()}")
-        if now - asked > 3:
-            asked = now
-            ended = state()
-            if ended in TERMINAL and not again():
-                raise AssertionError(f"the job ended {ended} before training again\n{report()}")
-        time.sleep(0.3)
+    wait_for(again, 240, "training again after the kill", report,
+             running=lambda: state() not in TERMINAL or again())  # fmt: skip
     return time.monotonic() - killed
 
 
-def tails(paths: list[Path], chars: int = 4000) -> str:
-    """The end of each of ``paths`` that exists, headed by its name."""
-    return "".join(f"\n--- {p}:\n{p.read_text()[-chars:]}" for p in paths if p.exists())
+def tails(paths: list[Path], lines: int = 60) -> str:
+    """The last ``lines`` of each of ``paths``, headed by its name."""
+    return "".join(f"\n--- {p}:\n{log_tail(p, lines)}" for p in paths)
 
 
 def check_nothing_warm_left(job_id: str, log_dir: Path, module: str) -> None:
@@ -152,14 +144,18 @@ def submit_kill_and_check(
     jid = found.group(1)
     try:
         outs = [tmp_path / f"{jid}_{r}_log.out" for r in (0, 1)]
-        wait_for(lambda: ready(jid, outs), 300, f"job {jid}: warm ranks ready")
+
+        def report() -> str:
+            return tails(sorted(tmp_path.glob(f"{jid}_*"))) + sandbox.logs(jid)
+
+        wait_for(lambda: ready(jid, outs), 300, f"job {jid}: warm ranks ready", report)
         at_kill = reached(outs[0])
         assert at_kill < steps, "the job ended before its warm ranks were ready"
         seconds = kill_warm_and_time(
             rank_pids(jid, 1, module),
             lambda: trained_after_restart(outs[0]),
             lambda: sandbox.state(jid),
-            lambda: tails(sorted(tmp_path.glob(f"{jid}_*"))) + sandbox.logs(jid),
+            report,
         )
         path = target[0].split("=")[0]
         print(f"MEASURED submit {path} warm kill -> training again {seconds:.1f} s")
