@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shlex
 import signal
@@ -50,6 +51,7 @@ from slurmtf.runtime.recovery.record import read_record, restarts_so_far
 from slurmtf.spec.jobspec import JobSpec, rank_python
 
 KILL_WAIT_S = 5.0  # between the SIGTERM and the SIGKILL that end a step (Slurm's KillWait)
+SETTLE_S = 0.5  # for the other ranks to end after one that failed without a signal
 
 
 def job_ids(base: int, index: int, size: int) -> dict[str, str]:
@@ -119,24 +121,60 @@ def wait_ranks(
     procs: Sequence[subprocess.Popen[bytes]],
     srun_err: Path,
     each_look: Callable[[], None] = lambda: None,
+    ended_at: Callable[[int], float | None] = lambda rank: None,
 ) -> int:
     """Wait for every rank; when one fails, write srun's words for it (and any other that
     failed by itself) to ``srun_err`` and stop the rest. The step's status: the first
     failure's (128+N for signal N), else the highest exit code (75 when preempted).
-    ``each_look`` runs at every look (every 0.2 s)."""
+    ``each_look`` runs at every look (every 0.2 s); ``ended_at(rank)`` is when that rank's
+    launcher said it ended, which orders the failures seen at one look."""
     codes: list[int | None] = [None] * len(procs)
     while any(c is None for c in codes):
         each_look()
         codes = [c if c is not None else p.poll() for c, p in zip(codes, procs, strict=True)]
-        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0, EXIT_PREEMPTED)]
+        failed = _failures(codes)
         if failed:  # like srun --kill-on-bad-exit, which names the first task that failed
+            if not any(_by_signal(c) for _, c in failed):
+                codes = _settle(procs, codes)  # the rank it lost may end a moment later
+                failed = _failures(codes)
+            failed.sort(key=lambda failure: ended_at(failure[0]) or math.inf)
             with srun_err.open("a") as err:
-                err.writelines(f"task {r}: {srun_words(int(c or 0))}\n" for r, c in failed)
+                err.writelines(f"task {r}: {srun_words(c)}\n" for r, c in failed)
             stop_ranks(procs)
-            code = int(failed[0][1] or 0)
+            code = failed[0][1]
             return 128 - code if code < 0 else code
         time.sleep(0.2)
     return max(int(c or 0) for c in codes)
+
+
+def exit_time(log: Path, offset: int) -> float | None:
+    """When the launcher writing ``log`` said it ended (its last ``exit`` event after
+    ``offset``), if it did."""
+    if not log.exists():
+        return None
+    ends = [e for e in parse_events(read_from(log, offset).decode(errors="replace"))
+            if e.get("event") == "exit"]  # fmt: skip
+    when = ends[-1].get("time") if ends else None
+    return float(when) if isinstance(when, int | float) else None
+
+
+def _failures(codes: Sequence[int | None]) -> list[tuple[int, int]]:
+    return [(r, c) for r, c in enumerate(codes) if c is not None and c not in (0, EXIT_PREEMPTED)]
+
+
+def _by_signal(code: int) -> bool:
+    """A launcher ended by a signal, or one whose child was (128+N)."""
+    return code < 0 or code > 128
+
+
+def _settle(procs: Sequence[subprocess.Popen[bytes]], codes: list[int | None]) -> list[int | None]:
+    """The codes once the ranks still running had :data:`SETTLE_S` to end: a survivor that
+    lost its peer may be seen before the peer's own ending, which srun would name first."""
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline and any(c is None for c in codes):
+        time.sleep(0.05)
+        codes = [c if c is not None else p.poll() for c, p in zip(codes, procs, strict=True)]
+    return codes
 
 
 @dataclasses.dataclass
@@ -223,8 +261,9 @@ def run_point(point: Point, *, environ: Mapping[str, str], restarts: int) -> int
         if warm is not None:
             warm.stop()
         procs = point.start(environ, restarts)
-    chief = files.rank_file(0, "out")
-    offset = chief.stat().st_size if chief.exists() else 0
+    logs = [files.rank_file(rank, "out") for rank in range(len(procs))]
+    offsets = [log.stat().st_size if log.exists() else 0 for log in logs]
+    chief, offset = logs[0], offsets[0]
     delay = warm_delay(point.warm_mode, failed=restarts > 0)
     started = time.monotonic()
 
@@ -239,9 +278,12 @@ def run_point(point: Point, *, environ: Mapping[str, str], restarts: int) -> int
             ranks = point.start(environ, restarts + 1, next_go)
             point.warm = WarmRanks(restarts + 1, ranks, next_go)
 
+    def ended_at(rank: int) -> float | None:
+        return exit_time(logs[rank], offsets[rank])
+
     try:
         return wait_ranks(procs, files.srun_err or point.spec.folder / f"{job_id}_srun.err",
-                          keep_warm)  # fmt: skip
+                          keep_warm, ended_at)  # fmt: skip
     finally:  # Ctrl-C, or a rank that failed to start: no rank outlives the step
         stop_ranks(procs)
         with contextlib.suppress(OSError):
