@@ -23,7 +23,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """On pytest-xdist workers (``scripts/test.sh`` with ``SLURMTF_TEST_WORKERS``), the
     longest modules first by tests/module_seconds.json (:mod:`tests.helpers.durations`);
     every worker orders alike, so their collections stay equal. One process keeps
-    pytest's order."""
+    pytest's order. Tests marked ``long`` run only when ``-m`` names them."""
+    if "long" not in (config.option.markexpr or ""):
+        long = [item for item in items if item.get_closest_marker("long")]
+        if long:
+            config.hook.pytest_deselected(items=long)
+            items[:] = [item for item in items if not item.get_closest_marker("long")]
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
     root = config.rootpath
