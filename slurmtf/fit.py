@@ -20,10 +20,25 @@ before the time limit)::
   again, so choose ``steps_per_epoch`` for the work you accept to redo. An epoch that
   reads the same data each time (a finite dataset, or ``steps_per_epoch`` times the
   batch equal to its size) resumes to exactly the weights of an uninterrupted run.
+
+``TrackerLogger()`` sends ``fit``'s metrics to the job's tracker runs, MLflow and W&B
+(:mod:`slurmtf.training.trackers`: the chief alone, one run per job across restarts and
+requeues), at the model's global step (``optimizer.iterations``)::
+
+    model.fit(dataset, epochs=20, steps_per_epoch=500,
+              callbacks=[PreemptionCheckpoint(backup), TrackerLogger(every=10)])
+
+* every ``every``-th step's batch logs as ``train/<name>``, each epoch's validation as
+  ``eval/<name>`` (``val_`` dropped);
+* a step the job's run has logged before (the epoch a restart computes again) is not
+  sent again: each step is logged once.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Mapping
 from typing import Any
 
 from slurmtf import events
@@ -31,15 +46,18 @@ from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.tf import compat
 from slurmtf.training.preemption import PreemptionWatcher
 
-__all__ = ["EXIT_PREEMPTED"]  # and PreemptionCheckpoint, built on first use (__getattr__)
+__all__ = ["EXIT_PREEMPTED"]  # PreemptionCheckpoint, TrackerLogger: built on first use
 
 _classes: dict[str, Any] = {}
 
 
 def __getattr__(name: str) -> Any:
-    """``PreemptionCheckpoint`` is built on first use, on the ``tf.keras`` in use."""
+    """``PreemptionCheckpoint`` and ``TrackerLogger`` are built on first use, on the
+    ``tf.keras`` in use."""
     if name == "PreemptionCheckpoint":
         return _preemption_checkpoint_class()
+    if name == "TrackerLogger":
+        return _tracker_logger_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -70,7 +88,22 @@ def _preemption_checkpoint_class() -> Any:
     return PreemptionCheckpoint
 
 
-# The Keras callback the mixin below goes with; for mypy only (at run time: object).
+def _tracker_logger_class() -> Any:
+    """``TrackerLogger`` on the ``Callback`` of the ``tf.keras`` in use; built once each."""
+    import tensorflow as tf
+
+    base = tf.keras.callbacks.Callback
+    key = f"logger:{base.__module__}.{base.__qualname__}"
+    if key not in _classes:
+
+        class TrackerLogger(_LogToTrackers, base):  # type: ignore[misc, valid-type]
+            """``fit``'s metrics to the job's tracker runs (module doc)."""
+
+        _classes[key] = TrackerLogger
+    return _classes[key]
+
+
+# The Keras callback the mixins below go with; for mypy only (at run time: object).
 _Callback: Any = object
 
 
@@ -135,3 +168,56 @@ class _ExitOnPreemption(_Callback):  # type: ignore[misc]
             self._agree = agree
         flag = tf.constant(1.0 if self._watcher.requested else 0.0)
         return float(self._agree(flag)) > 0
+
+
+class _LogToTrackers(_Callback):  # type: ignore[misc]
+    """The tracker half of ``TrackerLogger``: :class:`slurmtf.training.trackers.Trackers`
+    opened at the start of ``fit`` and closed at its end."""
+
+    model: Any  # set by Keras
+
+    def __init__(self, *, every: int = 1, params: Mapping[str, Any] | None = None) -> None:
+        if every < 1:
+            from slurmtf.errors import InputError
+
+            raise InputError("every", every, "must be at least 1", "pass 1 to log every step")
+        super().__init__()
+        self._every = every
+        self._params = dict(params or {})
+        self._trackers: Any = None
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        from slurmtf.training.trackers import Trackers
+
+        rank = _rank(self.model.distribute_strategy)
+        self._trackers = Trackers.start(os.environ, rank, rank == 0, self._params)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        step = self._step()
+        if self._trackers is not None and step % self._every == 0:
+            self._trackers.log("train", step, _scalars(logs))
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        found = {
+            k.removeprefix("val_"): v for k, v in _scalars(logs).items() if k.startswith("val_")
+        }
+        if self._trackers is not None and found:
+            self._trackers.log("eval", self._step(), found)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        if self._trackers is not None:
+            self._trackers.close()
+            self._trackers = None
+
+    def _step(self) -> int:
+        """The global step: the optimizer's updates so far (restored with the model)."""
+        return int(self.model.optimizer.iterations.numpy())
+
+
+def _scalars(logs: Any) -> dict[str, float]:
+    """The numbers among Keras's ``logs``."""
+    found = {}
+    for name, value in dict(logs or {}).items():
+        with contextlib.suppress(TypeError, ValueError):
+            found[str(name)] = float(value)
+    return found

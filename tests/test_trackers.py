@@ -169,3 +169,43 @@ def test_every_rank_tracking_keeps_another_ranks_keys_apart() -> None:
     sink.log("train", 1, {"loss": 0.1})
     sink.close()
     assert [key for _, key, _, _ in mlflow.logged] == ["rank1/train/loss"]
+
+
+# --- slurmtf.fit.TrackerLogger's hooks, on a fake model ------------------------------
+
+
+class FakeModel:
+    """What the hooks read: the strategy (no cluster: rank 0) and the optimizer's step."""
+
+    def __init__(self) -> None:
+        self.step = 0
+        self.distribute_strategy = SimpleNamespace()
+        self.optimizer = SimpleNamespace(iterations=SimpleNamespace(numpy=lambda: self.step))
+
+
+def test_the_fit_logger_sends_every_nth_step_and_each_epochs_validation(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from slurmtf.fit import _LogToTrackers
+
+    fake = FakeMlflow()
+    monkeypatch.setattr(Trackers, "start", classmethod(lambda cls, *a: cls((fake, "r1"))))
+    logger = _LogToTrackers(every=2)
+    logger.model = FakeModel()
+    logger.on_train_begin()
+    for step in range(1, 6):
+        logger.model.step = step
+        logger.on_train_batch_end(step - 1, {"loss": step / 10, "note": "text"})
+    logger.on_epoch_end(0, {"loss": 0.3, "val_loss": 0.4, "val_accuracy": 0.9})
+    logger.on_train_end()
+    assert [(k, s) for _, k, _, s in fake.logged] == [
+        ("train/loss", 2), ("train/loss", 4), ("eval/loss", 5), ("eval/accuracy", 5),
+    ]  # fmt: skip
+    assert fake.ended == 1
+
+
+def test_the_fit_logger_says_what_every_must_be() -> None:
+    from slurmtf.fit import _LogToTrackers
+
+    with pytest.raises(InputError, match="every"):
+        _LogToTrackers(every=0)
