@@ -62,6 +62,7 @@ class Lost:
     pids: list[int] = dataclasses.field(default_factory=list)  # the processes broken
     at: float = 0.0
     again: float | None = None
+    broken_at_step: int = 0
 
     def job_log(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
@@ -130,14 +131,25 @@ def lost(paths_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory) 
     """Each job's batch host broken at step 8; returns when each trained again (or after
     the deadline); then the jobs are cancelled and every node mended."""
     jobs = submitted(paths_sandbox, tmp_path_factory.mktemp("lost"))
-    deadline = time.monotonic() + 400
+    yield from break_batch_hosts(paths_sandbox, jobs, lambda job: 8, 400)
+
+
+def break_batch_hosts(
+    sandbox: SlurmSandbox, jobs: dict[str, Lost], at_step: Callable[[Lost], float],
+    seconds: float, mend_s: float = 120,
+) -> Iterator[dict[str, Lost]]:  # fmt: skip
+    """Break each job's batch host (``job.how``) once rank 0 logged ``at_step(job)``;
+    yields ``jobs`` once each trained again (or after ``seconds``); then cancels them and
+    mends every node (within ``mend_s``)."""
+    deadline = time.monotonic() + seconds
     try:
         while time.monotonic() < deadline:
             for job in jobs.values():
-                if not job.at and event_step(job.out) >= 8:
+                step = event_step(job.out)
+                if not job.at and step >= at_step(job):
                     job.host = batch_side(job.folder, job.job_id).host
-                    job.pids = job.how(paths_sandbox.sandbox, job.host)
-                    job.at = time.monotonic()
+                    job.pids = job.how(sandbox.sandbox, job.host)
+                    job.at, job.broken_at_step = time.monotonic(), step
                 elif job.at and job.again is None and trained_in_start(job.out, 2):
                     job.again = time.monotonic() - job.at
             if all(job.again is not None for job in jobs.values()):
@@ -146,10 +158,10 @@ def lost(paths_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory) 
         yield jobs
     finally:
         for job in jobs.values():
-            paths_sandbox.run(["scancel", job.job_id], check=False)
+            sandbox.run(["scancel", job.job_id], check=False)
         broken = [pid for job in jobs.values() for pid in job.pids]
-        if not nodefaults.mend(paths_sandbox.sandbox, broken, timeout=120):
-            pytest.fail(f"nodes not back: {paths_sandbox.sandbox.node_states()}")
+        if not nodefaults.mend(sandbox.sandbox, broken, timeout=mend_s):
+            pytest.fail(f"nodes not back: {sandbox.sandbox.node_states()}")
 
 
 def check(sandbox: SlurmSandbox, job: Lost) -> str:

@@ -21,9 +21,7 @@ freeze to training again, the steps redone).
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +32,8 @@ from slurmtf.events import named, read_events
 from slurmtf.runtime.recovery.record import batch_side_lines, read_record
 from slurmtf.sandbox import nodefaults
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, module_sandbox
-from tests.e2e.jobruns import batch_side, event_step, no_process_left, trained_in_start
+from tests.e2e.jobruns import no_process_left
+from tests.e2e.test_batch_host_paths import Lost, break_batch_hosts
 
 pytestmark = [pytest.mark.slurm, pytest.mark.slow, pytest.mark.long]
 
@@ -42,26 +41,10 @@ SLURMD_TIMEOUT = 60
 STEADY = REPO / "tests" / "scripts" / "steady.py"
 STEADY_STEPS, STEADY_SAVE = 600, 20  # 0.5 s a step: 5 minutes, a save every 10 s
 MNIST_STEPS, MNIST_SAVE = 900, 50
+SAVE_EVERY = {"sbatch": MNIST_SAVE, "model": MNIST_SAVE, "submit": STEADY_SAVE, "het": STEADY_SAVE}
 FREEZE_AT = 0.5  # of the job's steps: well after the first save
 MNIST = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--log_every=1",
          f"--train_steps={MNIST_STEPS}", f"--checkpoint_every={MNIST_SAVE}"]  # fmt: skip
-
-
-@dataclasses.dataclass
-class Shaped:
-    """One job of the module and what became of its batch host."""
-
-    name: str
-    job_id: str
-    steps: int
-    save_every: int
-    folder: Path  # its log folder
-    out: Path  # rank 0's events
-    host: str = ""
-    frozen_at_step: int = 0
-    pids: list[int] = dataclasses.field(default_factory=list)
-    at: float = 0.0
-    again: float | None = None
 
 
 @pytest.fixture(scope="module")
@@ -81,8 +64,8 @@ def submitted_job(sandbox: SlurmSandbox, folder: Path, name: str, *flags: str) -
     return found.group(1)
 
 
-def start_jobs(sandbox: SlurmSandbox, root: Path) -> dict[str, Shaped]:
-    jobs: dict[str, Shaped] = {}
+def start_jobs(sandbox: SlurmSandbox, root: Path) -> dict[str, Lost]:
+    jobs: dict[str, Lost] = {}
     for name, script, shape, args in (
         ("sbatch", "mnist.sbatch", ["-N2", "-w", "node1,node2", "--ntasks-per-node=1"], MNIST),
         ("het", "parameter_server.sbatch",
@@ -103,52 +86,35 @@ def start_jobs(sandbox: SlurmSandbox, root: Path) -> dict[str, Shaped]:
                          f"--output={run}/%x-%j.out", *shape],
             env=env,
         )  # fmt: skip
-        steps, save = (MNIST_STEPS, MNIST_SAVE) if name == "sbatch" else (STEADY_STEPS, STEADY_SAVE)
-        jobs[name] = Shaped(name, jid, steps, save, run / "logs", run / "logs" / "rank0.out")
+        steps = MNIST_STEPS if name == "sbatch" else STEADY_STEPS
+        log = run / f"{name}-{jid}.out"
+        jobs[name] = Lost(name, jid, steps, run / "logs", run / "logs" / "rank0.out", log,
+                          nodefaults.freeze_node)  # fmt: skip
     for name in ("submit", "model"):
         folder = root / name
         folder.mkdir(parents=True)
         if name == "submit":
             steady = f"{PYTHON} {STEADY} --steps={STEADY_STEPS} --checkpoint_every={STEADY_SAVE}"
             flags = [f"--command={steady} --model_dir={folder / 'model'}"]
-            steps, save = STEADY_STEPS, STEADY_SAVE
+            steps = STEADY_STEPS
         else:
             flags = ["--model=mnist", "--", f"--model_dir={folder / 'model'}", *MNIST]
-            steps, save = MNIST_STEPS, MNIST_SAVE
+            steps = MNIST_STEPS
         jid = submitted_job(sandbox, folder, name, *flags)
-        jobs[name] = Shaped(name, jid, steps, save, folder, folder / f"{jid}_0_log.out")
+        out = folder / f"{jid}_0_log.out"
+        jobs[name] = Lost(name, jid, steps, folder, out, out, nodefaults.freeze_node)
     return jobs
 
 
 @pytest.fixture(scope="module")
 def shaped(
     shape_sandbox: SlurmSandbox, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Shaped]]:
+) -> Iterator[dict[str, Lost]]:
     """Each job frozen at :data:`FREEZE_AT` of its steps; returns once each trained again
     (or after the deadline), with the node states then; the jobs are cancelled and every
     node mended afterwards."""
     jobs = start_jobs(shape_sandbox, tmp_path_factory.mktemp("shaped"))
-    deadline = time.monotonic() + 1800
-    try:
-        while time.monotonic() < deadline:
-            for job in jobs.values():
-                step = event_step(job.out)
-                if not job.at and step >= job.steps * FREEZE_AT:
-                    job.host = batch_side(job.folder, job.job_id).host
-                    job.pids = nodefaults.freeze_node(shape_sandbox.sandbox, job.host)
-                    job.at, job.frozen_at_step = time.monotonic(), step
-                elif job.at and job.again is None and trained_in_start(job.out, 2):
-                    job.again = time.monotonic() - job.at
-            if all(job.again is not None for job in jobs.values()):
-                break
-            time.sleep(0.5)
-        yield jobs
-    finally:
-        for job in jobs.values():
-            shape_sandbox.run(["scancel", job.job_id], check=False)
-        broken = [pid for job in jobs.values() for pid in job.pids]
-        if not nodefaults.mend(shape_sandbox.sandbox, broken, timeout=180):
-            pytest.fail(f"nodes not back: {shape_sandbox.sandbox.node_states()}")
+    yield from break_batch_hosts(shape_sandbox, jobs, lambda job: job.steps * FREEZE_AT, 1800, 180)
 
 
 def drained_alive(sandbox: SlurmSandbox, frozen: set[str]) -> dict[str, str]:
@@ -159,7 +125,7 @@ def drained_alive(sandbox: SlurmSandbox, frozen: set[str]) -> dict[str, str]:
 
 @pytest.mark.parametrize("name", ["sbatch", "model", "submit", "het"])
 def test_a_frozen_batch_host_of_a_long_job_costs_a_requeue_and_no_healthy_node(
-    shape_sandbox: SlurmSandbox, shaped: dict[str, Shaped], name: str
+    shape_sandbox: SlurmSandbox, shaped: dict[str, Lost], name: str
 ) -> None:
     job = shaped[name]
     logs = shape_sandbox.logs(job.job_id)
@@ -171,10 +137,10 @@ def test_a_frozen_batch_host_of_a_long_job_costs_a_requeue_and_no_healthy_node(
     done = named(read_events(job.out), "done")[-1]
     assert done["step"] == job.steps, done
     resumed = int(starts[-1]["start_step"])
-    assert resumed >= job.frozen_at_step - job.save_every, (resumed, job.frozen_at_step)
-    print(f"MEASURED {name}: batch host {job.host} frozen at step {job.frozen_at_step} -> "
+    assert resumed >= job.broken_at_step - SAVE_EVERY[name], (resumed, job.broken_at_step)
+    print(f"MEASURED {name}: batch host {job.host} frozen at step {job.broken_at_step} -> "
           f"training again {job.again:.1f} s, resumed at step {resumed} "
-          f"(SlurmdTimeout {SLURMD_TIMEOUT} s, a save every {job.save_every} steps)")  # fmt: skip
+          f"(SlurmdTimeout {SLURMD_TIMEOUT} s, a save every {SAVE_EVERY[name]} steps)")  # fmt: skip
     workers = starts[-1].get("workers") or [f"{starts[-1]['node']}:0"]
     assert job.host not in {w.rsplit(":", 1)[0] for w in workers}, starts
     (line,) = batch_side_lines(read_record(job.folder, job.job_id))

@@ -15,7 +15,7 @@ import pytest
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "tests" / "scripts" / "fit_tracked.py"
+SCRIPT = ROOT / "tests" / "scripts" / "fit_checks.py"
 EPOCHS, STEPS, KILL_AT = 3, 5, 8  # rank 1 dies in the second epoch (steps 6-10)
 
 
@@ -26,8 +26,8 @@ def test_a_fit_script_logs_every_step_once_to_one_run_through_a_killed_rank(
     from mlflow.tracking import MlflowClient
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    command = (f"{sys.executable} {SCRIPT} --model_dir={tmp_path / 'model'} --epochs={EPOCHS} "
-               f"--steps={STEPS} --kill_at={KILL_AT}")  # fmt: skip
+    command = (f"{sys.executable} {SCRIPT} --mode=tracked --model_dir={tmp_path / 'model'} "
+               f"--epochs={EPOCHS} --steps={STEPS} --kill_at={KILL_AT}")  # fmt: skip
     env = {"MLFLOW_TRACKING_URI": store, "SLURMTF_WARM_STANDBY": "0", "PYTHONPATH": str(ROOT),
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # fmt: skip
     done = subprocess.run(

@@ -4,7 +4,10 @@
 and TensorBoard under ``--model_dir``; then evaluate and predict. ``--mode=preempt``: fit
 with :class:`slurmtf.fit.PreemptionCheckpoint`, sleeping ``--sleep`` s per batch so that a
 signal lands mid-run. ``--mode=backup``: fit with BackupAndRestore alone, as slowly, so
-that a rank killed mid-run resumes from the last epoch's backup. Every result is a JSON
+that a rank killed mid-run resumes from the last epoch's backup. ``--mode=tracked``: fit
+with PreemptionCheckpoint and :class:`slurmtf.fit.TrackerLogger` (the job's tracker
+runs), rank 1 SIGKILLing itself after global step ``--kill_at`` of the job's first
+attempt, so that the restart computes its epoch again. Every result is a JSON
 line (``fit``, ``evaluate``, ``predict``, ``epoch_end``, ``done``); rank and worker count
 come from the resolver.
 """
@@ -13,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -38,12 +43,15 @@ def data(seed: int, n: int) -> tuple[Any, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mode", choices=["features", "preempt", "backup"], default="features")
+    parser.add_argument(
+        "--mode", choices=["features", "preempt", "backup", "tracked"], default="features"
+    )
     parser.add_argument("--model_dir", required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--global_batch", type=int, default=32)
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument("--kill_at", type=int, default=0)
     args = parser.parse_args()
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
@@ -99,6 +107,8 @@ def main() -> None:
         slow = keras.callbacks.LambdaCallback(on_batch_end=lambda b, logs: time.sleep(args.sleep))
         backup = keras.callbacks.BackupAndRestore(str(d / "backup"))
         model.fit(train, epochs=args.epochs, callbacks=[backup, slow, on_epoch], verbose=2)
+    elif args.mode == "tracked":
+        fit_tracked(model, train, val, args, rank)
     else:
         from slurmtf.fit import PreemptionCheckpoint
 
@@ -107,6 +117,23 @@ def main() -> None:
         model.fit(train, epochs=args.epochs, callbacks=callbacks, verbose=2)
     checksum = float(sum(np.asarray(w, np.float64).sum() for w in model.get_weights()))
     emit("done", rank=rank, num_workers=layout.num_workers, weights_checksum=checksum)
+
+
+def fit_tracked(model: Any, train: Any, val: Any, args: argparse.Namespace, rank: int) -> None:
+    from slurmtf.fit import PreemptionCheckpoint, TrackerLogger
+
+    first = os.environ.get("SLURM_RESTART_COUNT", "0") == "0"
+
+    def maybe_die(batch: int, logs: Any) -> None:
+        if first and rank == 1 and int(model.optimizer.iterations.numpy()) == args.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    callbacks = [
+        PreemptionCheckpoint(str(Path(args.model_dir) / "backup")),
+        TrackerLogger(params={"epochs": args.epochs}),
+        tf.keras.callbacks.LambdaCallback(on_train_batch_end=maybe_die),
+    ]
+    model.fit(train, epochs=args.epochs, validation_data=val, callbacks=callbacks, verbose=0)
 
 
 if __name__ == "__main__":
