@@ -1,6 +1,7 @@
 """The package's layout: old module names still import, a job pickled by an earlier
 layout still loads, docs/ARCHITECTURE.md's diagram shows every top-level entry, and each
-package's docstring lists its modules, one line each."""
+package's docstring lists its modules, one line each, and every code name its concept
+table gives is in the code."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from submitit.core.utils import DelayedSubmission
 import slurmtf
 from slurmtf.launch import TaskLauncher
 from slurmtf.spec.jobspec import JobSpec, task_command
-from tests.helpers import module_lists
+from tests.helpers import doc_names, module_lists
 
 ROOT = Path(__file__).resolve().parents[1]
 # submitit job files (a DelayedSubmission of TaskLauncher) pickled by earlier layouts:
@@ -136,3 +137,41 @@ def test_the_architecture_module_tables_are_the_package_docstrings_lists() -> No
         "docs/ARCHITECTURE.md's module tables differ from the package docstrings: "
         "run python3 -m tests.helpers.module_lists"
     )
+
+
+def concept_table(home: str) -> str:
+    """A concept table of one row whose home column is ``home``."""
+    return (
+        "## Where each concept lives\n| concept | home | used by |\n| --- | --- | --- |\n"
+        f"| x | {home} | y |\n"
+    )
+
+
+def test_every_name_of_the_architecture_concept_table_is_in_the_code() -> None:
+    stale = doc_names.stale_names()
+    assert not stale, f"docs/ARCHITECTURE.md names what the code does not have: {stale}"
+
+
+@pytest.mark.parametrize(
+    ("home", "stale"),
+    [
+        ("`slurmtf/cli/__init__.py` `underscore_flags`", "cli/__init__.py: underscore_flags"),
+        ("`slurmtf/runtime/recovery/node_choice.py` (`Nodes` (`kills`))", "choice.py: kills"),
+        ("`slurmtf/runtime/job/` `supervisor.py` (`Supervisor.gone`)", "Supervisor.gone"),
+        ("`slurmtf/job.sh` `slurmtf_resv_args`", "slurmtf/job.sh: slurmtf_resv_args"),
+        ("`slurmtf/nowhere.py` `x`", "no such file: slurmtf/nowhere.py"),
+        ("`slurmtf/spec/values.py` `JobSpec.gird`", "values.py: JobSpec.gird"),
+    ],
+)
+def test_a_stale_name_of_the_concept_table_is_found(home: str, stale: str) -> None:
+    found = doc_names.stale_names(concept_table(home))
+    assert len(found) == 1, found
+    assert found[0].endswith(stale)
+
+
+def test_names_the_code_has_pass_the_concept_table_check() -> None:
+    home = (
+        "`slurmtf/runtime/job/` `supervisor.py` (`Supervisor`), `slurmtf/spec/values.py` "
+        "`JobSpec.grid`, `after_step.decide_and_record`, `SLURMTF_HEARTBEAT_S`, `recovery`"
+    )
+    assert doc_names.stale_names(concept_table(home)) == []
