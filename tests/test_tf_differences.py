@@ -87,3 +87,52 @@ def test_every_release_difference_of_slurmtf_tf_is_in_the_table() -> None:
         if not any(f"`slurmtf/tf/{path.name}`" in r[2] and f"`{name}`" in r[2] for r in rows)
     ]
     assert found == [], f"not in docs/TENSORFLOW_VERSIONS.md's table ('handled in'): {found}"
+
+
+# Public functions of slurmtf/tf/ that look for an attribute (hasattr, getattr with a
+# default) without handling a release difference, and why.
+NOT_RELEASE_DIFFERENCES = {
+    "keras_compat.py is_chief": "a model outside any strategy writes as the chief",
+}
+
+
+def feature_checks(path: Path) -> list[str]:
+    """The public functions and classes of ``path`` that look for an attribute."""
+    found = []
+    for node in ast.parse(path.read_text()).body:
+        if not isinstance(node, ast.FunctionDef | ast.ClassDef) or node.name.startswith("_"):
+            continue
+        calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+        if any(
+            isinstance(c.func, ast.Name)
+            and (c.func.id == "hasattr" or (c.func.id == "getattr" and len(c.args) == 3))
+            for c in calls
+        ):
+            found.append(node.name)
+    return found
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_every_feature_check_of_slurmtf_tf_is_a_marked_release_difference(path: Path) -> None:
+    unmarked = [
+        name
+        for name in feature_checks(path)
+        if name not in marked(path) and f"{path.name} {name}" not in NOT_RELEASE_DIFFERENCES
+    ]
+    assert not unmarked, (
+        f"{path.name}: {unmarked} look for an attribute but are not in RELEASE_DIFFERENCES "
+        "(add them, and a row to docs/TENSORFLOW_VERSIONS.md's table, or say why not in "
+        "NOT_RELEASE_DIFFERENCES)"
+    )
+
+
+def test_an_unmarked_feature_check_is_found(tmp_path: Path) -> None:
+    module = tmp_path / "new.py"
+    module.write_text(
+        "RELEASE_DIFFERENCES = ('marked',)\n"
+        "def marked(x):\n    return hasattr(x, 'a')\n"
+        "def unmarked(x):\n    return getattr(x, 'b', None)\n"
+        "def plain(x):\n    return getattr(x, 'c')\n"
+    )
+    assert feature_checks(module) == ["marked", "unmarked"]
+    assert [n for n in feature_checks(module) if n not in marked(module)] == ["unmarked"]

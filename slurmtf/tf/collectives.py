@@ -10,6 +10,9 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+# The functions that handle a release difference (docs/TENSORFLOW_VERSIONS.md's table).
+RELEASE_DIFFERENCES = ("reuse_collective_instance_keys", "local_initial_values")
+
 
 def reuse_collective_instance_keys() -> bool:
     """Keep a multi-worker process's memory flat however many steps it runs.

@@ -22,6 +22,7 @@ RELEASE_DIFFERENCES = (
     "scale_loss",
     "unscale_gradients",
     "skips_aggregation",
+    "bypass_gradient_sum",
     "apply_gradients",
     "variable_value",
     "optimizer_variables",
@@ -88,6 +89,27 @@ def skips_aggregation(optimizer: Any) -> bool:
     """Whether ``apply_gradients`` can be told the gradients are summed already
     (``skip_gradients_aggregation``: Keras 2; Keras 3 has no such argument)."""
     return "skip_gradients_aggregation" in inspect.signature(optimizer.apply_gradients).parameters
+
+
+# Keras 3's TensorFlow optimizer sums the replicas' gradients in this method.
+GRADIENT_SUM = "_all_reduce_sum_gradients"
+
+
+def bypass_gradient_sum(optimizer: Any) -> bool:
+    """Make Keras 3's optimizer (and a loss-scale optimizer's inner one) apply gradients
+    as given, summed already by the caller: its ``_all_reduce_sum_gradients`` hook made
+    the identity. False, and nothing changed, when an optimizer has no such hook."""
+    inner = getattr(optimizer, "inner_optimizer", None)  # LossScaleOptimizer
+    targets = [optimizer] if inner is None else [optimizer, inner]
+    if not all(hasattr(target, GRADIENT_SUM) for target in targets):
+        return False
+    for target in targets:
+        object.__setattr__(target, GRADIENT_SUM, _as_given)
+    return True
+
+
+def _as_given(grads_and_vars: Any) -> Any:
+    return list(grads_and_vars)
 
 
 def apply_gradients(optimizer: Any, grads_and_vars: Any, *, summed: bool) -> Any:

@@ -49,7 +49,7 @@ from slurmtf.tf import compat
 # The functions that handle a release difference (docs/TENSORFLOW_VERSIONS.md's table).
 RELEASE_DIFFERENCES = ("fix_older_keras", "sums_in_merge")
 
-REDUCTION = "_all_reduce_sum_gradients"
+REDUCTION = compat.GRADIENT_SUM
 _MARK = "_slurmtf_fixed"
 _IN_FIT = threading.local()  # .replicas: set while fit's train_step is traced
 

@@ -12,7 +12,8 @@ survive. ``--bytes_per_pack`` splits the all-reduce into packs of that size
 Every training step all-reduces here, so that no variable changes before every
 gradient is summed (slurmtf.training.steps), and Keras's own all-reduce is switched off
 for the training optimizer (Keras 3 has no ``skip_gradients_aggregation``; its TF
-optimizer sums gradients in ``_all_reduce_sum_gradients``, which is bypassed).
+optimizer sums gradients in ``_all_reduce_sum_gradients``, which
+:func:`slurmtf.tf.compat.bypass_gradient_sum` bypasses).
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ DTYPES = ("fp32", "bf16", "fp16")
 # fp16 sums are scaled so their bound is at most this (fp16's largest value is 65504).
 FP16_TARGET = 2.0**14
 _MAX_EXPONENT = 100.0  # 2**100 is far inside fp32's range
-_KERAS_HOOK = "_all_reduce_sum_gradients"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,11 +92,6 @@ def all_reduce(grads: Sequence[Any], spec: GradReduce) -> list[Any]:
     ]
 
 
-def _optimizers(optimizer: Any) -> list[Any]:
-    inner = getattr(optimizer, "inner_optimizer", None)  # LossScaleOptimizer
-    return [optimizer] if inner is None else [optimizer, inner]
-
-
 def take_over_reduction(optimizer: Any, spec: GradReduce) -> None:
     """Switch off the optimizer's own gradient all-reduce (``spec`` names it in errors).
 
@@ -107,16 +102,9 @@ def take_over_reduction(optimizer: Any, spec: GradReduce) -> None:
     """
     if compat.skips_aggregation(optimizer):
         return  # Keras 2: apply_gradients is told instead (slurmtf.tf.compat.apply_gradients)
-    targets = _optimizers(optimizer)
-    if not all(hasattr(o, _KERAS_HOOK) for o in targets):
+    if not compat.bypass_gradient_sum(optimizer):
         raise SlurmtfError(
             f"--allreduce_dtype={spec.dtype} --bytes_per_pack={spec.bytes_per_pack}: this Keras "
-            f"optimizer ({type(optimizer).__name__}) has no {_KERAS_HOOK} to bypass, so "
+            f"optimizer ({type(optimizer).__name__}) has no gradient sum to bypass, so "
             "gradients would be summed twice. HINT: use --allreduce_dtype=fp32 --bytes_per_pack=0"
         )
-    for opt in targets:
-        object.__setattr__(opt, _KERAS_HOOK, _as_reduced)
-
-
-def _as_reduced(grads_and_vars: Any) -> Any:
-    return list(grads_and_vars)
