@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -64,11 +65,27 @@ def parser(bench: Benchmark) -> argparse.ArgumentParser:
     out = argparse.ArgumentParser(description=bench.description.split("\n\n")[0])
     out.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     out.add_argument("--out", type=Path, help="write NAME.json, NAME.md and the plots here")
+    out.add_argument(
+        "--record",
+        type=lambda text: record_name(bench.name, text),
+        help=f"write RECORD.json... instead of NAME: a variant kept beside the others, "
+        f"named {bench.name}_WHAT or {bench.name}-WHAT (e.g. {bench.name}_22.05)",
+    )
     if bench.worker is not None:
         out.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     if bench.arguments is not None:
         bench.arguments(out)
     return out
+
+
+def record_name(name: str, record: str) -> str:
+    """A variant's record name (``batch_host_22.05``): the benchmark's ``name``, then ``_``
+    or ``-`` and a word, so that every file in docs/benchmarks/ names its producer."""
+    if not re.fullmatch(rf"{re.escape(name)}(?:[_-][\w.-]+)?", record):
+        raise argparse.ArgumentTypeError(
+            f"{record!r} does not name this benchmark. HINT: {name}_WHAT or {name}-WHAT"
+        )
+    return record
 
 
 def main(bench: Benchmark, argv: Sequence[str] | None = None) -> int:
@@ -82,17 +99,21 @@ def main(bench: Benchmark, argv: Sequence[str] | None = None) -> int:
     if not result.get("pending") and not result.get("error"):
         print(bench.markdown(result))
     if args.out is not None:
-        write(bench, result, args.out)
+        write(bench, result, args.out, args.record)
     return 0
 
 
-def write(bench: Benchmark, result: JSONDict, out_dir: Path) -> list[Path]:
-    """``NAME.json``, ``NAME.md`` and the plots of ``result`` in ``out_dir``."""
+def write(
+    bench: Benchmark, result: JSONDict, out_dir: Path, record: str | None = None
+) -> list[Path]:
+    """``NAME.json``, ``NAME.md`` and the plots of ``result`` in ``out_dir`` (``record``:
+    ``RECORD.json`` and ``RECORD.md`` instead)."""
+    name = record or bench.name
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{bench.name}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    (out_dir / f"{name}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     if result.get("pending") or result.get("error"):
         return []
-    (out_dir / f"{bench.name}.md").write_text(bench.markdown(result) + "\n")
+    (out_dir / f"{name}.md").write_text(bench.markdown(result) + "\n")
     return [] if bench.plot is None else bench.plot(result, out_dir)
 
 

@@ -43,7 +43,7 @@ from benchmarks.harness import (
     submit_job,
     trend,
 )
-from benchmarks.protocol import figure
+from benchmarks.protocol import figure, record_name
 from slurmtf.events import parse_events
 
 ENDLESS = "--train_steps=1000000000"
@@ -347,8 +347,8 @@ def _until(result: JSONDict) -> str:
     return f", until the first evaluation at {until:g} s" if until else ""
 
 
-def plot(result: JSONDict, out_dir: Path) -> list[Path]:
-    path = out_dir / f"soak-{result['model']}.png"
+def plot(result: JSONDict, out_dir: Path, record: str | None = None) -> list[Path]:
+    path = out_dir / f"{record or 'soak-' + result['model']}.png"
     keys = [("threads", "threads", 1), ("rss_kb", "RSS (MB)", 1024), ("fds", "open fds", 1)]
     if "anon_kb" in result["samples"][0]:
         keys += [("anon_kb", "RssAnon (MB)", 1024), ("file_kb", "RssFile (MB)", 1024)]
@@ -402,6 +402,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks")
     parser.add_argument(
+        "--record",
+        help="write RECORD.json and RECORD.png instead of soak-MODEL: a variant kept beside "
+        "the others, named soak-MODEL-WHAT (e.g. soak-mnist-2h)",
+    )
+    parser.add_argument(
         "--judge",
         type=Path,
         help="judge the samples of a soak's JSON again instead of running one "
@@ -410,6 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--first_minutes", type=float, help="with --judge: cut the samples")
     parser.add_argument("model_flags", nargs="*", help="after --: flags for the model")
     args = parser.parse_args(argv)
+    try:
+        record = record_name(f"soak-{args.model}", args.record or f"soak-{args.model}")
+    except argparse.ArgumentTypeError as exc:
+        parser.error(f"--record: {exc}")
     if args.judge:
         judged = rejudge(json.loads(args.judge.read_text()), args.first_minutes)
         print(markdown(judged))
@@ -429,8 +438,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     result = run(plan)
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"soak-{args.model}.json").write_text(json.dumps(result, indent=1) + "\n")
-    plot(result, args.out)
+    (args.out / f"{record}.json").write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, args.out, record)
     print(markdown(result))
     return 0 if result["passed"] else 1
 

@@ -10,6 +10,7 @@ import ast
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -20,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from benchmarks import bench_resolver, harness, projection, run_all
-from benchmarks.protocol import Options
+from benchmarks import bench_resolver, harness, projection, run_all, soak
+from benchmarks.protocol import Options, record_name
 from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
 
@@ -294,6 +295,51 @@ def test_the_committed_report_is_the_one_its_json_files_make(tmp_path: Path) -> 
         if (committed / f"{name}.json").exists():
             shutil.copy(committed / f"{name}.json", tmp_path)
     assert run_all.render_report(tmp_path) == (committed / "results.md").read_text()
+
+
+def producer_of(file_name: str) -> str | None:
+    """The module that writes a file of docs/benchmarks/ (``NAME.json`` or a variant
+    ``NAME_WHAT.json`` of a benchmark, its table and plots; a soak's record; the report)."""
+    stem, _, suffix = file_name.rpartition(".")
+    if file_name == "results.md":
+        return "benchmarks.run_all"
+    if file_name == "soak-failures.json":
+        return "benchmarks.soak_failures"
+    for model in soak.MODELS:
+        if suffix in ("json", "png") and re.fullmatch(rf"soak-{model}(-[\w.-]+)?", stem):
+            return "benchmarks.soak"
+    for name in run_all.NAMES:
+        if suffix in ("json", "md", "png") and re.fullmatch(rf"{name}([_-][\w.-]+)?", stem):
+            return run_all.MODULES[name]
+    return None
+
+
+def test_every_file_in_docs_benchmarks_has_a_producer() -> None:
+    orphans = sorted(p.name for p in run_all.DEFAULT_OUT.iterdir() if not producer_of(p.name))
+    assert orphans == [], f"docs/benchmarks/ files no benchmark writes: {orphans}"
+
+
+@pytest.mark.parametrize(
+    ("name", "producer"),
+    [
+        ("batch_host_22.05.json", "benchmarks.bench_batch_host"),
+        ("check-16-lean-run1.json", "benchmarks.bench_check"),
+        ("soak-resnet20-2h.png", "benchmarks.soak"),
+        ("teardown.json", None),
+        ("links_training.md", "benchmarks.bench_links"),
+        ("soak-lstm.json", None),
+        ("resolverx.json", None),
+    ],
+)
+def test_a_file_names_its_producer(name: str, producer: str | None) -> None:
+    assert producer_of(name) == producer
+
+
+def test_a_record_name_must_name_its_benchmark() -> None:
+    assert record_name("batch_host", "batch_host_22.05") == "batch_host_22.05"
+    assert record_name("batch_host", "batch_host") == "batch_host"
+    with pytest.raises(argparse.ArgumentTypeError, match="batch_host_WHAT"):
+        record_name("batch_host", "host_22.05")
 
 
 # ---------------------------------------------------------------------------- scaling
