@@ -128,8 +128,8 @@ def test_a_job_that_advances_goes_past_max_restarts_and_one_that_does_not_stops(
 def test_total_keeps_the_old_count_and_words() -> None:
     budget = count_budget(history(100, 200), 0, Policy(3, "total"), 300, NOW)
     decision = decide(killed(300), budget)
-    assert decision.line("7", 4) == (
-        "restart 3 of 3 in place (MAX_RESTARTS), 4.0 s after rank 1 was killed by SIGKILL"
+    assert decision.line("7", 4).startswith(
+        "restart 3 of 3 in place (MAX_RESTARTS), 4.0 s after rank 1 was killed by SIGKILL;"
     )
     spent = count_budget(history(100, 200, 300), 0, Policy(3, "total"), 400, NOW)
     assert decide(killed(400), spent).why.endswith(

@@ -3,6 +3,7 @@ chosen, pruned once a periodic save holds them; and the restart line that names 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -97,7 +98,19 @@ def test_the_restart_line_says_where_the_next_start_resumes() -> None:
     line = decision.line("7", seconds=1.4)
     assert line.startswith("restart 1 ")
     assert line.endswith("; resumes at step 391 from rank 0's memory (0 steps redone)"), line
-    assert "steps redone" not in decide(_attempt({}, 390), Budget(used=0, limit=3)).line("7")
+    trained = _attempt({}, 390)
+    trained = dataclasses.replace(trained, events={0: [{"event": "progress", "step": 390}]})
+    unsaved = decide(trained, Budget(used=0, limit=3)).line("7")
+    assert "steps redone" not in unsaved
+    assert unsaved.endswith(
+        "; no rank saved step 390 from memory: resumes from the last periodic checkpoint"
+    ), unsaved
+
+
+def test_no_word_on_resuming_when_no_rank_trained() -> None:
+    ending = TaskEnding.parse("srun: error: node2: task 1: Killed")
+    assert ending is not None
+    assert Attempt(137, (ending,), {0: [], 1: []}).resume_words() == ""
 
 
 def test_steps_a_dead_rank_reported_past_the_save_count_as_redone() -> None:

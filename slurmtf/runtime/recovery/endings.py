@@ -164,12 +164,21 @@ class Attempt:
         return reached_step(e for rank in self.events for e in self.events[rank])
 
     def resume_words(self) -> str:
-        """Where the next start resumes, when survivors saved from memory (``rescued``
-        events): ``resumes at step S from rank R's memory (K steps redone)``; else ""."""
+        """Where the next start resumes: ``resumes at step S from rank R's memory (K steps
+        redone)`` when survivors saved from memory (``rescued`` events); when the ranks
+        trained (slurmtf's loop) but none saved (every rank lost at once: a node or the
+        whole allocation), ``no rank saved step S from memory: resumes from the last
+        periodic checkpoint``; else ""."""
         saves = [(e["step"], -r) for r in self.events for e in self.of(r, "rescued")
                  if isinstance(e.get("step"), int)]  # fmt: skip
         if not saves:
-            return ""
+            reached = self.reached()
+            if not reached:
+                return ""
+            return (
+                f"no rank saved step {reached} from memory: "
+                "resumes from the last periodic checkpoint"
+            )
         step, rank = max(saves)
         redone = max((self.reached() or 0) - step, 0)
         steps = "step" if redone == 1 else "steps"
