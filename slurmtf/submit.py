@@ -129,8 +129,8 @@ def submit_slurm(spec: JobSpec, out: TextIO) -> tuple[str, list[str]]:
         code = getattr(cause, "returncode", 1)
         raise SlurmCommandError("sbatch", code, str(getattr(cause, "stderr", "") or exc)) from exc
     ids = [str(job.job_id) for job in jobs]
-    for job_id in ids:
-        jobrecord.append(job_id, spec.folder, SUBMITIT_LOG_NAME, spec.job_name)
+    for job_id, params in zip(ids, grid, strict=True):
+        jobrecord.append(job_id, spec.folder, SUBMITIT_LOG_NAME, spec.job_name, params=params)
     main_id = ids[0].split("_")[0] if len(ids) > 1 else ids[0]
     kind = f"job array {main_id} ({len(ids)} tasks)" if len(ids) > 1 else f"job {main_id}"
     print(f"slurmtf: submitted {kind}: {shape(spec, 'node(s) x ', ' task(s)')}", file=out)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -171,7 +172,14 @@ def test_submit_prints_job_id_and_log_paths(
 def test_submit_sweep_is_one_array(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     body = 'grep -q "#SBATCH --array=0-3%2" "$1" || exit 3; echo "Submitted batch job 77"'
     bindir = fake_slurm(tmp_path, body)
+    for name in ("scontrol", "squeue", "sacct"):  # the array is not known yet
+        fake = bindir / name
+        fake.write_text(
+            '#!/bin/bash\necho "slurm_load_jobs error: Invalid job id specified" >&2\nexit 1\n'
+        )
+        fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}:/usr/bin:/bin")
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     out = io.StringIO()
     argv = [
         "--model=mnist",
@@ -185,6 +193,12 @@ def test_submit_sweep_is_one_array(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "job array 77 (4 tasks)" in text
     assert "77_3 {'lr': '2', 'seed': '4'} logs:" in text
     assert f"rank 0: {tmp_path}/77_2_0_log.out" in text
+    # The HParams table has every point's parameters before any has run.
+    written = json.loads((tmp_path / "77_hparams" / "sweep.json").read_text())
+    assert [p["params"] for p in written["points"]] == [
+        {"lr": lr, "seed": seed} for lr in ("1", "2") for seed in ("3", "4")
+    ]
+    assert written["params"] == ["lr", "seed"]
 
 
 def test_slurm_refusal_is_shown_plainly(

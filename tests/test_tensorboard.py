@@ -8,6 +8,7 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -108,12 +109,62 @@ def test_logdir_spec_and_command_lines() -> None:
     runs = [Run("lr=0.1", Path("/m/a")), Run("hparams", Path("/m/h"))]
     spec = board.logdir_spec(runs)
     assert spec == "lr=0.1:/m/a,hparams:/m/h"
-    command = board.board_command(spec, 6123, "localhost", python="py")
+    command = board.board_command(spec, 6123, "localhost", python="py", spec=True)
     assert command[:2] == ["py", "-c"]
     assert "tensorboard.compat.notf" in command[2]  # TensorBoard without TensorFlow
     assert command[3:] == ["--logdir_spec", spec, "--port", "6123", "--host", "localhost"]
+    assert board.board_command("/tmp/l", 1, "h", python="py")[3:5] == ["--logdir", "/tmp/l"]
     with pytest.raises(InputError, match="HINT: rename"):
         board.logdir_spec([Run("x", Path("/a,b"))])
+
+
+def test_links_name_each_run_and_follow_new_ones(tmp_path: Path) -> None:
+    first = _summaries(tmp_path / "9_0_model" / "train").parent
+    later = _summaries(tmp_path / "9_1_model" / "train").parent
+    odd = _summaries(tmp_path / "a,b" / "train").parent  # a ',' is fine in a link's target
+    links = board.Links.create()
+    try:
+        assert links.update([Run("lr=0.1", first), Run("x/y", odd)]) == ["lr=0.1", "x/y"]
+        assert links.update([Run("lr=0.1", first)]) == []  # linked already
+        assert links.update([Run("lr=0.1", first), Run("lr=0.01", later)]) == ["lr=0.01"]
+        names = sorted(p.name for p in links.folder.iterdir())
+        assert names == ["lr=0.01", "lr=0.1", "x_y"]
+        assert (links.folder / "lr=0.01" / "train").is_dir()
+        moved = _summaries(tmp_path / "elsewhere" / "train").parent
+        assert links.update([Run("lr=0.1", moved)]) == ["lr=0.1"]
+        assert (links.folder / "lr=0.1").readlink() == moved
+    finally:
+        links.remove()
+    assert not links.folder.exists()
+    assert (first / "train").is_dir()  # what the links named is left as it was
+
+
+def test_serve_links_new_runs_while_tensorboard_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real child in TensorBoard's place; the job's runs grow between two looks."""
+    monkeypatch.setattr(board, "REFRESH_S", 0.1)
+    folders = [_summaries(tmp_path / f"9_{t}_model" / "train").parent for t in range(2)]
+    looks = [[Run("a", folders[0])], [Run("a", folders[0]), Run("b", folders[1])]]
+    said: list[str] = []
+    links = board.Links.create()
+    done = tmp_path / "done"
+
+    def runs() -> list[Run]:
+        found = looks.pop(0) if len(looks) > 1 else looks[0]
+        if len(found) == 2:
+            done.touch()  # the child ends at its next look
+        return found
+
+    child = [sys.executable, "-c", f"import os, time\nwhile not os.path.exists({str(done)!r}): "
+             "time.sleep(0.05)\ntime.sleep(0.3)"]  # fmt: skip
+    try:
+        links.update(looks[0])  # as the command does before TensorBoard starts
+        assert board.serve(child, links, runs, said.append) == 0
+        assert sorted(p.name for p in links.folder.iterdir()) == ["a", "b"]
+    finally:
+        links.remove()
+    assert said == ["slurmtf: new run(s) in TensorBoard: b"], said
 
 
 @pytest.mark.parametrize(
@@ -135,6 +186,7 @@ def test_dry_run_prints_the_command_and_the_ssh_line(
     assert out[0] == "slurmtf: TensorBoard over 1 run(s): run1"
     assert shlex.split(out[1])[-6:] == [
         "--logdir_spec", f"run1:{folder}", "--port", "7001", "--host", "localhost"]  # fmt: skip
+    assert not list(Path(tempfile.gettempdir()).glob("slurmtf-board-*")), "a dry run links"
     assert "ssh -L 7001:localhost:7001 " in out[2]
     assert board.free_port("127.0.0.1") > 0
 

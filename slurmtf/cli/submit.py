@@ -193,8 +193,10 @@ def _script_lines(group: argparse._ArgumentGroup) -> None:
 
 
 def _sweep_hparams(job_id: str) -> None:
-    """A waited-for sweep's HParams data for ``slurmtf tensorboard`` (``slurmtf sweep``
-    brings it up to date later): best effort, the job's status is what submit returns."""
+    """A sweep's HParams data for TensorBoard, at its submission (each point's
+    parameters) and at the end of ``--wait`` (its results); ``slurmtf sweep`` and
+    ``slurmtf tensorboard`` bring it up to date. Best effort: the job's status is what
+    submit returns."""
     from slurmtf.monitor.hparams import write_rows
     from slurmtf.monitor.sweeps import collect
 
@@ -351,6 +353,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
             ["sbatch"],
             asked=f"sbatch of job {spec.job_name!r} ({spec.node_count} node(s), via submitit)",
         )
+        if len(ids) > 1:
+            _sweep_hparams(main_id)  # every point's parameters, before any has run
         if not options.wait:
             return 0
         status: int = follow(

@@ -5,7 +5,8 @@ logs (a job array: every task's run, named by its parameters, and the sweep's HP
 table). DIR is a folder of summaries (a ``--model_dir``, a TensorBoard callback's
 ``log_dir``). TensorBoard listens on a free port of localhost (``--port``, ``--bind``);
 the ``ssh -L`` line to run on a laptop is printed, then it runs until Ctrl-C. It works
-while the job runs (TensorBoard reloads) and after it ends. Needs TensorBoard:
+while the job runs (TensorBoard reloads; a job array's tasks that start later, and its
+HParams table, are looked up again every 30 s) and after it ends. Needs TensorBoard:
 ``pip install 'slurmtf[tensorboard]'``; TensorFlow is not imported.
 """
 
@@ -61,19 +62,27 @@ def _tensorboard(args: argparse.Namespace, runner: Runner) -> int:
     if not 0 <= args.port < 65536:
         raise InputError("--port", args.port, "is not a port", "e.g. --port=6006, or 0: a free one")
     runs = runs_for(args.target, runner, args.log_dir)
-    spec = board.logdir_spec(runs)
     if not args.dry_run:
         board.check_installed()
     port = args.port or board.free_port(args.bind)
-    command = board.board_command(spec, port, args.bind)
     print(f"slurmtf: TensorBoard over {len(runs)} run(s): {', '.join(r.name for r in runs)}")
     if args.dry_run:
-        print(shlex.join(command))
+        spec = board.logdir_spec(runs)
+        print(shlex.join(board.board_command(spec, port, args.bind, spec=True)))
     print(f"slurmtf: on your laptop run:  {board.ssh_line(port, args.bind)}")
     print(f"slurmtf: then open http://localhost:{port}/ (Ctrl-C stops TensorBoard)", flush=True)
     if args.dry_run:
         return 0
-    return board.serve(command)
+    links = board.Links.create()
+    try:
+        links.update(runs)
+        command = board.board_command(str(links.folder), port, args.bind)
+        again = None if Path(args.target).is_dir() else (
+            lambda: runs_for(args.target, runner, args.log_dir)
+        )  # fmt: skip
+        return board.serve(command, links, again, lambda line: print(line, flush=True))
+    finally:
+        links.remove()
 
 
 def main(argv: Sequence[str] | None = None, runner: Runner = default_runner) -> int:

@@ -4,19 +4,26 @@
 chief writes TensorBoard summaries into, and any folder flag a script's own TensorBoard
 callback was given, read from rank 0's ``launch`` events), one run per array task for a
 sweep, named by the task's parameters. :func:`folder_runs` takes a folder as it is.
-:func:`logdir_spec`, :func:`board_command` and :func:`ssh_line` are functions of values;
-:func:`serve` starts TensorBoard and waits. TensorBoard runs without TensorFlow (its
-``notf`` stub), so this never imports TensorFlow, whether or not it is installed.
+:class:`Links` is the folder TensorBoard reads: a link per run, named by it, kept up to
+date while TensorBoard runs, so that a job array's tasks that start later show up
+without a restart. :func:`logdir_spec` (the same runs as one command line, for
+``--dry_run``), :func:`board_command` and :func:`ssh_line` are functions of values;
+:func:`serve` starts TensorBoard and looks for new runs until it ends. TensorBoard runs
+without TensorFlow (its ``notf`` stub), so this never imports TensorFlow, whether or not
+it is installed.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import getpass
+import os
+import shutil
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from slurmtf.errors import InputError, SlurmtfError
@@ -34,6 +41,7 @@ INSTALL_LINE = "pip install 'slurmtf[tensorboard]'"
 # Flags of the launched command that name a folder summaries may be written to.
 FOLDER_FLAGS = ("model_dir", "logdir", "log_dir", "tensorboard_dir", "summary_dir", "tb_dir")
 STOP_WAIT_S = 10.0
+REFRESH_S = 30.0  # how often serve() looks for new runs (a sweep's later tasks)
 # TensorBoard's own entry point with its TensorFlow stub forced: TensorFlow, when it is
 # installed, is not imported (seconds of start-up and memory on a login node).
 NOTF_MAIN = (
@@ -194,6 +202,41 @@ def logdir_spec(runs: Sequence[Run]) -> str:
     return ",".join(f"{run.name}:{run.path}" for run in runs)
 
 
+def link_name(name: str) -> str:
+    """A run's name as one entry of a folder (no ``/``, not hidden)."""
+    return name.replace(os.sep, "_").lstrip(".") or "run"
+
+
+class Links:
+    """The folder TensorBoard reads (``--logdir``): one symbolic link per run, named by
+    it, in a temporary folder of its own (TensorBoard's file walk follows links). New runs
+    are linked as they appear; the folder is removed at the end, never what it links to."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    @classmethod
+    def create(cls) -> Links:
+        return cls(Path(tempfile.mkdtemp(prefix="slurmtf-board-")))
+
+    def update(self, runs: Sequence[Run]) -> list[str]:
+        """Link every run not linked yet (a link whose run moved is pointed at its new
+        folder); the names of the runs linked now."""
+        added = []
+        for run in runs:
+            link = self.folder / link_name(run.name)
+            if link.is_symlink() and link.readlink() == run.path:
+                continue
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to(run.path, target_is_directory=True)
+            added.append(run.name)
+        return added
+
+    def remove(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
 def free_port(bind: str) -> int:
     """A port nothing listens on at ``bind`` now (the OS's choice)."""
     with socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET) as sock:
@@ -202,9 +245,13 @@ def free_port(bind: str) -> int:
         return port
 
 
-def board_command(spec: str, port: int, bind: str, python: str = sys.executable) -> list[str]:
-    """The TensorBoard command line (TensorFlow stubbed out)."""
-    return [python, "-c", NOTF_MAIN, "--logdir_spec", spec, "--port", str(port), "--host", bind]
+def board_command(
+    logdir: str, port: int, bind: str, python: str = sys.executable, *, spec: bool = False
+) -> list[str]:
+    """The TensorBoard command line (TensorFlow stubbed out) over the folder ``logdir``,
+    or with ``spec`` over a ``--logdir_spec`` value (``name:path,...``: :func:`logdir_spec`)."""
+    flag = "--logdir_spec" if spec else "--logdir"
+    return [python, "-c", NOTF_MAIN, flag, logdir, "--port", str(port), "--host", bind]
 
 
 def ssh_line(port: int, bind: str = "localhost", user: str = "", host: str = "") -> str:
@@ -224,11 +271,22 @@ def check_installed() -> None:
         raise SlurmtfError(f"tensorboard is not installed. HINT: {INSTALL_LINE}") from exc
 
 
-def serve(command: Sequence[str]) -> int:
-    """Run TensorBoard until it ends or Ctrl-C; Ctrl-C stops it (bounded wait) and is 0."""
+def serve(
+    command: Sequence[str],
+    links: Links | None = None,
+    runs: Callable[[], Sequence[Run]] | None = None,
+    say: Callable[[str], None] = print,
+) -> int:
+    """Run TensorBoard until it ends or Ctrl-C; Ctrl-C stops it (bounded wait) and is 0.
+    Every :data:`REFRESH_S` s the job's ``runs`` are looked up again and new ones linked
+    into ``links`` (a lookup that fails, Slurm silent say, is tried at the next look)."""
     process = subprocess.Popen(list(command))
     try:
-        return process.wait()
+        while True:
+            try:
+                return process.wait(REFRESH_S if runs is not None else None)
+            except subprocess.TimeoutExpired:
+                _refresh(links, runs, say)
     except KeyboardInterrupt:
         process.terminate()
         try:
@@ -237,3 +295,16 @@ def serve(command: Sequence[str]) -> int:
             process.kill()
             process.wait()
         return 0
+
+
+def _refresh(
+    links: Links | None, runs: Callable[[], Sequence[Run]] | None, say: Callable[[str], None]
+) -> None:
+    if links is None or runs is None:
+        return
+    try:
+        added = links.update(runs())
+    except (SlurmtfError, OSError):
+        return
+    if added:
+        say(f"slurmtf: new run(s) in TensorBoard: {', '.join(added)}")

@@ -39,6 +39,7 @@ class JobPlace:
     pattern: str
     source: str  # "slurm", "record" or "default"
     model_dir: Path | None = None  # where its summaries are, when the record names it
+    params: Mapping[str, str] | None = None  # a sweep point's, when the record names them
 
     def rank_log(self, rank: int, kind: str = "out") -> Path:
         return self.log_dir / self.pattern.format(job=self.job_id, rank=rank, kind=kind)
@@ -66,8 +67,10 @@ def append(
     path: Path | None = None,
     *,
     model_dir: Path | None = None,
+    params: Mapping[str, object] | None = None,
 ) -> None:
-    """Add one job to the record (best effort: a read-only home must not fail a submit)."""
+    """Add one job to the record (best effort: a read-only home must not fail a submit);
+    ``params``: a sweep point's parameters, known before its task starts."""
     path = path or record_path()
     entry = {
         "job_id": job_id,
@@ -76,7 +79,11 @@ def append(
         "name": name,
         "time": int(time.time()),
     }
-    line = json.dumps(entry | ({"model_dir": str(model_dir)} if model_dir else {}))
+    if model_dir:
+        entry["model_dir"] = str(model_dir)
+    if params:
+        entry["params"] = {str(k): str(v) for k, v in params.items()}
+    line = json.dumps(entry)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -155,5 +162,10 @@ def array_tasks(job_id: str, path: Path | None = None) -> dict[int, JobPlace]:
         task = task_id.removeprefix(prefix)
         if task_id.startswith(prefix) and task.isdigit() and "log_dir" in entry:
             pattern = str(entry.get("logs", SCRIPT_LOG_NAME))
-            found[int(task)] = JobPlace(task_id, Path(str(entry["log_dir"])), pattern, "record")
+            params = entry.get("params")
+            found[int(task)] = JobPlace(
+                task_id, Path(str(entry["log_dir"])), pattern, "record",
+                params={str(k): str(v) for k, v in params.items()}
+                if isinstance(params, dict) else None,
+            )  # fmt: skip
     return dict(sorted(found.items()))

@@ -75,11 +75,14 @@ def point(job_id: str, task: int, slurm: tuple[str, int] | None, place: JobPlace
             if error:
                 error = f"rank {rank}: {error}"
                 break
+    events = read_events(place.rank_log(0))
+    if place.params and not any(e.get("event") == "launch" for e in events):
+        events.insert(0, {"event": "launch", "params": dict(place.params)})  # not started yet
     return point_row(
         f"{job_id}_{task}",
         state,
         restarts,
-        read_events(place.rank_log(0)),
+        events,
         logs=str(place.rank_log(0)),
         error=error,
     )
