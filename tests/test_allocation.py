@@ -76,9 +76,20 @@ def test_recovery_text_names_cause_and_cost() -> None:
     text = allocation.recovery_text(RECORDS[0])
     assert "restart after attempt 0" in text
     assert "cause: rank 1 lost" in text
-    assert "cost: 12 s to restart" in text
+    assert "cost: 12 s from the failure to the decision" in text
     assert text.endswith("restart 1/3 in place")
     assert "cause: preempted; exit status 75" in allocation.recovery_text(RECORDS[1])
+
+
+def test_the_start_after_a_decision_writes_what_it_cost() -> None:
+    """The last decision before a start costs the seconds from its failure to the start
+    (its own seconds from the failure to the decision included) and the steps redone."""
+    (first, last) = allocation.new_recovery(RECORDS, [], now=32.0, redone=3)
+    assert "cost: 12 s from the failure to the decision" in first[1]  # superseded: its own
+    assert "cost: 30.0 s from the failure to this start, 3 steps computed again" in last[1]
+    restart = allocation.new_recovery(RECORDS[:1], [], now=10.0, redone=1)[0][1]
+    assert "cost: 21.4 s from the failure to this start, 1 step computed again" in restart
+    assert allocation.start_cost({"action": "requeue"}, 5.0, 0) == ""  # no time: no cost
 
 
 def test_a_restart_writes_no_recovery_line_twice(tmp_path: Path) -> None:

@@ -88,26 +88,51 @@ def record_key(record: Mapping[str, Any]) -> str:
     return f"{record.get('time')}:{record.get('attempt')}:{record.get('action')}"
 
 
-def recovery_text(record: Mapping[str, Any]) -> str:
-    """One recovery decision as text: the action, its cause and its cost."""
+def recovery_text(record: Mapping[str, Any], cost: str = "") -> str:
+    """One recovery decision as text: the action, its cause and its cost (``cost``, when
+    the start after it measured it; else the seconds from the failure to the decision)."""
     action = str(record.get("action", "?"))
     parts = [f"{action} after attempt {record.get('attempt', '?')}"]
     if record.get("why"):
         parts.append(f"cause: {record['why']}")
     if record.get("status") is not None:
         parts.append(f"exit status {record['status']}")
-    if isinstance(record.get("seconds"), int | float):
-        parts.append(f"cost: {record['seconds']:.0f} s to restart")
+    if cost:
+        parts.append(f"cost: {cost}")
+    elif isinstance(record.get("seconds"), int | float):
+        parts.append(f"cost: {record['seconds']:.0f} s from the failure to the decision")
     text = "; ".join(parts)
     return f"{text}\n\n{record['line']}" if record.get("line") else text
 
 
+def start_cost(record: Mapping[str, Any], now: float, redone: int) -> str:
+    """What the decision cost, seen from the start after it: the seconds from the failure
+    (the decision's time, less its ``seconds`` since the failure) to ``now``, and the
+    steps this start computes again."""
+    when = record.get("time")
+    if not isinstance(when, int | float):
+        return ""
+    since = record.get("seconds") if isinstance(record.get("seconds"), int | float) else 0.0
+    seconds = max(now - float(when) + float(since or 0.0), 0.0)
+    steps = "step" if redone == 1 else "steps"
+    return f"{seconds:.1f} s from the failure to this start, {redone} {steps} computed again"
+
+
 def new_recovery(
-    records: Sequence[Mapping[str, Any]], written: Sequence[str]
-) -> list[tuple[str, str]]:
-    """The records not written yet, as ``(key, text)`` in the record's order."""
+    records: Sequence[Mapping[str, Any]], written: Sequence[str], now: float | None = None,
+    redone: int = 0,
+) -> list[tuple[str, str]]:  # fmt: skip
+    """The records not written yet, as ``(key, text)`` in the record's order; the last
+    one (the decision this start follows) with its cost when ``now`` is given."""
     seen = set(written)
-    return [(record_key(r), recovery_text(r)) for r in records if record_key(r) not in seen]
+    fresh = [r for r in records if record_key(r) not in seen]
+    return [
+        (
+            record_key(r),
+            recovery_text(r, start_cost(r, now, redone) if now and r is fresh[-1] else ""),
+        )
+        for r in fresh
+    ]
 
 
 @dataclasses.dataclass
@@ -195,7 +220,7 @@ class Board:
             f"start {self.state.starts} (restart count {restart_count}) at step {step}; "
             f"steps computed again: {redone}",
         )
-        for key, text in new_recovery(records, self.state.written):
+        for key, text in new_recovery(records, self.state.written, now, redone):
             self.writer.text("allocation/recovery", step, text)
             self.state.written.append(key)
         self.state.save(self.state_path)
