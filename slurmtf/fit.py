@@ -21,6 +21,16 @@ before the time limit)::
   reads the same data each time (a finite dataset, or ``steps_per_epoch`` times the
   batch equal to its size) resumes to exactly the weights of an uninterrupted run.
 
+``AllocationBoard()`` writes what slurmtf knows of the allocation into TensorBoard, as
+the bundled models' chief does (:mod:`slurmtf.training.fit_board`): each start, the
+restarts, requeues and preemptions before it with their cause and cost, the job's
+goodput, steps (and, given ``global_batch_size``, examples) per second, and the node's
+GPUs, in ``<MODEL_DIR>/allocation``. ``slurmtf run`` adds one to every ``fit`` of a
+script that has none (``SLURMTF_FIT_BOARD=0``: not)::
+
+    model.fit(dataset, epochs=20, steps_per_epoch=500,
+              callbacks=[AllocationBoard(global_batch_size=256)])
+
 ``TrackerLogger()`` sends ``fit``'s metrics to the job's tracker runs, MLflow and W&B
 (:mod:`slurmtf.training.trackers`: the chief alone, one run per job across restarts and
 requeues), at the model's global step (``optimizer.iterations``)::
@@ -46,7 +56,7 @@ from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.tf import compat
 from slurmtf.training.preemption import PreemptionWatcher
 
-__all__ = ["EXIT_PREEMPTED"]  # PreemptionCheckpoint, TrackerLogger: built on first use
+__all__ = ["EXIT_PREEMPTED"]  # PreemptionCheckpoint, TrackerLogger, AllocationBoard: lazily
 
 _classes: dict[str, Any] = {}
 
@@ -58,6 +68,8 @@ def __getattr__(name: str) -> Any:
         return _preemption_checkpoint_class()
     if name == "TrackerLogger":
         return _tracker_logger_class()
+    if name == "AllocationBoard":
+        return _callback_class("AllocationBoard", _WriteAllocation)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -88,18 +100,51 @@ def _preemption_checkpoint_class() -> Any:
     return PreemptionCheckpoint
 
 
+FIT_BOARD_ENV = "SLURMTF_FIT_BOARD"  # "0": slurmtf run adds no AllocationBoard to fit
+
+
+def add_board_to_fit(keras_module: Any) -> bool:
+    """Give every ``fit`` of ``keras_module``'s models (Keras 3's ``keras``, Keras 2's, or
+    ``tf_keras``) an :class:`AllocationBoard` when its callbacks (a keyword) have none;
+    ``fit``'s ``batch_size`` is the board's global batch. Idempotent; False when the
+    module has no ``Model.fit``."""
+    model: Any = getattr(keras_module, "Model", None)
+    original = getattr(model, "fit", None)
+    if model is None or original is None:
+        return False
+    if getattr(original, "_slurmtf_board", False):
+        return True
+
+    def fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        callbacks = list(kwargs.get("callbacks") or [])
+        if len(args) <= 5 and not any(type(c).__name__ == "AllocationBoard" for c in callbacks):
+            board = _callback_class("AllocationBoard", _WriteAllocation, keras_module)
+            batch = kwargs.get("batch_size") if isinstance(kwargs.get("batch_size"), int) else None
+            kwargs["callbacks"] = [*callbacks, board(global_batch_size=batch)]
+        return original(self, *args, **kwargs)
+
+    fit.__doc__, fit.__name__ = original.__doc__, original.__name__
+    fit._slurmtf_board = True  # type: ignore[attr-defined]
+    model.fit = fit
+    return True
+
+
 def _tracker_logger_class() -> Any:
     """``TrackerLogger`` on the ``Callback`` of the ``tf.keras`` in use; built once each."""
-    import tensorflow as tf
+    return _callback_class("TrackerLogger", _LogToTrackers)
 
-    base = tf.keras.callbacks.Callback
-    key = f"logger:{base.__module__}.{base.__qualname__}"
+
+def _callback_class(name: str, mixin: type, keras_module: Any = None) -> Any:
+    """``name``: ``mixin`` on the ``Callback`` of the ``tf.keras`` in use (or of
+    ``keras_module``'s ``callbacks``); built once each."""
+    if keras_module is None:
+        import tensorflow as tf
+
+        keras_module = tf.keras
+    base = keras_module.callbacks.Callback
+    key = f"{name}:{base.__module__}.{base.__qualname__}"
     if key not in _classes:
-
-        class TrackerLogger(_LogToTrackers, base):  # type: ignore[misc, valid-type]
-            """``fit``'s metrics to the job's tracker runs (module doc)."""
-
-        _classes[key] = TrackerLogger
+        _classes[key] = type(name, (mixin, base), {"__doc__": mixin.__doc__})
     return _classes[key]
 
 
@@ -211,6 +256,60 @@ class _LogToTrackers(_Callback):  # type: ignore[misc]
 
     def _step(self) -> int:
         """The global step: the optimizer's updates so far (restored with the model)."""
+        return int(self.model.optimizer.iterations.numpy())
+
+
+class _WriteAllocation(_Callback):  # type: ignore[misc]
+    """``fit``'s allocation run, written by the chief (module doc)."""
+
+    model: Any  # set by Keras
+
+    def __init__(
+        self,
+        folder: str | None = None,
+        *,
+        every_s: float | None = None,
+        global_batch_size: int | None = None,
+    ) -> None:
+        from slurmtf.training.fit_board import EVERY_S
+
+        every = EVERY_S if every_s is None else every_s
+        if every <= 0 or (global_batch_size is not None and global_batch_size < 1):
+            from slurmtf.errors import InputError
+
+            name, value = (
+                ("every_s", every) if every <= 0 else ("global_batch_size", global_batch_size)
+            )
+            raise InputError(name, value, "must be positive", "leave it out for the default")
+        super().__init__()
+        self._folder, self._every, self._batch = folder, every, global_batch_size
+        self._board: Any = None
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        from slurmtf.tf.keras_compat import is_chief
+        from slurmtf.training.fit_board import FitBoard, board_folder
+
+        folder = board_folder(self._folder, os.environ)
+        if folder is None or not is_chief(self.model) or self._board is not None:
+            return
+        from slurmtf.training.export import AllocationWriter
+
+        writer = AllocationWriter(folder)
+        self._board = FitBoard.open(
+            folder, writer, os.environ, self._step(), every_s=self._every,
+            global_batch=self._batch,
+        )  # fmt: skip
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self._board is not None:
+            self._board.batch_end(self._step())
+
+    def on_train_end(self, logs: Any = None) -> None:
+        if self._board is not None:
+            self._board.close(self._step())
+            self._board = None
+
+    def _step(self) -> int:
         return int(self.model.optimizer.iterations.numpy())
 
 

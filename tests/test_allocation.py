@@ -206,3 +206,55 @@ def test_probe_reads_the_previous_windows_answer_and_kills_a_slow_one() -> None:
     probe.close()
     assert started[0] == gpu_query.QUERY
     assert len(started) == 3
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_fit_board_writes_rates_and_goodput_once_a_window(tmp_path: Path) -> None:
+    """``model.fit``'s board (slurmtf.fit.AllocationBoard): a window every ``every_s``
+    seconds of batches with steps and examples per second and the goodput; a last window
+    at the end; nothing for a window without a step."""
+    from slurmtf.training.fit_board import FitBoard
+
+    writer, clock = ListWriter(), Clock()
+    board = Board(writer, tmp_path / allocation.STATE_NAME)
+    board.at_start(10, 1, RECORDS, now=100.0)
+    fit = FitBoard(board, every_s=30.0, global_batch=64, clock=clock, wall=lambda: 200.0)
+    fit.started(10)
+    for step in range(11, 41):  # a step a second
+        clock.now += 1.0
+        fit.batch_end(step)
+    assert [s for s, _ in writer.scalars_] == [40]
+    values = writer.scalars_[0][1]
+    assert values["allocation/steps_per_sec"] == pytest.approx(1.0)
+    assert values["allocation/examples_per_sec"] == pytest.approx(64.0)
+    assert values["allocation/goodput/steps"] == pytest.approx(1.0)
+    assert not any("/rank" in k for k in values)  # fit's step: no per-rank split
+    clock.now += 5.0
+    fit.close(40)  # nothing trained since: no window
+    assert len(writer.scalars_) == 1
+    recovery = [t for t in writer.texts if t[0] == "allocation/recovery"]
+    assert "computed again" in recovery[-1][2]
+
+
+def test_a_fit_board_without_a_batch_size_writes_steps_only(tmp_path: Path) -> None:
+    from slurmtf.training.fit_board import FitBoard, board_folder
+
+    writer, clock = ListWriter(), Clock()
+    fit = FitBoard(Board(writer, tmp_path / "a.json"), every_s=10.0, clock=clock)
+    fit.started(0)
+    clock.now = 4.0
+    fit.close(8)
+    ((step, values),) = writer.scalars_
+    assert step == 8
+    assert values["allocation/steps_per_sec"] == pytest.approx(2.0)
+    assert "allocation/examples_per_sec" not in values
+    assert board_folder(None, {"MODEL_DIR": "/m"}) == "/m"
+    assert board_folder("/given", {"MODEL_DIR": "/m"}) == "/given"
+    assert board_folder(None, {}) is None

@@ -20,6 +20,7 @@ model needs once. ``import slurmtf`` never imports this package.
 - ``watchdog``: one thread per rank that fails a run that stops making progress.
 - ``steptiming``: each rank's compute and all-reduce wait per step; stragglers reported.
 - ``allocation``: the allocation in TensorBoard (the chief's per-window scalars and texts).
+- ``fit_board``: the same allocation run for ``model.fit`` (``slurmtf.fit.AllocationBoard``).
 - ``gpu_query``: GPU utilisation and memory from ``nvidia-smi``, off the step's path.
 - ``reporting``: per-rank log files and the chief's progress lines.
 - ``sidecar``: the sidecar evaluator (an ``evaluator`` task evaluates each checkpoint).

@@ -234,9 +234,11 @@ class Board:
         seconds: float,
         steps: int,
         now: float,
+        extra: Mapping[str, float] | None = None,
     ) -> None:
-        """One timing window of ``steps`` steps in ``seconds``."""
-        values = rank_scalars(samples, self.max_ranks)
+        """One timing window of ``steps`` steps in ``seconds`` (``extra``: more scalars of
+        the window, a ``model.fit`` run's rates)."""
+        values = {**rank_scalars(samples, self.max_ranks), **(extra or {})}
         for report in reports:
             scalars, text = straggler_summary(report)
             values.update(scalars)

@@ -8,29 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.boards import read_run
 from tests.helpers.datafiles import write_mnist
 from tests.helpers.localjobs import Job
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
-
-
-def _read(folder: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[str, list[str]]]:
-    """Scalars (step, value) and texts per tag of one run folder, through TensorBoard."""
-    from tensorboard.backend.event_processing import event_accumulator as ea
-    from tensorboard.util import tensor_util
-
-    acc = ea.EventAccumulator(str(folder), size_guidance={ea.TENSORS: 0})
-    acc.Reload()
-    scalars: dict[str, list[tuple[int, float]]] = {}
-    texts: dict[str, list[str]] = {}
-    for tag in acc.Tags()["tensors"]:
-        for event in acc.Tensors(tag):
-            value = tensor_util.make_ndarray(event.tensor_proto)
-            if value.dtype.kind in "SO":
-                texts.setdefault(tag, []).append(value.item().decode())
-            else:
-                scalars.setdefault(tag, []).append((event.step, float(value)))
-    return scalars, texts
 
 
 def test_chief_writes_allocation_scalars_and_texts_once_across_starts(
@@ -57,7 +39,7 @@ def test_chief_writes_allocation_scalars_and_texts_once_across_starts(
     jobs.append(again)
     assert again.start("mnist", [*common, "--train_steps=12"]).wait() == [0], again.logs()
 
-    scalars, texts = _read(model / "allocation")
+    scalars, texts = read_run(model / "allocation")
     compute = scalars["allocation/rank0/compute_s"]
     assert len(compute) >= 4  # one point per timing window, over both starts
     assert all(value > 0 for _, value in compute)
@@ -72,5 +54,5 @@ def test_chief_writes_allocation_scalars_and_texts_once_across_starts(
     ]
     (recovery,) = texts["allocation/recovery"]  # the second start did not write it again
     assert "cause: rank 0 lost its peer" in recovery
-    train, _ = _read(model / "train")
+    train, _ = read_run(model / "train")
     assert "examples_per_sec" in train

@@ -1,7 +1,9 @@
 """``model.fit`` with :class:`slurmtf.fit.TrackerLogger` keeps one MLflow run per job,
 every step logged once, through a killed rank and the restart in place that computes its
 epoch again: ``slurmtf submit --cluster=local --nodes=2 --command=...`` over a real
-MLflow store (sqlite, no server), two real TensorFlow workers on loopback."""
+MLflow store (sqlite, no server), two real TensorFlow workers on loopback. The same run
+has the allocation board ``slurmtf run`` adds to its ``fit``: both starts, the restart
+with its cause and cost, goodput and rates in ``<log folder>/<job>_model/allocation``."""
 
 from __future__ import annotations
 
@@ -11,6 +13,8 @@ import warnings
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.boards import read_run
 
 pytestmark = [pytest.mark.tf, pytest.mark.slow]
 
@@ -54,3 +58,12 @@ def test_a_fit_script_logs_every_step_once_to_one_run_through_a_killed_rank(
     assert steps == list(range(1, EPOCHS * STEPS + 1)), steps  # each step once
     evals = sorted(m.step for m in history["eval/loss"])
     assert evals == [STEPS * (e + 1) for e in range(EPOCHS)], evals
+
+    (board,) = (tmp_path / "logs").glob("*_model/allocation")  # MODEL_DIR, as submit sets it
+    scalars, texts = read_run(board)
+    assert len(texts["allocation/starts"]) == 2, texts  # the chief alone, once a start
+    (recovery,) = texts["allocation/recovery"]
+    assert "cause: rank 1 was killed by SIGKILL" in recovery, recovery
+    assert "s from the failure to this start" in recovery, recovery
+    assert scalars["allocation/steps_per_sec"][-1][0] == EPOCHS * STEPS, scalars
+    assert 0 < scalars["allocation/goodput/steps"][-1][1] <= 1, scalars

@@ -162,7 +162,8 @@ class _Loader(importlib.abc.Loader):
 
 def apply_fixes() -> None:
     """The collective keys if TensorFlow is imported, the Keras 3 ``fit`` fixes if Keras
-    is (not under ``TF_USE_LEGACY_KERAS=1``). Idempotent."""
+    is (not under ``TF_USE_LEGACY_KERAS=1``), an allocation board for every ``fit`` of the
+    Keras imported (``SLURMTF_FIT_BOARD=0``: none). Idempotent."""
     if "tensorflow" in sys.modules:
         from slurmtf.tf.collectives import reuse_collective_instance_keys
 
@@ -172,13 +173,19 @@ def apply_fixes() -> None:
 
         if not keras_compat.legacy_keras_selected():
             keras_compat.enable_multiworker_fit()
+    from slurmtf import fit
+
+    if os.environ.get(fit.FIT_BOARD_ENV, "1").strip() != "0":
+        for name in ("keras", "tf_keras"):  # tf_keras: tf.keras under TF_USE_LEGACY_KERAS=1
+            if name in sys.modules:
+                fit.add_board_to_fit(sys.modules[name])
 
 
 def install_fixes() -> None:
     """Step 3: :func:`apply_fixes` as soon as TensorFlow or Keras has been imported (now,
     if one already is), and again when the other is."""
-    watched = [name for name in ("tensorflow", "keras") if name not in sys.modules]
-    if len(watched) < 2:
+    watched = [name for name in ("tensorflow", "keras", "tf_keras") if name not in sys.modules]
+    if len(watched) < 3:
         apply_fixes()
     if watched:
         sys.meta_path.insert(0, _ImportWatch(watched, apply_fixes))
