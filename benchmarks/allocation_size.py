@@ -2,8 +2,9 @@
 
 The real writer (:class:`slurmtf.training.export.AllocationWriter`, TensorFlow's event
 file) is fed a day's timing windows at ``--timing_every`` (default 30 s: 2,880 windows)
-for each rank count, with a straggler reported and recovered every 100 windows, 8 GPUs
-on the chief's node, and one start with 10 recovery lines. ``uncapped`` is the same with
+for each rank count, with a straggler reported and recovered every 100 windows, a GPU
+per rank (its row of the step's all-reduce carries it), and one start with 10 recovery
+lines. ``uncapped`` is the same with
 a scalar pair for every rank (what :data:`~slurmtf.training.allocation.MAX_RANK_SCALARS`
 prevents), measured over ``--uncapped_windows`` windows and scaled to the day (the bytes
 grow linearly with the windows).
@@ -22,12 +23,6 @@ from pathlib import Path
 
 from slurmtf.check.stragglers import Finding, RankSample, Report
 from slurmtf.training import allocation
-from slurmtf.training.gpu_query import GpuSample
-
-
-class _Gpus:
-    def latest(self) -> list[GpuSample]:
-        return [GpuSample(i, 90.0, 30000.0, 40960.0) for i in range(8)]
 
 
 def measure(ranks: int, windows: int, capped: bool) -> tuple[int, float]:
@@ -35,15 +30,14 @@ def measure(ranks: int, windows: int, capped: bool) -> tuple[int, float]:
     from slurmtf.training.export import AllocationWriter
 
     with tempfile.TemporaryDirectory() as folder:
-        board = allocation.Board(
-            AllocationWriter(folder), Path(folder) / allocation.STATE_NAME, 0, _Gpus()
-        )
+        board = allocation.Board(AllocationWriter(folder), Path(folder) / allocation.STATE_NAME)
         if not capped:
             board.max_ranks = ranks
         records = [{"time": i, "attempt": i, "action": "restart", "why": "x" * 80}
                    for i in range(10)]  # fmt: skip
         board.at_start(0, 0, records, now=0.0)
-        samples = [RankSample(r, f"n{r}", 0.1 + r * 1e-6, 0.05) for r in range(ranks)]
+        gpu = (90.0, 30000.0, 40960.0)
+        samples = [RankSample(r, f"n{r}", 0.1 + r * 1e-6, 0.05, gpu=gpu) for r in range(ranks)]
         finding = Finding(3, "n3", "compute", 0.3, "compute 300 ms a step, 3.0x the median")
         started = time.monotonic()
         for window in range(windows):

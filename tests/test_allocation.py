@@ -149,6 +149,39 @@ def test_parse_recorded_nvidia_smi() -> None:
 
 
 @pytest.mark.parametrize(
+    ("visible", "mine"),
+    [
+        ("1", gpu_query.GpuSample(1, 95.0, 38187.0, 40960.0)),  # Slurm's physical index
+        ("0,2", gpu_query.GpuSample(0, 48.5, 38215.0, 81920.0)),  # two: mean, sums
+        (None, gpu_query.GpuSample(0, 64.0, 76402.0, 122880.0)),  # unset: all it sees
+        ("GPU-8a1c", gpu_query.GpuSample(0, 64.0, 76402.0, 122880.0)),  # UUIDs: all
+        ("3", None),  # GPU 3 reported no utilisation
+    ],
+)
+def test_a_rank_s_own_gpus(visible: str | None, mine: gpu_query.GpuSample | None) -> None:
+    gpus = gpu_query.parse((DATA / "query-gpu-a100x4.csv").read_text())
+    assert gpu_query.own(gpus, visible) == mine
+
+
+def test_each_rank_s_gpus_from_the_step_rows(tmp_path: Path) -> None:
+    """The chief writes every rank's GPUs as the step's all-reduce carried them, and the
+    spread of their utilisation; a rank without an answer writes none."""
+    rows = [RankSample(0, "n1", 0.1, 0.1, gpu=(90.0, 30.0, 40.0)),
+            RankSample(1, "n2", 0.1, 0.1, gpu=(10.0, 20.0, 40.0)),
+            RankSample(2, "n3", 0.1, 0.1)]  # fmt: skip
+    writer = ListWriter()
+    Board(writer, tmp_path / "a.json").window(5, rows, [], seconds=1.0, steps=1, now=1.0)
+    values = writer.scalars_[0][1]
+    assert values["allocation/rank1/gpu/utilization"] == 10.0
+    assert values["allocation/rank0/gpu/memory_fraction"] == pytest.approx(0.75)
+    assert "allocation/rank2/gpu/utilization" not in values
+    assert values["allocation/gpu_utilization/median"] == 50.0
+    assert allocation.rank_gpu_scalars(rows, max_ranks=1).keys() >= {
+        "allocation/rank0/gpu/utilization", "allocation/gpu_utilization/max"}  # fmt: skip
+    assert "allocation/rank1/gpu/utilization" not in allocation.rank_gpu_scalars(rows, 1)
+
+
+@pytest.mark.parametrize(
     ("text", "indexes"),
     [
         ("", []),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,9 +21,11 @@ from slurmtf.errors import InputError
 from slurmtf.monitor import status as watch
 from slurmtf.monitor.console import Console, Renderer
 from slurmtf.monitor.records import JobPlace
-from slurmtf.training import steptiming
+from slurmtf.training import gpu_query, steptiming
 from slurmtf.training.flags import TrainConfig
 from tests.helpers.fakeslurm import FakeSlurm, scontrol
+
+ROOT = Path(__file__).resolve().parents[1]
 
 NODES = ("node1", "node2", "node3", "node4")
 FAST, SLOW = 900.0, 90.0  # Mbit/s
@@ -170,14 +173,16 @@ def test_step_timing_emits_its_rank_and_the_chief_reports_once(
         every_s=0.0, window_s=0.0, rank=0, nodes=NODES, replicas=4, is_chief=True, meter=None
     )
     assert timing.link_nodes == list(NODES)
-    assert timing.extra_input().shape == (5,)
-    # rows: [compute, step, rates to node1..node4]; node3's links are the slow ones
-    rows = np.zeros((4, 6))
+    assert timing.extra_input().shape == (8,)
+    # rows: [compute, step, GPU util, MiB used, MiB in all, rates to node1..node4];
+    # node3's links are the slow ones
+    rows = np.zeros((4, 9))
     rows[:, 0], rows[:, 1] = 0.1, 1.0
+    rows[1, 2:5] = 90.0, 1000.0, 4000.0  # rank 1 reports its GPU, the others have none
     for rank, node in enumerate(NODES):
         for peer, rate in ring("node3")[node].items():
-            rows[rank, 2 + NODES.index(peer)] = rate
-    warm_up = np.full((4, 6), 30.0)  # the first steps trace the function: not counted
+            rows[rank, 5 + NODES.index(peer)] = rate
+    warm_up = np.full((4, 9), 30.0)  # the first steps trace the function: not counted
     for step in range(1, 6):
         timing.add((warm_up if step <= steptiming.WARM_UP_STEPS else rows).ravel(), step)
         if step > steptiming.WARM_UP_STEPS:
@@ -189,6 +194,31 @@ def test_step_timing_emits_its_rank_and_the_chief_reports_once(
     assert found[0]["wait_s"] == pytest.approx(0.9)
     assert found[0]["links"] == {"node2": FAST}
     assert (found[2]["node"], found[2]["rank"], found[2]["kind"]) == ("node3", 2, "link")
+    assert [s.gpu for s in timing.samples()] == [None, (90.0, 1000.0, 4000.0), None, None]
+
+
+def test_a_rank_s_own_gpus_ride_on_its_row(tmp_path: Path) -> None:
+    """Each interval the rank asks its node's nvidia-smi (a recorded answer here) and puts
+    its own GPU's figures (``CUDA_VISIBLE_DEVICES``) into the step's extra input."""
+    answer = (ROOT / "tests" / "data" / "nvidia-smi" / "query-gpu-a100x4.csv").read_text()
+
+    def popen(*args: object, **kwargs: object) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(["printf", "%s", answer], stdout=subprocess.PIPE)
+
+    probe = gpu_query.GpuProbe(popen=popen, which=lambda name: "/usr/bin/nvidia-smi")
+    timing = steptiming.StepTiming(
+        every_s=0.0, window_s=0.0, rank=0, nodes=["n1"], replicas=1, is_chief=False,
+        meter=None, gpu=probe, visible="1",
+    )  # fmt: skip
+    timing.report(1)  # asks; nothing answered yet
+    assert list(timing.extra_input()[1:4]) == [0.0, 0.0, 0.0]
+    for step in range(2, 100):  # each interval reads the answer of the one before
+        time.sleep(0.05)
+        timing.report(step)
+        if timing.extra_input()[3] > 0:
+            break
+    assert list(timing.extra_input()[1:4]) == [95.0, 38187.0, 40960.0]  # GPU 1 of the node
+    timing.close()
 
 
 def test_the_window_is_at_least_one_interval() -> None:

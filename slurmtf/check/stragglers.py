@@ -51,6 +51,8 @@ class RankSample:
     compute_s: float
     wait_s: float
     links: Mapping[str, float] = field(default_factory=dict)  # peer node -> Mbit/s
+    # its GPUs (utilisation %, MiB used, MiB in all) where nvidia-smi answered, else None
+    gpu: tuple[float, float, float] | None = None
 
     @property
     def step_s(self) -> float:

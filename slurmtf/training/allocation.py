@@ -1,9 +1,9 @@
 """The allocation in TensorBoard: what the chief writes beside its train and eval scalars.
 
 Once per timing window (``--timing_every``, :mod:`.steptiming`) the chief writes each
-rank's compute and wait time, the straggler reports, its node's GPUs and the job's
-goodput; at each start, the restarts, requeues and preemptions of the job's recovery
-record it has not written before. Everything here is a function of values and a
+rank's compute and wait time and its GPUs, the straggler reports and the job's goodput;
+at each start, the restarts, requeues and preemptions of the job's recovery record it
+has not written before. Everything here is a function of values and a
 :class:`Writer`; the TensorFlow writer is :class:`slurmtf.training.export.AllocationWriter`.
 
 Bounded by design: per-rank scalars for the first :data:`MAX_RANK_SCALARS` ranks only,
@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from slurmtf.check.stragglers import RankSample, Report
-from slurmtf.training.gpu_query import GpuProbe, GpuSample
+from slurmtf.training.gpu_query import GpuSample
 from slurmtf.training.model_spec import RunInfo
 from slurmtf.training.steptiming import StepTiming
 
@@ -80,6 +80,29 @@ def gpu_scalars(rank: int, gpus: Sequence[GpuSample]) -> dict[str, float]:
         out[f"{prefix}/memory_used_mib"] = gpu.memory_used_mib
         if gpu.memory_total_mib > 0:
             out[f"{prefix}/memory_fraction"] = gpu.memory_used_mib / gpu.memory_total_mib
+    return out
+
+
+def rank_gpu_scalars(
+    samples: Sequence[RankSample], max_ranks: int = MAX_RANK_SCALARS
+) -> dict[str, float]:
+    """Each rank's GPUs (utilisation %, MiB used, share of its memory), as its row of the
+    step's all-reduce carried them: per rank up to ``max_ranks`` ranks, and min/median/max
+    utilisation over every rank whose ``nvidia-smi`` answered."""
+    out: dict[str, float] = {}
+    answered = [s for s in samples if s.gpu is not None]
+    for sample in answered:
+        if sample.rank >= max_ranks or sample.gpu is None:
+            continue
+        util, used, total = sample.gpu
+        prefix = f"allocation/rank{sample.rank}/gpu"
+        out.update({f"{prefix}/utilization": util, f"{prefix}/memory_used_mib": used})
+        out[f"{prefix}/memory_fraction"] = used / total if total > 0 else 0.0
+    utils = [s.gpu[0] for s in answered if s.gpu is not None]
+    if utils:
+        out["allocation/gpu_utilization/min"] = min(utils)
+        out["allocation/gpu_utilization/median"] = statistics.median(utils)
+        out["allocation/gpu_utilization/max"] = max(utils)
     return out
 
 
@@ -243,7 +266,8 @@ class Board:
             scalars, text = straggler_summary(report)
             values.update(scalars)
             self.writer.text("allocation/straggler", step, text)
-        if self.gpus is not None:
+        values.update(rank_gpu_scalars(samples, self.max_ranks))
+        if self.gpus is not None:  # model.fit: no rows, the chief's node asked here
             values.update(gpu_scalars(self.rank, self.gpus.latest()))
         self.state.window(step, steps, seconds)
         for name, ratio in (
@@ -285,8 +309,8 @@ def start_board(
     from slurmtf.training.export import AllocationWriter
 
     Path(model_dir).mkdir(parents=True, exist_ok=True)
-    gpus = GpuProbe() if timing.every_s else None
-    board = Board(AllocationWriter(model_dir), Path(model_dir) / STATE_NAME, timing.rank, gpus)
+    # Each rank's GPUs ride on the step's all-reduce (StepTiming): no probe of its own.
+    board = Board(AllocationWriter(model_dir), Path(model_dir) / STATE_NAME, timing.rank)
     job_id = info.layout.job_id
     board.at_start(
         step,

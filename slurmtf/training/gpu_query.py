@@ -1,17 +1,17 @@
 """This node's GPUs as ``nvidia-smi`` reports them, asked at most once per timing window.
 
 :func:`parse` reads ``nvidia-smi --query-gpu=index,utilization.gpu,memory.used,memory.total
---format=csv,noheader,nounits``. :class:`GpuProbe` never waits on the step's path: each
-window it collects the answer to the previous window's query (a child that has not
-answered by then is killed) and starts the next one. Without ``nvidia-smi`` on the
-``PATH`` (looked up once) it does nothing.
+--format=csv,noheader,nounits``; :func:`own` picks a rank's GPUs among its node's.
+:class:`GpuProbe` never waits on the step's path: each window it collects the answer to
+the previous window's query (a child that has not answered by then is killed) and starts
+the next one. Without ``nvidia-smi`` on the ``PATH`` (looked up once) it does nothing.
 """
 
 from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,24 @@ def parse(text: str) -> list[GpuSample]:
         index, util, used, total = numbers
         out.append(GpuSample(int(index), util, used, total))
     return out
+
+
+def own(samples: Sequence[GpuSample], visible: str | None) -> GpuSample | None:
+    """This rank's GPUs among its node's ``samples``, as one: those whose index is in
+    ``visible`` (``CUDA_VISIBLE_DEVICES``; every one when it is unset or names GPUs by
+    UUID, as under ``ConstrainDevices`` a rank sees only its own), their mean utilisation
+    and summed memory; None when none of them reported."""
+    wanted = [w.strip() for w in (visible or "").split(",") if w.strip()]
+    if wanted and all(w.isdigit() for w in wanted):
+        samples = [s for s in samples if str(s.index) in wanted]
+    if not samples:
+        return None
+    return GpuSample(
+        min(s.index for s in samples),
+        sum(s.utilization for s in samples) / len(samples),
+        sum(s.memory_used_mib for s in samples),
+        sum(s.memory_total_mib for s in samples),
+    )
 
 
 Popen = Callable[..., Any]

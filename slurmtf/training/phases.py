@@ -109,7 +109,7 @@ class Training:
         )
         steps = Steps(
             strategy, model, optimizer, config.batch_size, config.enable_xla, reduce=reduce,
-            link_columns=len(timing.link_nodes), counter=step_var, guarded=random_state,
+            extra_columns=timing.columns - 2, counter=step_var, guarded=random_state,
         )  # fmt: skip
         sync_state = steps.state_sync() if spec.replica_local_state else no_state_sync
         unset = local and (restored is None or not restored.complete)
@@ -299,6 +299,7 @@ class Training:
             self.summaries.close()  # the trackers' last scalars sent (a bounded wait)
         if self.board is not None:
             self.board.close()
+        self.timing.close()
         self.done(outcome)
         return EXIT_PREEMPTED if outcome.preempted else 0
 

@@ -40,11 +40,12 @@ class Steps:
         xla: bool,
         *,
         reduce: GradReduce | None = None,
-        link_columns: int = 0,
+        extra_columns: int = 0,
         counter: Any = None,
         guarded: Sequence[Any] = (),
     ) -> None:
-        """``link_columns``: the link rates each step carries (slurmtf.training.steptiming);
+        """``extra_columns``: the figures each step carries after this rank's last step time
+        (its GPUs, its link rates: slurmtf.training.steptiming);
         ``counter``: an int64 variable the step adds one to once it is applied;
         ``guarded``: variables the forward pass changes before the gradients are summed
         (dropout's random state): each step keeps their values first (:meth:`roll_back`)."""
@@ -74,11 +75,11 @@ class Steps:
 
         apply = _applying(strategy, model, optimizer, counter)
         compiled_gather, compiled_apply = _compiled(gather), _compiled(apply)
-        no_extra = tf.zeros([1 + link_columns])
+        no_extra = tf.zeros([1 + extra_columns])
 
         def train(iterator: Any, flag: Any, extra: Any = None) -> Any:
             """``[loss, accuracy, flag, rows...]`` summed over replicas; ``extra``: this
-            rank's last step time and link rates (slurmtf.training.steptiming)."""
+            rank's last step time, GPUs and link rates (slurmtf.training.steptiming)."""
             summed, out = compiled_gather(iterator, flag, no_extra if extra is None else extra)
             compiled_apply(summed)
             return out

@@ -11,11 +11,14 @@ How it is measured, with no sync added to training:
 * The rates of this rank's links: the kernel's own counters of every TCP socket the
   process holds to another node (``TCP_INFO``: bytes acknowledged, time with data in
   flight), read once per interval; no probe traffic.
-* Every replica writes ``[compute, its last step, rate to node 0..M-1]`` into its own row of a
-  small matrix that rides on the all-reduce the step already does for its loss (one
-  collective, ``replicas x (2 + M)`` floats more; the rates are left out above
-  :data:`MAX_LINK_NODES` nodes). So every rank knows every rank's figures, and the
-  chief can judge without any message of its own.
+* Its GPUs, where ``nvidia-smi`` answers (:mod:`.gpu_query`, asked once an interval,
+  never waited on): their utilisation and memory, those of ``CUDA_VISIBLE_DEVICES``.
+* Every replica writes ``[compute, its last step, GPU utilisation, GPU MiB used, GPU MiB
+  in all, rate to node 0..M-1]`` into its own row of a small matrix that rides on the
+  all-reduce the step already does for its loss (one collective, ``replicas x (5 + M)``
+  floats more; the rates are left out above :data:`MAX_LINK_NODES` nodes). So every rank
+  knows every rank's figures, and the chief can judge (and write each rank's GPUs into
+  TensorBoard) without any message of its own.
 
 Every ``--timing_every`` seconds each rank prints one ``timing`` event (its own means,
 its links); the chief also runs the detector and prints ``straggler`` and
@@ -36,8 +39,10 @@ from absl import logging
 
 from slurmtf import events
 from slurmtf.check import stragglers
+from slurmtf.training import gpu_query
 
 MAX_LINK_NODES = 64
+GPU_COLUMNS = 3  # a rank's GPUs in its row: utilisation %, MiB used, MiB in all
 WARM_UP_STEPS = 2  # not timed
 MIN_BYTES = 256 * 1024  # a link must have moved this much in an interval to be rated
 _TCP_INFO_LEN = 232
@@ -140,7 +145,11 @@ class StepTiming:
         replicas: int,
         is_chief: bool,
         meter: LinkMeter | None,
+        gpu: gpu_query.GpuProbe | None = None,
+        visible: str | None = None,
     ) -> None:
+        """``gpu``: this node's GPUs, asked once an interval; ``visible``: this rank's
+        ``CUDA_VISIBLE_DEVICES`` (which of them are its own)."""
         import numpy as np
 
         self.every_s = every_s
@@ -152,8 +161,9 @@ class StepTiming:
         self.per_rank = max(replicas // max(len(self.nodes), 1), 1)
         self.is_chief = is_chief
         self.meter = meter
+        self.gpu, self.visible = gpu, visible
         self.tracker = stragglers.Tracker(window_s)
-        self._extra = np.zeros(1 + len(self.link_nodes), dtype=np.float32)
+        self._extra = np.zeros(1 + GPU_COLUMNS + len(self.link_nodes), dtype=np.float32)
         self._sums = np.zeros((replicas, 2))
         self._steps = 0
         self._start = time.time()
@@ -165,10 +175,11 @@ class StepTiming:
 
     @property
     def columns(self) -> int:
-        return 2 + len(self.link_nodes)
+        return 2 + GPU_COLUMNS + len(self.link_nodes)
 
     def extra_input(self) -> Any:
-        """The step's extra input: this rank's last step time and link rates (node order).
+        """The step's extra input: this rank's last step time, its GPUs and its link rates
+        (node order).
 
         Called right before the step: the step's host time starts here."""
         self._called = time.perf_counter()
@@ -194,7 +205,15 @@ class StepTiming:
         samples = self.samples()
         if self.meter is not None:
             rates = self.meter.rates()
-            self._extra[1:] = [rates.get(n, 0.0) for n in self.link_nodes]
+            self._extra[1 + GPU_COLUMNS :] = [rates.get(n, 0.0) for n in self.link_nodes]
+        if self.gpu is not None:
+            mine = gpu_query.own(self.gpu.latest(), self.visible)
+            figures = (
+                (mine.utilization, mine.memory_used_mib, mine.memory_total_mib)
+                if mine
+                else (0.0,) * GPU_COLUMNS
+            )
+            self._extra[1 : 1 + GPU_COLUMNS] = figures
         own = samples[self.rank] if self.rank < len(samples) else None
         if own is not None:
             events.emit(
@@ -215,6 +234,11 @@ class StepTiming:
         self._steps = 0
         self._start = now
 
+    def close(self) -> None:
+        """Stop a ``nvidia-smi`` query still running."""
+        if self.gpu is not None:
+            self.gpu.close()
+
     def samples(self) -> list[stragglers.RankSample]:
         """One sample per rank (its first replica's row) over the interval so far."""
         out = []
@@ -224,11 +248,15 @@ class StepTiming:
             if row >= self.replicas:
                 break
             links: dict[str, float] = {}
+            gpu = None
             if self._latest is not None:
-                values = self._latest[row, 2:]
+                values = self._latest[row, 2 + GPU_COLUMNS :]
                 links = {n: float(v) for n, v in zip(self.link_nodes, values, strict=True) if v > 0}
+                util, used, total = (float(v) for v in self._latest[row, 2 : 2 + GPU_COLUMNS])
+                gpu = (util, used, total) if total > 0 else None
             compute, step = (float(v) / steps for v in self._sums[row])
-            out.append(stragglers.RankSample(rank, node, compute, max(step - compute, 0.0), links))
+            wait = max(step - compute, 0.0)
+            out.append(stragglers.RankSample(rank, node, compute, wait, links, gpu))
         return out
 
 
@@ -249,4 +277,6 @@ def from_layout(layout: Any, replicas: int, every_s: float, window_s: float) -> 
     return StepTiming(
         every_s=every_s, window_s=window_s, rank=rank, nodes=nodes,
         replicas=replicas, is_chief=layout.is_chief, meter=meter,
+        gpu=gpu_query.GpuProbe() if every_s else None,
+        visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
     )  # fmt: skip
