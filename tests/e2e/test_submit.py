@@ -50,11 +50,16 @@ def wait_for(predicate: Any, timeout: float, what: str) -> None:
 
 
 # Each point prints its flags and reports an eval accuracy of seed/10 + lr as event
-# lines; the point lr=0.01, seed=2 fails with its own error instead.
+# lines and as a TensorBoard scalar in MODEL_DIR/eval (which submit exports); the point
+# lr=0.01, seed=2 fails with its own error instead.
 _POINT = (
-    "import json, sys; p = dict(a[2:].split('=') for a in sys.argv[1:]); print(sys.argv[1:]); "
+    "import json, os, sys; from pathlib import Path; "
+    "p = dict(a[2:].split('=') for a in sys.argv[1:]); print(sys.argv[1:]); "
     "assert (p['lr'], p['seed']) != ('0.01', '2'), 'diverged at lr 0.01'; "
     "acc = int(p['seed']) / 10 + float(p['lr']); "
+    "from slurmtf.monitor.hparams import write_events; "
+    "from tensorboard.plugins.scalar.summary_v2 import scalar_pb; "
+    "write_events(Path(os.environ['MODEL_DIR']) / 'eval', [(scalar_pb('accuracy', acc), 2)]); "
     "print(json.dumps({'event': 'eval', 'step': 2, 'loss': 1 - acc, 'accuracy': acc})); "
     "print(json.dumps({'event': 'done', 'step': 2}))"
 )
@@ -111,6 +116,31 @@ def test_sweep_is_a_four_task_array(slurm_sandbox: SlurmSandbox, tmp_path: Path)
     assert parsed[f"{jid}_3"]["accuracy"] == ""
     assert "diverged" in parsed[f"{jid}_3"]["error"]
     assert parsed[f"{jid}_0"]["logs"] == str(tmp_path / f"{jid}_0_0_log.out")
+    check_tensorboard(slurm_sandbox, jid, tmp_path)
+
+
+def check_tensorboard(sbx: SlurmSandbox, jid: str, tmp_path: Path) -> None:
+    """``slurmtf tensorboard`` for the finished sweep and for one of its tasks as a job:
+    each point's run named by its parameters, its scalar, the HParams table's 4 rows
+    (through TensorBoard's data API and in headless Chromium, whose screenshot is kept)."""
+    from tests.helpers import tensorboard_page as page
+    from tests.helpers.chromium import Browser
+
+    with page.served([jid], cwd=tmp_path, env=sbx.env) as (base, lines):
+        assert lines[0].startswith("slurmtf: TensorBoard over 4 run(s): "), lines
+        assert page.scalars(base, "lr=0.1 seed=2/eval", "accuracy") == [pytest.approx(0.3)]
+        rows = page.hparams_rows(base, 4)
+        found = {(r["hparams"]["lr"], r["hparams"]["seed"]): r["metrics"] for r in rows}
+        assert set(found) == {(lr, seed) for lr in (0.1, 0.01) for seed in (1.0, 2.0)}, rows
+        assert found[(0.1, 2.0)]["accuracy"] == pytest.approx(0.3)
+        assert "accuracy" not in found[(0.01, 2.0)]  # the failed point: its parameters only
+        with Browser(tmp_path / "profile") as browser:
+            tab = browser.open(f"{base}/#hparams")
+            browser.wait_for(tab, [f"{jid}_{t}" for t in range(4)] + ["lr", "seed"])
+            page.keep_screenshot(browser.screenshot(tab, tmp_path / "tensorboard-sweep.png"))
+    with page.served([f"{jid}_1"], cwd=tmp_path, env=sbx.env) as (base, lines):
+        assert lines[0] == f"slurmtf: TensorBoard over 1 run(s): {jid}_1\n", lines
+        assert page.scalars(base, f"{jid}_1/eval", "accuracy") == [pytest.approx(0.3)]
 
 
 @pytest.mark.slurm
