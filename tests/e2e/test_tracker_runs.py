@@ -211,7 +211,7 @@ def test_a_submitted_command_keeps_one_run_through_a_restart_and_a_requeue(
     assert name.endswith(f"-{jid}"), name
 
 
-MODEL_STEPS = 30
+MODEL_STEPS = 60  # room for a kill at step 8 and a requeue past step 16 of the restart
 MODEL = [f"--train_steps={MODEL_STEPS}", "--log_every=1", "--checkpoint_every=5",
          "--eval_steps=1", "--batch_size=16", "--num_threads=1", "--seed=7",
          "--heartbeat_timeout=10"]  # fmt: skip
@@ -226,15 +226,15 @@ def check_model_run(uri: str, experiment: str, job_id: str, out: Path, tmp: Path
     assert history == list(range(1, MODEL_STEPS + 1)), history
     assert client.get_metric_history(run.info.run_id, "eval/accuracy")
     starts = events(out, "cluster")
-    assert len(starts) == 2, starts
+    assert [s["restart_count"] for s in starts] == [0, 0, 1], starts  # in place, requeued
     offline = sorted(p.name for p in (tmp / "wandb").glob("offline-run-*"))
-    assert len(offline) == 2, offline
+    assert len(offline) == 3, offline
     assert all(name.endswith(f"-slurm-{job_id}") for name in offline), offline
 
 
 @pytest.mark.tf
 @pytest.mark.parametrize("path", ["sbatch", "submit --model"])
-def test_a_bundled_model_logs_to_one_run_through_a_killed_rank(
+def test_a_bundled_model_logs_to_one_run_through_a_killed_rank_and_a_requeue(
     slurm_sandbox: SlurmSandbox, mlflow_server: str, tmp_path: Path, path: str
 ) -> None:
     require(importlib.util.find_spec("tensorflow") is not None, "tensorflow (pip install .[cpu])")
@@ -260,6 +260,8 @@ def test_a_bundled_model_logs_to_one_run_through_a_killed_rank(
         assert pids, slurm_sandbox.logs(jid)
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: reached(out, 16, 1), state, "the restart's progress")
+        slurm_sandbox.run(["scontrol", "requeue", jid])
         assert slurm_sandbox.wait(jid, 600) == "COMPLETED", slurm_sandbox.logs(jid)
     finally:
         slurm_sandbox.run(["scancel", jid], check=False)
