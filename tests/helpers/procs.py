@@ -18,3 +18,21 @@ def pids_mentioning(text: str) -> list[int]:
             if text in cmdline(pid) and not is_zombie(pid):
                 found.append(pid)
     return sorted(found)
+
+
+def children_of(pid: int) -> list[tuple[int, str]]:
+    """The live children of ``pid`` (every thread's), each with its command line."""
+    found = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            children = (task / "children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            if not is_zombie(child):
+                found.append((child, cmdline(child)))
+    return found
