@@ -11,19 +11,27 @@ does not answer, ends the step without waiting for Slurm and starts the next one
 * ``--nodes=2-3`` with ``MIN_NODES=2``: training resumes on the 2 nodes left.
 
 Both within 90 s of the freeze, with Slurm's restart count 0, the competing job still
-pending, and the job COMPLETED at the final step with one weights checksum.
+pending, and the job COMPLETED at the final step with one weights checksum. The spare's
+job resumes from the survivor's memory (0 steps redone) and ends with the weights of the
+same run undisturbed (2 workers, ``--cluster=local``, run beside it), bit for bit.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from slurmtf.events import read_events
 from slurmtf.sandbox import nodefaults
 from slurmtf.sandbox.competitor import Competitor, submit_competitor
 from tests.e2e.conftest import SlurmSandbox, tracked_jobs
@@ -117,15 +125,63 @@ def check_completed_in_place(
     assert "requeueing" not in output, output
 
 
+@dataclasses.dataclass
+class Calm:
+    """The same run undisturbed, beside a test's job, and the test's folder."""
+
+    process: subprocess.Popen[str]
+    folder: Path
+
+    def checksum(self) -> float:
+        out, _ = self.process.communicate(timeout=600)
+        assert self.process.returncode == 0, out
+        done = [e for p in sorted((self.folder / "calm").glob("*_log.out"))
+                for e in read_events(p) if e.get("event") == "done"]  # fmt: skip
+        assert len({d["weights_checksum"] for d in done}) == 1, done
+        return float(done[0]["weights_checksum"])
+
+
+@pytest.fixture
+def undisturbed(tmp_path: Path) -> Iterator[Calm]:
+    """The same 2-worker run (seed, data, batch, steps) with nothing lost, on local
+    processes, running beside the sandbox's job; ended if the test ends first."""
+    argv = [sys.executable, "-m", "slurmtf.cli", "submit", "--cluster=local", "--nodes=2",
+            "--model=mnist", f"--log_dir={tmp_path / 'calm'}", "--",
+            f"--model_dir={tmp_path / 'calm-model'}", *ARGS]  # fmt: skip
+    env = {**os.environ, "SLURMTF_WARM_STANDBY": "0"}
+    calm = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # fmt: skip
+    try:
+        yield Calm(calm, tmp_path)
+    finally:
+        if calm.poll() is None:
+            os.killpg(calm.pid, signal.SIGKILL)
+        calm.communicate()
+
+
+def check_resumed_from_memory(job: SandboxJob, survivor: int) -> None:
+    """A survivor saved the step it held at the freeze; the step in place resumed there,
+    and the job's restart line says so (0 steps redone)."""
+    rescued = [e for r in (0, 1) for e in job.events(r, "rescued")]
+    assert rescued, f"no rank saved from memory\n{job.report()}"
+    step = max(e["step"] for e in rescued)
+    resumed = job.events(0, "resumed")[-1]
+    assert resumed["step"] == step, (resumed, rescued)
+    assert "memory" in resumed["source"], resumed
+    said = rf"resumes at step {step} from rank {survivor}'s memory \(0 steps redone\)"
+    assert re.search(said, job.job_output()), job.job_output()
+    print(f"MEASURED frozen node: resumed at step {step} from {resumed['source']}")
+
+
 @pytest.mark.matrix
 def test_a_frozen_node_is_replaced_by_the_spare_without_a_requeue(
     recovery_sandbox: SlurmSandbox,
     jobs: list[SandboxJob],
     frozen: list[int],
     competitors: list[Competitor],
-    tmp_path: Path,
+    undisturbed: Calm,
 ) -> None:
-    job = SandboxJob(recovery_sandbox, tmp_path / "spare", nodes=3)
+    job = SandboxJob(recovery_sandbox, undisturbed.folder / "spare", nodes=3)
     jobs.append(job)
     job.submit(ARGS, env={"SPARE_NODES": "1", "MAX_RESTARTS": "2"})
     wait_until(job, lambda: job.progress() >= 1, 300, "training")
@@ -136,6 +192,9 @@ def test_a_frozen_node_is_replaced_by_the_spare_without_a_requeue(
     assert not any(w.startswith(f"{node}:") for w in workers), workers
     assert "training on a spare (" in job.job_output(), job.job_output()
     check_completed_in_place(recovery_sandbox, job, competitors[0], 2, frozen)
+    check_resumed_from_memory(job, survivor=0)
+    final = job.events(0, "done")[-1]["weights_checksum"]
+    assert final == undisturbed.checksum(), "the weights differ from the undisturbed run's"
 
 
 def test_a_frozen_node_of_a_range_job_leaves_the_survivors_training(
