@@ -255,5 +255,7 @@ def _events(path: Path) -> list[dict[str, Any]]:
 
 def _logs(folder: Path) -> str:
     return "\n".join(
-        f"== {p}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(folder.glob("*"))
+        f"== {p}\n{p.read_text(errors='replace')[-3000:]}"
+        for p in sorted(folder.glob("*"))
+        if p.is_file()
     )

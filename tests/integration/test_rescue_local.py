@@ -88,7 +88,9 @@ def kill_past_the_save(
     job_id = str(proc.pid)  # a local job's id is its runner's pid
 
     def text() -> str:
-        return "\n".join(p.read_text(errors="replace")[-2000:] for p in sorted(logs.glob("*")))
+        return "\n".join(
+            p.read_text(errors="replace")[-2000:] for p in sorted(logs.glob("*")) if p.is_file()
+        )
 
     wait_for(lambda: reached(logs, job_id) >= KILL_AFTER and warm_ready(logs, job_id), 300,
              "training past the save", text, running=lambda: proc.poll() is None)  # fmt: skip

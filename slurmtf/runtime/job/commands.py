@@ -113,7 +113,7 @@ def rank_command(job: JobSettings, args: Sequence[str], restart: int = 0) -> Ran
         return RankCommand((*job.container, *_needs(job, args)), kill_on_bad_exit=bad_exit)
     if job.kind == "submitit":
         return submitit_command(job, args)
-    env = {"MODEL_DIR": str(job.model_dir)}
+    env = {"MODEL_DIR": str(job.model_dir), "LOG_DIR": str(job.log_dir)}
     if job.kind == "train":
         if job.legacy_keras:
             env["TF_USE_LEGACY_KERAS"] = "1"

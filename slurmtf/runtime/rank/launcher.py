@@ -103,9 +103,11 @@ def run_task(
     restart = layout.restart_count
     command = task_command(spec, params, python=python, job_id=job, restart=restart)
     env = child_environment(environ, layout, legacy_keras=spec.legacy_keras)
-    # Where a script keeps its checkpoints and summaries, as the job scripts export it:
-    # the folder `slurmtf tensorboard JOB` looks in (the models' --model_dir default).
+    # Where a script keeps its checkpoints and summaries, and the job's log folder, as the
+    # job scripts export them: the model folder `slurmtf tensorboard JOB` looks in (the
+    # models' --model_dir default), the log folder that holds the job's recovery record.
     env.setdefault("MODEL_DIR", str(Path(spec.folder) / f"{job}_model"))
+    env.setdefault("LOG_DIR", str(spec.folder))
 
     def launched(child: subprocess.Popen[bytes]) -> None:
         """The ``launch`` event; a warm model's once its child is told to go."""
