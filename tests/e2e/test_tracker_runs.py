@@ -226,7 +226,7 @@ def check_model_run(uri: str, experiment: str, job_id: str, out: Path, tmp: Path
     assert history == list(range(1, MODEL_STEPS + 1)), history
     assert client.get_metric_history(run.info.run_id, "eval/accuracy")
     starts = events(out, "cluster")
-    assert [s["restart_count"] for s in starts] == [0, 0, 1], starts  # in place, requeued
+    assert [s["restart_count"] for s in starts] == [0, 1, 2], starts  # the attempts
     offline = sorted(p.name for p in (tmp / "wandb").glob("offline-run-*"))
     assert len(offline) == 3, offline
     assert all(name.endswith(f"-slurm-{job_id}") for name in offline), offline
@@ -263,6 +263,8 @@ def test_a_bundled_model_logs_to_one_run_through_a_killed_rank_and_a_requeue(
         wait_for(lambda: reached(out, 16, 1), state, "the restart's progress")
         slurm_sandbox.run(["scontrol", "requeue", jid])
         assert slurm_sandbox.wait(jid, 600) == "COMPLETED", slurm_sandbox.logs(jid)
+        show = slurm_sandbox.run(["scontrol", "show", "job", jid]).stdout
+        assert "Restarts=1 " in show, show  # one requeue, the restart was in place
     finally:
         slurm_sandbox.run(["scancel", jid], check=False)
     check_model_run(mlflow_server, experiment, jid, out, tmp_path)
