@@ -11,8 +11,8 @@ does not answer, ends the step without waiting for Slurm and starts the next one
 * ``--nodes=2-3`` with ``MIN_NODES=2``: training resumes on the 2 nodes left.
 
 Both within 90 s of the freeze, with Slurm's restart count 0, the competing job still
-pending, and the job COMPLETED at the final step with one weights checksum. The spare's
-job resumes from the survivor's memory (0 steps redone) and ends with the weights of the
+pending, and the job COMPLETED at the final step with one weights checksum. Both resume
+from a survivor's memory (0 steps redone); the spare's job ends with the weights of the
 same run undisturbed (2 workers, ``--cluster=local``, run beside it), bit for bit.
 """
 
@@ -36,14 +36,18 @@ from slurmtf.sandbox import nodefaults
 from slurmtf.sandbox.competitor import Competitor, submit_competitor
 from tests.e2e.conftest import SlurmSandbox, tracked_jobs
 from tests.e2e.jobruns import SandboxJob, first_count, wait_until
+from tests.prereqs import keras_2
 
 pytestmark = [pytest.mark.slurm, pytest.mark.tf, pytest.mark.slow]
 
 STEPS = 50
 BATCH = 12  # splits over 3 and over 2 workers
+# Keras 2 (TensorFlow 2.15) draws dropout masks from stateful ops no checkpoint holds, so a
+# resumed run there trains without dropout to end as the undisturbed run does.
 ARGS = [
     f"--batch_size={BATCH}", "--eval_steps=1", "--num_threads=1", "--seed=7", "--log_every=1",
     f"--train_steps={STEPS}", "--checkpoint_every=5", "--heartbeat_timeout=10",
+    *(["--dropout_rate=0"] if keras_2() else []),
 ]  # fmt: skip
 RESUME_WITHIN_S = 90
 
@@ -159,16 +163,17 @@ def undisturbed(tmp_path: Path) -> Iterator[Calm]:
         calm.communicate()
 
 
-def check_resumed_from_memory(job: SandboxJob, survivor: int) -> None:
-    """A survivor saved the step it held at the freeze; the step in place resumed there,
-    and the job's restart line says so (0 steps redone)."""
-    rescued = [e for r in (0, 1) for e in job.events(r, "rescued")]
+def check_resumed_from_memory(job: SandboxJob, lost: int) -> None:
+    """A survivor (not rank ``lost``) saved the step it held at the freeze; the step in
+    place resumed there, and the job's restart line says so (0 steps redone)."""
+    rescued = [e for r in range(3) for e in job.events(r, "rescued")]
     assert rescued, f"no rank saved from memory\n{job.report()}"
+    assert lost not in {e["rank"] for e in rescued}, rescued
     step = max(e["step"] for e in rescued)
     resumed = job.events(0, "resumed")[-1]
     assert resumed["step"] == step, (resumed, rescued)
     assert "memory" in resumed["source"], resumed
-    said = rf"resumes at step {step} from rank {survivor}'s memory \(0 steps redone\)"
+    said = rf"resumes at step {step} from rank \d+'s memory \(0 steps redone\)"
     assert re.search(said, job.job_output()), job.job_output()
     print(f"MEASURED frozen node: resumed at step {step} from {resumed['source']}")
 
@@ -192,7 +197,7 @@ def test_a_frozen_node_is_replaced_by_the_spare_without_a_requeue(
     assert not any(w.startswith(f"{node}:") for w in workers), workers
     assert "training on a spare (" in job.job_output(), job.job_output()
     check_completed_in_place(recovery_sandbox, job, competitors[0], 2, frozen)
-    check_resumed_from_memory(job, survivor=0)
+    check_resumed_from_memory(job, lost=1)
     final = job.events(0, "done")[-1]["weights_checksum"]
     assert final == undisturbed.checksum(), "the weights differ from the undisturbed run's"
 
@@ -217,3 +222,4 @@ def test_a_frozen_node_of_a_range_job_leaves_the_survivors_training(
     clusters = job.events(0, "cluster")
     assert [c["global_batch"] for c in clusters] == [BATCH, BATCH], clusters
     check_completed_in_place(recovery_sandbox, job, competitors[0], 2, frozen)
+    check_resumed_from_memory(job, lost=2)
