@@ -129,3 +129,45 @@ def test_the_pending_line_says_why_and_what_an_admin_runs(
 ) -> None:
     assert admin_line("7", {"JobState": "PENDING", **fields}, unavailable) == expected
     assert admin_line("7", {"JobState": "RUNNING", **fields}, unavailable) is None
+
+
+IDLE6 = {f"node{n}": "idle" for n in range(1, 7)}
+HET = "JobState=PENDING Reason=BeginTime Partition=debug NumNodes=1 HetJobId=7 "
+
+
+def het_job(first: str, second: str) -> str:
+    """``scontrol show job 7`` of a heterogeneous job: component 0 (JobId 7) and 1 (8),
+    each with its ReqNodeList and the ExcNodeList Slurm gives it (the other's nodes)."""
+    return f"JobId=7 {HET}{first}\n\nJobId=8 {HET}{second}\n"
+
+
+def test_each_component_of_a_heterogeneous_job_keeps_its_own_lists() -> None:
+    """``-N1 -n2 : -N1 -w node4``, its batch host node3 lost: the first component's update
+    (by the job's id) sets every component's ExcNodeList, so the second sets its own again."""
+    shown = het_job("ReqNodeList=(null) ExcNodeList=node4", "ReqNodeList=node4 ExcNodeList=(null)")
+    slurm, said = Slurm(IDLE6, shown), []
+    assert slurm_calls.requeue("7", ("node3",), slurm, said.append, sleep=lambda _: None)
+    assert [c for c in slurm.calls if c.startswith("scontrol update")] == [
+        "scontrol update JobId=7 ExcNodeList=node4,node3",
+        "scontrol update JobId=8 ExcNodeList=node3",
+    ]
+    assert said == [
+        "the restarted job's component 0 avoids node(s) node4,node3",
+        "the restarted job's component 1 avoids node(s) node3",
+    ]
+
+
+def test_a_heterogeneous_job_pinned_to_a_lost_node_says_it_waits_for_it() -> None:
+    """``-N1 -w node3 : -N1 -w node4``, node3 lost: scontrol cannot change the first
+    component's ReqNodeList, so it is neither excluded there (it would never start) nor
+    dropped; the line says why the job waits; the second component avoids node3."""
+    shown = het_job("ReqNodeList=node3 ExcNodeList=node4", "ReqNodeList=node4 ExcNodeList=node3")
+    slurm, said = Slurm({**IDLE6, "node3": "down*"}, shown), []
+    assert slurm_calls.requeue("7", ("node3",), slurm, said.append, sleep=lambda _: None)
+    assert [c for c in slurm.calls if c.startswith("scontrol update")] == [
+        "scontrol update JobId=8 ExcNodeList=node3",
+    ]
+    assert said[0].startswith(
+        "the restarted job's component 0 still asks for node(s) node3 by name (sbatch -w)"
+    ), said
+    assert "HINT: " in said[0]

@@ -159,32 +159,71 @@ def requeue(
     it first), then the nodes to avoid added to the job's ExcNodeList while its
     partition(s) can still give its node count without them (sinfo), and taken out of the
     nodes it asked by name (``sbatch -w``) with those Slurm has taken out of service:
-    else it could never start again. Why it then waits, when Slurm says it cannot start."""
+    else it could never start again. A heterogeneous job's components each keep their
+    own lists (:func:`_avoid_in`). Why it then waits, when Slurm says it cannot start."""
     try:
         runner(["scontrol", "requeue", job_id], timeout=TIMEOUT_S)
     except (SlurmtfError, OSError) as exc:
         log(f"scontrol requeue failed: {exc}")
         return False
-    fields = job_fields(job_id, runner)
-    states = partition_states(fields.get("Partition", ""), runner)
-    old = _hosts(fields.get("ExcNodeList", ""))
-    choice = meetable_exclusion(exclude, states, _fewest(fields.get("NumNodes", "")), old)
+    records = job_records(job_id, runner) or [{}]
+    partitions = ",".join(dict.fromkeys(r["Partition"] for r in records if r.get("Partition")))
+    states = partition_states(partitions, runner)
+    # A component's ExcNodeList holds the other components' nodes (Slurm's own): not the
+    # job's exclusions. Its node count is every component's.
+    before = _hosts(records[0].get("ExcNodeList", "")) if len(records) == 1 else []
+    needed = sum(_fewest(r.get("NumNodes", "")) for r in records)
+    choice = meetable_exclusion(exclude, states, needed, before)
     if choice.line:
         log(choice.line)
-    if choice.exclude:
-        avoid = ",".join(dict.fromkeys([*old, *choice.exclude]))
-        _update(job_id, f"ExcNodeList={avoid}", runner, sleep)
-        log(f"the restarted job avoids node(s) {avoid}")
-    asked = _hosts(fields.get("ReqNodeList", ""))
-    dropped = [n for n in asked if n in {*choice.exclude, *out_of_service(states)}]
-    if dropped:
-        kept = [n for n in asked if n not in dropped]
-        _update(job_id, f"ReqNodeList={','.join(kept)}", runner, sleep)
-        log(f"the restarted job no longer asks for node(s) {','.join(dropped)}")
+    for index, record in enumerate(records):
+        target = job_id if index == 0 else record.get("JobId", "")
+        _avoid_in(
+            target, record, choice.exclude, states=states, index=index,
+            het=len(records) > 1, runner=runner, log=log, sleep=sleep,
+        )  # fmt: skip
     said = waiting_line(job_id, job_fields(job_id, runner), states)
     if said:
         log(said.strip())
     return True
+
+
+def _avoid_in(
+    target: str,
+    record: Mapping[str, str],
+    exclude: Sequence[str],
+    *,
+    states: Mapping[str, str],
+    index: int,
+    het: bool,
+    runner: Runner,
+    log: Callable[[str], None],
+    sleep: Callable[[float], None],
+) -> None:
+    """One component's lists: ``exclude`` added to its ExcNodeList, and its ReqNodeList
+    without them and the nodes out of service. An update of a heterogeneous job's first
+    component (the job's own id) sets every component's ExcNodeList, so the others set
+    theirs again after it; and scontrol cannot change that first component's ReqNodeList
+    (it refuses a size change of a job of several records): it keeps the nodes it asked,
+    and the line says so."""
+    whose = "the restarted job" if not het else f"the restarted job's component {index}"
+    old, asked = _hosts(record.get("ExcNodeList", "")), _hosts(record.get("ReqNodeList", ""))
+    pinned = het and index == 0
+    new = [n for n in exclude if not (pinned and n in asked)]
+    if new or (het and index > 0):
+        avoid = ",".join(dict.fromkeys([*old, *new]))
+        _update(target, f"ExcNodeList={avoid}", runner, sleep)
+        if new:
+            log(f"{whose} avoids node(s) {avoid}")
+    dropped = [n for n in asked if n in {*exclude, *out_of_service(states)}]
+    if dropped and pinned:
+        log(f"{whose} still asks for node(s) {','.join(dropped)} by name (sbatch -w): scontrol "
+            "cannot change the first component of a heterogeneous job, so the job waits for "
+            "them; HINT: cancel it and submit it without -w on that component")  # fmt: skip
+    elif dropped:
+        kept = [n for n in asked if n not in dropped]
+        _update(target, f"ReqNodeList={','.join(kept)}", runner, sleep)
+        log(f"{whose} no longer asks for node(s) {','.join(dropped)}")
 
 
 def partition_states(partitions: str, runner: Runner) -> dict[str, str]:

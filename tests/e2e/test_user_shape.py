@@ -10,8 +10,14 @@ its batch host's slurmd and every process of the job there) once it has trained
 * ``sbatch``: ``sbatch -N2 -w node1,node2 jobs/mnist.sbatch`` (TensorFlow);
 * ``model``: ``slurmtf submit --model=mnist --nodes=2`` (TensorFlow);
 * ``submit``: ``slurmtf submit --command="python steady.py ..." --nodes=2``;
-* ``het``: the heterogeneous parameter-server form, ``sbatch -N1 -n2 -w node3 : -N1 -w
-  node4 jobs/parameter_server.sbatch``.
+* ``het``: the heterogeneous parameter-server form, ``sbatch -N1 -n2 : -N1 -w node4
+  jobs/parameter_server.sbatch`` (``-w`` on its second component: scontrol cannot change
+  the first component's ReqNodeList, so a job pinned there to its lost batch host waits
+  for it, and says so: tests/test_requeue_nodes.py).
+
+The jobs choose their ports as a user's do (no ``SLURMTF_PORT_BASE``): on the sandbox the
+nodes share one network stack, where a frozen rank still holds its port, and a fixed base
+would put the requeued rank on that same port.
 
 Each is requeued without its frozen host (a ``-w`` job too: it asked for a node that is
 gone), resumes from its last save and ends COMPLETED at its last step; no node that
@@ -27,7 +33,6 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
 from slurmtf.runtime.recovery.record import batch_side_lines, read_record
 from slurmtf.sandbox import nodefaults
@@ -57,7 +62,7 @@ def submitted_job(sandbox: SlurmSandbox, folder: Path, name: str, *flags: str) -
     done = sandbox.run(
         [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=40", f"--log_dir={folder}",
          "--exclusive", *flags],
-        env={"SLURMTF_PORT_BASE": str(free_port_base(2))}, cwd=folder,
+        cwd=folder,
     )  # fmt: skip
     found = re.search(r"submitted job (\d+)", done.stdout)
     assert found, done.stdout + done.stderr
@@ -69,13 +74,12 @@ def start_jobs(sandbox: SlurmSandbox, root: Path) -> dict[str, Lost]:
     for name, script, shape, args in (
         ("sbatch", "mnist.sbatch", ["-N2", "-w", "node1,node2", "--ntasks-per-node=1"], MNIST),
         ("het", "parameter_server.sbatch",
-         ["-N1", "-n2", "-w", "node3", ":", "-N1", "-w", "node4", "--ntasks-per-node=1"],
+         ["-N1", "-n2", ":", "-N1", "-w", "node4", "--ntasks-per-node=1"],
          [str(STEADY), f"--steps={STEADY_STEPS}", f"--checkpoint_every={STEADY_SAVE}"]),
     ):  # fmt: skip
         run = root / name
         run.mkdir()
-        env = {"LOG_DIR": str(run / "logs"), "MODEL_DIR": str(run / "model"),
-               "SLURMTF_PORT_BASE": str(free_port_base(3))}  # fmt: skip
+        env = {"LOG_DIR": str(run / "logs"), "MODEL_DIR": str(run / "model")}
         if name == "het":
             env.update(SLURMTF_JOBS="chief:1@0,ps@0,worker@1", SERVE_ARGS="--start_timeout=1800",
                        TF_CPP_MIN_LOG_LEVEL="2")  # fmt: skip

@@ -28,7 +28,6 @@ from pathlib import Path
 
 import pytest
 
-from slurmtf.cluster.ports import free_port_base
 from slurmtf.events import named, read_events
 from tests.e2e.conftest import PYTHON, REPO, SlurmSandbox, module_sandbox
 from tests.e2e.jobruns import batch_side, event_step, no_process_left, rank_pids
@@ -75,7 +74,7 @@ def submitted(sandbox: SlurmSandbox, folder: Path, name: str, flags: list[str]) 
     done = sandbox.run(
         [PYTHON, "-m", "slurmtf.submit", "--nodes=2", "--time=40", f"--log_dir={folder}",
          "--exclusive", "--max_restarts=3", *flags],
-        env={"SLURMTF_PORT_BASE": str(free_port_base(2)), "SLURMTF_WARM_STANDBY": "0"},
+        env={"SLURMTF_WARM_STANDBY": "0"},
         cwd=folder,
     )  # fmt: skip
     found = re.search(r"submitted job (\d+)", done.stdout)
@@ -91,7 +90,7 @@ def start_jobs(sandbox: SlurmSandbox, root: Path) -> dict[str, KeeperJob]:
         REPO / "jobs" / "mnist.sbatch", *MNIST, f"--model_dir={run / 'model'}",
         sbatch_args=["--time=40", "--exclusive", "-N2", "-w", "node1,node2", "--gres=none",
                      "--ntasks-per-node=1", f"--output={run}/%x-%j.out", "--job-name=step"],
-        env={"LOG_DIR": str(run / "logs"), "SLURMTF_PORT_BASE": str(free_port_base(2))},
+        env={"LOG_DIR": str(run / "logs")},
     )  # fmt: skip
     jobs = {"step": KeeperJob("step", jid, run / "logs", run / "logs" / "rank0.out",
                               run / f"step-{jid}.out", "models.mnist")}  # fmt: skip
