@@ -14,12 +14,19 @@ before the time limit)::
   Keras 3 through :mod:`slurmtf.tf.keras_compat`) and restores them when a requeued job
   starts ``fit`` again, which then continues at the next epoch.
 * On the signal, every rank learns of it after the same batch (the flag is summed over
-  the workers after each batch), prints ``{"event": "preempted", ...}`` and exits 75
-  (``EX_TEMPFAIL``); ``jobs/train.sbatch`` and ``slurmtf submit`` requeue the job.
-* The resume point is the last completed epoch: up to one epoch of steps is computed
-  again, so choose ``steps_per_epoch`` for the work you accept to redo. An epoch that
-  reads the same data each time (a finite dataset, or ``steps_per_epoch`` times the
-  batch equal to its size) resumes to exactly the weights of an uninterrupted run.
+  the workers after each batch), saves the model and optimizer there with the epoch and
+  the batches it has trained (``slurmtf-position.json`` beside the backup, the chief's),
+  prints ``{"event": "preempted", ...}`` and exits 75 (``EX_TEMPFAIL``);
+  ``jobs/train.sbatch`` and ``slurmtf submit`` requeue the job.
+* The requeued ``fit`` resumes that epoch at that batch: it reads the batches the epoch
+  had trained and drops them, and trains the rest (:mod:`slurmtf.tf.fit_resume`), so a
+  planned stop redoes no step. An epoch that reads the same data each time (a finite
+  dataset without reshuffling, or ``steps_per_epoch`` times the batch equal to its size)
+  resumes to exactly the weights of an uninterrupted run.
+* A failure (a rank lost) resumes from the last epoch's backup: up to one epoch of steps
+  is computed again. Keras runs a step as one function, which a peer's failure can cut
+  inside the optimizer's update, so no survivor's memory is saved there; slurmtf's own
+  loop (``slurmtf.train``, docs/BRING_YOUR_OWN.md) redoes at most one step.
 
 ``AllocationBoard()`` writes what slurmtf knows of the allocation into TensorBoard, as
 the bundled models' chief does (:mod:`slurmtf.training.fit_board`): each start, the
@@ -47,13 +54,17 @@ requeues), at the model's global step (``optimizer.iterations``)::
 from __future__ import annotations
 
 import contextlib
+import importlib
+import json
 import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from slurmtf import events
 from slurmtf.contracts import EXIT_PREEMPTED
 from slurmtf.tf import compat
+from slurmtf.tf.keras_compat import is_chief
 from slurmtf.training.preemption import PreemptionWatcher
 
 __all__ = ["EXIT_PREEMPTED"]  # PreemptionCheckpoint, TrackerLogger, AllocationBoard: lazily
@@ -92,6 +103,9 @@ def _preemption_checkpoint_class() -> Any:
         from slurmtf.tf import keras_compat
 
         keras_compat.enable_multiworker_fit()  # chief-only backup files
+    from slurmtf.tf import fit_resume
+
+    fit_resume.enable_skip(importlib.import_module(base.__module__.split(".")[0]))
 
     class PreemptionCheckpoint(_ExitOnPreemption, base):  # type: ignore[misc, valid-type]
         """``BackupAndRestore`` that exits 75 on the preemption signal (module doc)."""
@@ -150,6 +164,7 @@ def _callback_class(name: str, mixin: type, keras_module: Any = None) -> Any:
 
 # The Keras callback the mixins below go with; for mypy only (at run time: object).
 _Callback: Any = object
+POSITION = "slurmtf-position.json"  # beside a PreemptionCheckpoint's backup: where it stopped
 
 
 class _ExitOnPreemption(_Callback):  # type: ignore[misc]
@@ -157,6 +172,8 @@ class _ExitOnPreemption(_Callback):  # type: ignore[misc]
     ``BackupAndRestore`` base: every hook calls the base's, then acts on the signal."""
 
     model: Any  # set by Keras
+    params: Any  # set by Keras: the steps of an epoch, when known
+    backup_dir: str  # the base's
 
     def __init__(
         self, backup_dir: str, *, signal: str = "USR2", check_every: int = 1, **kwargs: Any
@@ -171,26 +188,77 @@ class _ExitOnPreemption(_Callback):  # type: ignore[misc]
         self._batches = 0
         self._epoch = 0
         self._agree: Any = None
+        self._at_epoch_end: int | None = None  # the batch a stop at the epoch's end came at
 
     def on_train_begin(self, logs: Any = None) -> None:
+        from slurmtf.tf import fit_resume
+
         self._watcher.install()
         super().on_train_begin(logs)
         strategy = self.model.distribute_strategy
         initial = compat.fit_initial_epoch(self.model)  # Keras 3's, Keras 2's or tf_keras's
-        events.emit("fit_start", rank=_rank(strategy), initial_epoch=initial)
+        batches = (
+            self._position().get("batches", 0) if self._position().get("epoch") == initial else 0
+        )
+        fit_resume.skip_next_epoch(batches)
+        events.emit("fit_start", rank=_rank(strategy), initial_epoch=initial, initial_batch=batches)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._epoch = epoch
         super().on_epoch_begin(epoch, logs)
 
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        super().on_epoch_end(epoch, logs)  # the epoch's backup: the position is older
+        if is_chief(self.model):
+            with contextlib.suppress(FileNotFoundError):
+                self._position_path().unlink()
+        if self._at_epoch_end is not None:  # stopped at the epoch's last batch
+            self._exit(self._at_epoch_end)
+
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         super().on_train_batch_end(batch, logs)
         self._batches += 1
         if self._batches % self._check_every == 0 and self._preempted():
-            strategy = self.model.distribute_strategy
-            events.emit("preempted", rank=_rank(strategy), epoch=self._epoch, batch=batch)
-            self._watcher.uninstall()
-            raise SystemExit(EXIT_PREEMPTED)
+            if batch + 1 == (self.params or {}).get("steps"):
+                self._at_epoch_end = batch  # the epoch's end saves it, validation included
+                return
+            self._save_position(batch + 1)  # `batch`: the epoch's last batch trained
+            self._exit(batch)
+
+    def _exit(self, batch: int) -> None:
+        strategy = self.model.distribute_strategy
+        step = int(self.model.optimizer.iterations.numpy())  # the steps trained in all
+        events.emit("preempted", rank=_rank(strategy), epoch=self._epoch, batch=batch, step=step)
+        self._watcher.uninstall()
+        raise SystemExit(EXIT_PREEMPTED)
+
+    def _position_path(self) -> Path:
+        return Path(self.backup_dir) / POSITION
+
+    def _position(self) -> dict[str, int]:
+        """The saved epoch and the batches it had trained, or {} (none, or unreadable)."""
+        try:
+            found = json.loads(self._position_path().read_text())
+        except (OSError, ValueError):
+            return {}
+        return {k: int(v) for k, v in found.items() if k in ("epoch", "batches")}
+
+    def _save_position(self, batches: int) -> None:
+        """The backup now (every rank: reading synchronised variables is a collective)
+        with the epoch it is in, then the chief's position file (written whole)."""
+        if hasattr(self, "_backup"):  # Keras 2 and tf_keras: epoch E-1 done resumes at E
+            # their backup saves the epoch a variable holds, set as the epoch began
+            self._training_state._ckpt_saved_epoch.assign(self._epoch - 1)
+            self._backup(epoch=self._epoch - 1)
+        else:  # Keras 3: the backup's own record says epoch E
+            self._current_epoch = self._epoch
+            self._save_model()
+        if is_chief(self.model):
+            path = self._position_path()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}")
+            tmp.write_text(json.dumps({"epoch": self._epoch, "batches": batches}))
+            tmp.replace(path)
 
     def on_train_end(self, logs: Any = None) -> None:
         self._watcher.uninstall()
@@ -286,7 +354,6 @@ class _WriteAllocation(_Callback):  # type: ignore[misc]
         self._board: Any = None
 
     def on_train_begin(self, logs: Any = None) -> None:
-        from slurmtf.tf.keras_compat import is_chief
         from slurmtf.training.fit_board import FitBoard, board_folder
 
         folder = board_folder(self._folder, os.environ)

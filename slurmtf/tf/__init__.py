@@ -12,6 +12,7 @@ supports, each detected by its feature (docs/TENSORFLOW_VERSIONS.md, "Difference
   barrier, the ServerDef a process joined with).
 - ``join_deadline``: the bound on joining where a release has no registration barrier.
 - ``keras_compat``: Keras 3 ``fit`` under MultiWorkerMirroredStrategy.
+- ``fit_resume``: a ``fit`` resumed mid-epoch drops the batches that epoch trained.
 - ``keras_distribute``: older Keras 3 releases under ``tf.distribute``.
 - ``releases``: which releases are tested and what each carries.
 - ``install``: the one line for an installed TensorFlow that will not do.

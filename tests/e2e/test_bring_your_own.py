@@ -279,8 +279,9 @@ def test_fit_features_on_two_nodes(pairs: dict[str, Pair]) -> None:
 def test_preempted_fit_job_requeues_and_resumes(
     slurm_sandbox: SlurmSandbox, pairs: dict[str, Pair], tmp_path: Path
 ) -> None:
-    """USR2 mid-epoch: every rank exits 75 after the same batch, train.sbatch requeues,
-    the new run restores the last epoch's backup and ends with the uninterrupted weights."""
+    """USR2 mid-epoch: every rank saves and exits 75 after the same batch, train.sbatch
+    requeues, the new run resumes that epoch at the next batch (no step redone) and ends
+    with the uninterrupted weights."""
     for pair in pairs.values():  # run alone: the others would slow it down
         pair.job.finish()
         pair.reference.wait(timeout=400)
@@ -309,11 +310,15 @@ def test_preempted_fit_job_requeues_and_resumes(
 
     for rank in (0, 1):
         events = job.rank_events[rank]
-        starts = [e["initial_epoch"] for e in events if e["event"] == "fit_start"]
+        starts = [(e["initial_epoch"], e["initial_batch"]) for e in events
+                  if e["event"] == "fit_start"]  # fmt: skip
         (preempted,) = [e for e in events if e["event"] == "preempted"]
         assert len(starts) == 2, job.report()
-        assert starts[0] == 0
-        assert starts[1] == preempted["epoch"] >= 2, job.report()  # resumed after epoch 1+
+        assert starts[0] == (0, 0)
+        # resumed at the batch after the last trained (the next epoch after its last batch)
+        epoch, batch = preempted["epoch"], preempted["batch"] + 1
+        assert starts[1] == ((epoch, batch) if batch < 4 else (epoch + 1, 0)), job.report()
+        assert epoch >= 2, job.report()  # stopped after epoch 1
     job_log = next(job.run_dir.glob("*.out")).read_text()
     assert "requeueing job" in job_log, job_log
     assert f"job {job.job_id} restart 1" in job_log, job_log

@@ -189,6 +189,12 @@ class Job:
             )
         return self
 
+    def start_script(self, script: Path, flags: Sequence[str]) -> Job:
+        """Start a user's ``script`` (``python SCRIPT FLAGS``) on every rank."""
+        for index in range(self.cluster.size):
+            self.cluster.launch(index, flags, tag=f"-{self.tag}", python_args=(str(script),))
+        return self
+
     @property
     def size(self) -> int:
         return self.cluster.size

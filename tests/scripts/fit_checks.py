@@ -3,8 +3,9 @@
 ``--mode=features``: fit with metrics and validation data, ModelCheckpoint, BackupAndRestore
 and TensorBoard under ``--model_dir``; then evaluate and predict. ``--mode=preempt``: fit
 with :class:`slurmtf.fit.PreemptionCheckpoint`, sleeping ``--sleep`` s per batch so that a
-signal lands mid-run. ``--mode=backup``: fit with BackupAndRestore alone, as slowly, so
-that a rank killed mid-run resumes from the last epoch's backup. ``--mode=tracked``: fit
+signal lands mid-run (a ``batch`` line each, with the optimizer's step).
+``--mode=backup``: fit with BackupAndRestore alone, as slowly, so that a rank killed
+mid-run resumes from the last epoch's backup. ``--mode=tracked``: fit
 with PreemptionCheckpoint and :class:`slurmtf.fit.TrackerLogger` (the job's tracker
 runs), rank 1 SIGKILLing itself after global step ``--kill_at`` of the job's first
 attempt, so that the restart computes its epoch again. Every result is a JSON
@@ -110,13 +111,24 @@ def main() -> None:
     elif args.mode == "tracked":
         fit_tracked(model, train, val, args, rank)
     else:
-        from slurmtf.fit import PreemptionCheckpoint
-
-        slow = keras.callbacks.LambdaCallback(on_batch_end=lambda b, logs: time.sleep(args.sleep))
-        callbacks = [PreemptionCheckpoint(str(d / "backup")), slow, on_epoch]
-        model.fit(train, epochs=args.epochs, callbacks=callbacks, verbose=2)
+        fit_preempted(model, train, args, rank, on_epoch)
     checksum = float(sum(np.asarray(w, np.float64).sum() for w in model.get_weights()))
     emit("done", rank=rank, num_workers=layout.num_workers, weights_checksum=checksum)
+
+
+def fit_preempted(
+    model: Any, train: Any, args: argparse.Namespace, rank: int, on_epoch: Any
+) -> None:
+    from slurmtf.fit import PreemptionCheckpoint
+
+    def batch_end(batch: int, logs: Any) -> None:
+        step = int(model.optimizer.iterations.numpy())
+        emit("batch", rank=rank, batch=batch, step=step)
+        time.sleep(args.sleep)
+
+    slow = tf.keras.callbacks.LambdaCallback(on_train_batch_end=batch_end)
+    backup = PreemptionCheckpoint(str(Path(args.model_dir) / "backup"))
+    model.fit(train, epochs=args.epochs, callbacks=[backup, slow, on_epoch], verbose=2)
 
 
 def fit_tracked(model: Any, train: Any, val: Any, args: argparse.Namespace, rank: int) -> None:
