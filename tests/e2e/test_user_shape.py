@@ -5,7 +5,7 @@ tests/e2e/test_user_shape.py``, on each Slurm release (``SLURMTF_SLURM_PREFIX``)
 
 Four jobs at once on a 12-node sandbox (``SlurmdTimeout`` 60 s), each frozen (SIGSTOP of
 its batch host's slurmd and every process of the job there) once it has trained
-:data:`FREEZE_AT` of its steps:
+:data:`FREEZE_AT` of its steps and :data:`AFTER_SAVE` more (between two saves):
 
 * ``sbatch``: ``sbatch -N2 -w node1,node2 jobs/mnist.sbatch`` (TensorFlow);
 * ``model``: ``slurmtf submit --model=mnist --nodes=2`` (TensorFlow);
@@ -48,6 +48,7 @@ STEADY_STEPS, STEADY_SAVE = 600, 20  # 0.5 s a step: 5 minutes, a save every 10 
 MNIST_STEPS, MNIST_SAVE = 900, 50
 SAVE_EVERY = {"sbatch": MNIST_SAVE, "model": MNIST_SAVE, "submit": STEADY_SAVE, "het": STEADY_SAVE}
 FREEZE_AT = 0.5  # of the job's steps: well after the first save
+AFTER_SAVE = 13  # steps past that: between two saves, so the save it resumes from tells
 MNIST = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--log_every=1",
          f"--train_steps={MNIST_STEPS}", f"--checkpoint_every={MNIST_SAVE}"]  # fmt: skip
 
@@ -118,7 +119,12 @@ def shaped(
     (or after the deadline), with the node states then; the jobs are cancelled and every
     node mended afterwards."""
     jobs = start_jobs(shape_sandbox, tmp_path_factory.mktemp("shaped"))
-    yield from break_batch_hosts(shape_sandbox, jobs, lambda job: job.steps * FREEZE_AT, 1800, 180)
+    yield from break_batch_hosts(shape_sandbox, jobs, frozen_at, 1800, 180)
+
+
+def frozen_at(job: Lost) -> float:
+    """The step a job's batch host is frozen at."""
+    return job.steps * FREEZE_AT + AFTER_SAVE
 
 
 def drained_alive(sandbox: SlurmSandbox, frozen: set[str]) -> dict[str, str]:
@@ -133,7 +139,7 @@ def test_a_frozen_batch_host_of_a_long_job_costs_a_requeue_and_no_healthy_node(
 ) -> None:
     job = shaped[name]
     logs = shape_sandbox.logs(job.job_id)
-    assert job.at, f"job {job.job_id} never reached step {job.steps * FREEZE_AT:.0f}\n{logs}"
+    assert job.at, f"job {job.job_id} never reached step {frozen_at(job):.0f}\n{logs}"
     assert job.again is not None, f"{name}: no training after the freeze\n{logs}"
     assert shape_sandbox.wait(job.job_id, 900) == "COMPLETED", shape_sandbox.logs(job.job_id)
     starts = named(read_events(job.out), "cluster")
