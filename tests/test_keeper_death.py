@@ -125,8 +125,12 @@ class Slurm:
         self.calls.append(shlex.join(args))
         if args[:3] == ["scontrol", "show", "job"]:
             return f"JobId=7 JobState=COMPLETING Reason=None ExitCode={self.code} NumNodes=2\n"
-        if args[0] == "squeue":
-            return "7.0 python3\n7.1 slurmtf-watcher\n"
+        if args[0] == "squeue":  # the steps leave once their tasks got SIGTERM
+            return (
+                ""
+                if "scancel --signal=TERM 7.0 7.1" in self.calls
+                else ("7.0 python3\n7.1 slurmtf-watcher\n")
+            )
         return ""
 
 
@@ -152,8 +156,12 @@ def test_the_keeper_s_death_requeues_the_job_at_once(
     slurm, marks = Slurm(), []
     assert keeper_died(job(tmp_path), slurm, marks.append) == 0
     assert marks == ["requeueing"]
-    scancel, requeue = "scancel 7.0 7.1", "scontrol requeue 7"
-    assert slurm.calls.index(scancel) < slurm.calls.index(requeue)
+    term, scancel, requeue = (
+        "scancel --signal=TERM 7.0 7.1",
+        "scancel 7.0 7.1",
+        "scontrol requeue 7",
+    )
+    assert slurm.calls.index(term) < slurm.calls.index(scancel) < slurm.calls.index(requeue)
     (record,) = read_record(tmp_path, "7")
     assert (record["kind"], record["action"], record["exclude"]) == ("keeper", "requeue", [])
     (line,) = batch_side_lines([record])

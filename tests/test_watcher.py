@@ -351,9 +351,28 @@ def test_the_steps_of_the_job_are_ended_but_the_watchers(tmp_path: Path) -> None
             return "7.0 mnist\n7.1 slurmtf-watcher\n7.batch batch\n7.extern extern\n"
         return ""
 
-    assert slurm_calls.end_steps("7", runner) == ["7.0"]
-    assert calls[-1] == ["scancel", "7.0"]
-    assert slurm_calls.end_steps("7", runner, watcher_too=True) == ["7.0", "7.1"]
+    waited: list[float] = []
+    assert slurm_calls.end_steps("7", runner, grace_s=0.05, sleep=waited.append) == ["7.0"]
+    scancels = [c for c in calls if c[0] == "scancel"]
+    assert scancels == [["scancel", "--signal=TERM", "7.0"], ["scancel", "7.0"]]
+    assert waited, "the step that stays listed is given its grace before SIGKILL"
+    calls.clear()
+    ended = slurm_calls.end_steps("7", runner, watcher_too=True, grace_s=0, sleep=waited.append)
+    assert ended == ["7.0", "7.1"]
+    assert [c for c in calls if c[0] == "scancel"][-1] == ["scancel", "7.0", "7.1"]
+
+
+def test_steps_whose_tasks_left_on_sigterm_are_not_waited_for() -> None:
+    calls: list[list[str]] = []
+
+    def runner(args: Sequence[str], **_: Any) -> str:
+        calls.append(list(args))
+        termed = ["scancel", "--signal=TERM", "7.0"] in calls
+        return "" if termed or args[0] != "squeue" else "7.0 mnist\n"
+
+    waited: list[float] = []
+    assert slurm_calls.end_steps("7", runner, grace_s=30, sleep=waited.append) == ["7.0"]
+    assert waited == []
 
 
 def test_the_record_of_the_batch_side_reads_as_json_lines(tmp_path: Path) -> None:
@@ -445,9 +464,14 @@ class StepsSlurm(FakeSlurm):
               "MessageTimeout          = 30 sec\nUnkillableStepTimeout   = 60 sec\n")  # fmt: skip
 
     def __call__(self, args: Sequence[str], **kwargs: Any) -> str:
-        if args[0] == "squeue":
+        if args[0] == "squeue":  # the training step leaves once its tasks got SIGTERM
             self.calls.append(shlex.join(args))
-            return "7.batch batch\n7.0 python3\n7.1 slurmtf-watcher\n7.extern extern\n"
+            termed = "scancel --signal=TERM 7.0" in self.calls
+            return (
+                "7.batch batch\n"
+                + ("" if termed else "7.0 python3\n")
+                + ("7.1 slurmtf-watcher\n7.extern extern\n")
+            )
         if list(args) == ["scontrol", "show", "config"]:
             self.calls.append(shlex.join(args))
             return self.CONFIG
@@ -461,8 +485,8 @@ def test_the_job_s_other_steps_are_cancelled_right_before_the_requeue(tmp_path: 
     slurm = StepsSlurm(dead=["node1"])
     assert watch(tmp_path, slurm, beats=1)[0] == 0
     cancels = slurm.ran("scancel")
-    assert cancels == ["scancel 7.0"]
-    assert slurm.calls.index(cancels[0]) == slurm.calls.index("scontrol requeue 7") - 1
+    assert cancels == ["scancel --signal=TERM 7.0", "scancel 7.0"]  # a rank saves, then goes
+    assert slurm.calls.index(cancels[-1]) == slurm.calls.index("scontrol requeue 7") - 1
 
 
 def test_with_the_budget_spent_no_step_is_cancelled_the_job_is(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from slurmtf.spec.noderange import admin_line
 TIMEOUT_S = 30.0
 STALE_STEPS_S = 60.0  # the wait for an earlier supervisor's steps to leave Slurm's books
 UPDATE_S = 20.0  # scontrol update retried while Slurm says "try again"
+TERM_GRACE_S = 5.0  # a step's tasks between SIGTERM (they save from memory) and SIGKILL
 WATCHER_NAME = "slurmtf-watcher"  # the watcher's step (srun --job-name)
 
 
@@ -51,13 +52,28 @@ def job_steps(job_id: str, runner: Runner) -> list[tuple[str, str]]:
     return [(s, name) for s, name in steps if not s.endswith((".batch", ".extern"))]
 
 
-def end_steps(job_id: str, runner: Runner, *, watcher_too: bool = False) -> list[str]:
-    """scancel the job's steps (batch and extern aside; the watcher's step too only when
-    asked): the tasks on the healthy nodes end; the step's srun is ended by the
-    supervisor (it would wait for the silent node). The steps cancelled."""
+def end_steps(
+    job_id: str,
+    runner: Runner,
+    *,
+    watcher_too: bool = False,
+    grace_s: float = TERM_GRACE_S,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[str]:
+    """End the job's steps (batch and extern aside; the watcher's step too only when
+    asked): SIGTERM to their tasks first, so that a rank saves the step it holds from
+    memory (slurmtf.training.rescue) and leaves, and after at most ``grace_s`` s, or at
+    once when they are gone, ``scancel`` (SIGKILL: a plain scancel of a step sends no
+    SIGTERM). The tasks on the healthy nodes end; the step's srun is ended by the
+    supervisor (it would wait for the silent node). The steps ended."""
     steps = [s for s, name in job_steps(job_id, runner) if watcher_too or name != WATCHER_NAME]
-    if steps:
-        _ask(runner, ["scancel", *steps], 10)
+    if not steps:
+        return steps
+    _ask(runner, ["scancel", "--signal=TERM", *steps], 10)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline and set(steps) & {s for s, _ in job_steps(job_id, runner)}:
+        sleep(0.2)
+    _ask(runner, ["scancel", *steps], 10)
     return steps
 
 
