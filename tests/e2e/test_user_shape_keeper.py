@@ -60,7 +60,10 @@ class KeeperJob:
     keeper: int = 0
 
     def text(self) -> str:
-        return self.log.read_text(errors="replace") if self.log.exists() else ""
+        """The job's log: the batch script's output (a submitted job's rank 0 files, whose
+        stderr holds the supervisor's lines)."""
+        logs = [self.log, self.log.with_suffix(".err")] if self.name != "step" else [self.log]
+        return "".join(p.read_text(errors="replace") for p in logs if p.exists())
 
 
 @pytest.fixture(scope="module")
