@@ -16,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,19 @@ def kill_past_the_save(
     pid = model_pid(job_id, rank)
     assert pid is not None, f"rank {rank}'s model process"
     os.kill(pid, signal.SIGKILL)
+    KILLED[job_id] = time.time()
     return reached(logs, job_id), text
+
+
+KILLED: dict[str, float] = {}  # a job's kill, by the clock the events carry
+
+
+def training_again(logs: Path, job_id: str) -> float:
+    """Seconds from the kill to rank 0's first step of the restart (its events' times)."""
+    events = rank_events(logs, job_id, 0)
+    starts = [i for i, e in enumerate(events) if e["event"] == "cluster"]
+    after = [e for e in events[starts[-1] :] if e["event"] == "progress" and "time" in e]
+    return float(after[0]["time"]) - KILLED[job_id]
 
 
 def warm_ready(logs: Path, job_id: str) -> bool:
@@ -149,6 +162,10 @@ def test_a_killed_rank_costs_at_most_one_step_and_the_weights_match_undisturbed(
             outs[victim], model_dir, logs, job_id, at_kill=kills[victim][0], survivor=1 - victim
         )
         done = finals(logs, job_id)
+        kind = "warm" if victim == 1 else "cold"
+        again = training_again(logs, job_id)
+        print(f"MEASURED rank {victim} killed ({kind} ranks): training again {again:.1f} s, "
+              f"resumed at step {start}")  # fmt: skip
         assert [d["step"] for d in done] == [STEPS, STEPS]
         assert done[0]["start_step"] == start
         sums = {d["weights_checksum"] for d in [*done, *calm_done]}
