@@ -1,11 +1,12 @@
 """The keeper, the batch script's own process, is SIGKILLed during a step: the job is
-requeued at once by its supervisor (the parent-death signal), trains again from its
-checkpoint and ends COMPLETED with one weights checksum.
+requeued at once by its supervisor (the parent-death signal), trains again from the step
+the survivors held (their memory: at most one step redone) and ends COMPLETED with one
+weights checksum.
 
 A 2-node ``sbatch jobs/mnist.sbatch`` run on a 2-node sandbox; the keeper is killed at
-step 12. Prints a ``MEASURED`` line: the kill to training again. The long user-shaped
-runs (several minutes, with and without ``-w``, every launch path, a keeper killed
-between steps and during the supervisor's own restart) are not here.
+step 12. Prints a ``MEASURED`` line: the kill to training again. The user-shaped runs
+(several minutes, a keeper killed between steps and during the supervisor's own restart)
+are the long tier's (tests/e2e/test_user_shape_keeper.py).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ pytestmark = [pytest.mark.slurm, pytest.mark.tf]
 
 STEPS = 120  # enough that the steps left outlast the old step's end (KillWait)
 ARGS = ["--batch_size=16", "--eval_steps=1", "--num_threads=1", "--seed=7", "--log_every=1",
-        f"--train_steps={STEPS}", "--checkpoint_every=5", "--heartbeat_timeout=10"]  # fmt: skip
+        f"--train_steps={STEPS}", "--checkpoint_every=50", "--heartbeat_timeout=10"]  # fmt: skip
 SAID = re.compile(
     r"the keeper \(pid (\d+) on node\d\), the job's own process, was killed by SIGKILL at "
     r"\S+: requeueing job \d+ \(restart 1, " + first_count("2") + r", MAX_RESTARTS\)"
@@ -76,6 +77,10 @@ def test_a_killed_keeper_requeues_the_job_which_resumes_from_its_checkpoint(
     assert [c["restart_count"] for c in clusters] == [0, 1], clusters
     finals = [job.events(rank, "done")[-1] for rank in (0, 1)]
     assert [f["step"] for f in finals] == [STEPS, STEPS], job.report()
-    assert all(f["start_step"] > 0 for f in finals), finals  # from the checkpoint
+    resumed = job.events(0, "resumed")[-1]
+    reached = max(e["step"] for e in job.events(0, "progress") if e["time"] <= resumed["time"])
+    assert "memory" in resumed["source"], resumed  # the survivors saved the step they held
+    assert reached - resumed["step"] <= 1, (reached, resumed)
+    assert all(f["start_step"] == resumed["step"] for f in finals), finals
     assert len({f["weights_checksum"] for f in finals}) == 1, finals
     assert no_process_left(job.job_id) == [], job.report()
