@@ -5,12 +5,16 @@ spares, ranges, strikes, probes."""
 from __future__ import annotations
 
 import json
+import subprocess
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from slurmtf.errors import InputError, SlurmCommandError
+from slurmtf.runtime import slurm_calls
 from slurmtf.runtime.job.settings import JobSettings, restart_in_place
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.decision import Budget, decide
@@ -334,3 +338,38 @@ def test_three_sigkills_on_a_two_node_job_restart_in_place_every_time(tmp_path: 
         out, line = decide_and_record(step, files, silent())
         assert (out.action, out.restart, out.exclude) == ("restart", restart, ()), line
         assert out.nodes in ((), ("node1", "node2")), line
+
+
+def test_a_heterogeneous_jobs_probe_left_running_at_its_timeout(tmp_path: Path) -> None:
+    """A component's probe that does not answer is judged silent but not killed (its
+    srun's death would make Slurm 26.05 cancel the whole job): real processes."""
+    from slurmtf.runtime.slurm_calls import left_running
+    from slurmtf.slurm.runner import default_runner
+
+    marker = tmp_path / "still-here"
+    slow = ["sh", "-c", f"sleep 1.5; touch {marker}"]
+    started = time.monotonic()
+    assert subprocess.run(left_running(slow, 0.3), check=False).returncode == 124
+    assert time.monotonic() - started < 1.4  # it did not wait for the probe
+    deadline = time.monotonic() + 10
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), "the probe was killed with its shell"
+    assert subprocess.run(left_running(["true"], 5), check=False).returncode == 0
+    assert subprocess.run(left_running(["false"], 5), check=False).returncode == 1
+    with pytest.raises(SlurmCommandError):
+        default_runner(left_running(["sleep", "3"], 0.2), timeout=5)
+
+
+def test_only_a_component_probe_is_left_running() -> None:
+    seen: list[list[str]] = []
+
+    def runner(args: Sequence[str], **_: Any) -> str:
+        seen.append(list(args))
+        return ""
+
+    assert slurm_calls.probe_dead(["node1"], runner, 10) == ()
+    assert seen[-1][0] == "srun"
+    assert slurm_calls.probe_dead(["node1"], runner, 10, group=0) == ()
+    assert seen[-1][:2] == ["sh", "-c"]
+    assert "srun --overlap --nodes=1 --ntasks=1 --nodelist=node1 --het-group=0" in seen[-1][2]

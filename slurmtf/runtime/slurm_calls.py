@@ -17,6 +17,7 @@ watcher), each through the runner with a bound, and the srun lines of slurmtf's 
 from __future__ import annotations
 
 import contextlib
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -329,15 +330,34 @@ def probe_args(node: str, group: int | None = None) -> list[str]:
             "true"]  # fmt: skip
 
 
+def left_running(args: Sequence[str], seconds: float) -> list[str]:
+    """``args`` (an srun) started by a shell that waits ``seconds`` for it and then exits
+    124 (like ``timeout``) but leaves it running, its output to /dev/null: an srun of a
+    heterogeneous job's component that dies before its tasks started (SIGKILL at a probe's
+    timeout) makes Slurm 26.05 cancel the whole job (measured on the sandbox: a frozen
+    node's probe); left alone, it ends with the job's steps."""
+    loops = max(int(seconds / 0.2), 1)
+    script = (
+        f"{shlex.join(args)} >/dev/null 2>&1 & p=$!; for _ in $(seq {loops}); do "
+        'kill -0 "$p" 2>/dev/null || { wait "$p"; exit $?; }; sleep 0.2; done; exit 124'
+    )
+    return ["sh", "-c", script]
+
+
 def probe_dead(
     nodes: Sequence[str], runner: Runner, timeout: float, group: int | None = None
 ) -> tuple[str, ...]:
     """The nodes whose slurmd no longer starts a task of this job (dead or frozen), probed
-    side by side, each within ``timeout`` seconds."""
+    side by side, each within ``timeout`` seconds (a heterogeneous job's probe is left
+    running at the timeout: :func:`left_running`)."""
 
     def silent(node: str) -> bool:
+        args = probe_args(node, group)
         try:
-            runner(probe_args(node, group), timeout=timeout)
+            if group is None:
+                runner(args, timeout=timeout)
+            else:
+                runner(left_running(args, timeout), timeout=timeout + 10)
         except SlurmCommandError:
             return True
         return False
