@@ -203,7 +203,7 @@ def test_a_killed_keeper_costs_a_requeue_and_at_most_one_step(
     resumed = named(events, "resumed")[-1]
     reached = max(e["step"] for e in named(events, "progress")
                   if e.get("time", 0) <= resumed.get("time", 0))  # fmt: skip
-    redone = reached - int(resumed["step"])
+    redone = max(reached - int(resumed["step"]), 0)
     print(f"MEASURED keeper {name}: killed at step {job.at_step} -> training again "
           f"{job.again:.1f} s, resumed at step {resumed['step']} from {resumed['source']} "
           f"({redone} step(s) redone)")  # fmt: skip
