@@ -246,13 +246,9 @@ class _ExitOnPreemption(_Callback):  # type: ignore[misc]
     def _save_position(self, batches: int) -> None:
         """The backup now (every rank: reading synchronised variables is a collective)
         with the epoch it is in, then the chief's position file (written whole)."""
-        if hasattr(self, "_backup"):  # Keras 2 and tf_keras: epoch E-1 done resumes at E
-            # their backup saves the epoch a variable holds, set as the epoch began
-            self._training_state._ckpt_saved_epoch.assign(self._epoch - 1)
-            self._backup(epoch=self._epoch - 1)
-        else:  # Keras 3: the backup's own record says epoch E
-            self._current_epoch = self._epoch
-            self._save_model()
+        from slurmtf.tf.fit_resume import back_up_in_epoch
+
+        back_up_in_epoch(self, self._epoch)
         if is_chief(self.model):
             path = self._position_path()
             path.parent.mkdir(parents=True, exist_ok=True)

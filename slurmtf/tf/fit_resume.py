@@ -16,7 +16,8 @@ its feature (each is a release difference, docs/TENSORFLOW_VERSIONS.md):
   then starts at the skipped batches too.
 
 :func:`skip_next_epoch` arms it for the next epoch that starts (the resumed one: the
-callback arms it as ``fit`` begins, after the restore). Imports Keras.
+callback arms it as ``fit`` begins, after the restore). :func:`back_up_in_epoch` is the
+backup a stop mid-epoch saves, which each Keras records its own way. Imports Keras.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 # The functions that handle a release difference (docs/TENSORFLOW_VERSIONS.md's table).
-RELEASE_DIFFERENCES = ("enable_skip",)
+RELEASE_DIFFERENCES = ("enable_skip", "back_up_in_epoch")
 
 _MARK = "_slurmtf_skips"
 _pending = {"batches": 0}
@@ -64,6 +65,20 @@ def enable_skip(keras_module: Any) -> bool:
     if handler is None or not hasattr(handler, "enumerate_epochs"):
         return False
     return _wrap(handler, "enumerate_epochs", _skipping_epochs)
+
+
+def back_up_in_epoch(callback: Any, epoch: int) -> None:
+    """A ``BackupAndRestore`` callback's backup now, in the middle of ``epoch``, that its
+    restore resumes at ``epoch`` (its batches skipped by :func:`skip_next_epoch`). Keras
+    2's and tf_keras's save the epoch a variable of their training state holds (set as
+    the epoch began), and resume at the one after it: it is set to ``epoch - 1`` first
+    (``_backup``). Keras 3's record the epoch their callback holds (``_save_model``)."""
+    if hasattr(callback, "_backup"):  # Keras 2, tf_keras
+        callback._training_state._ckpt_saved_epoch.assign(epoch - 1)
+        callback._backup(epoch=epoch - 1)
+    else:  # Keras 3
+        callback._current_epoch = epoch
+        callback._save_model()
 
 
 def _wrap(owner: Any, name: str, make: Callable[[Any], Any]) -> bool:
