@@ -198,7 +198,8 @@ def mend_async_copy(keras: Any) -> None:
     first save: Keras 3 (3.0 to at least 3.15) makes a new ``tf.Variable`` at every
     copy, and TensorFlow copies inside a ``tf.function``, so the second asynchronous save
     fails ("tf.function only supports singleton tf.Variables"). Detected by behaviour: a
-    variable copied twice, mended in this process when the second copy is a new one."""
+    variable copied twice, mended in this process when the second copy is a new one, on
+    the class that defines the copy."""
     import tensorflow as tf
     from tensorflow.python.util.object_identity import ObjectIdentityDictionary
 
@@ -212,7 +213,9 @@ def mend_async_copy(keras: Any) -> None:
     probe._copy_trackable_to_cpu(copies)
     if copies[probe] is first:
         return
-    made = type(probe)
+    # The class that defines it: ``keras.Variable`` may be a subclass of the backend's
+    # (Keras 3.3's ``backend.exports.Variable``), while layers make the backend's own.
+    made: Any = next(c for c in type(probe).__mro__ if "_copy_trackable_to_cpu" in vars(c))
 
     def copy_to_cpu(self: Any, object_map: dict[Any, Any]) -> None:
         self.value._copy_trackable_to_cpu(object_map)
