@@ -116,3 +116,16 @@ def test_no_word_on_resuming_when_no_rank_trained() -> None:
 def test_steps_a_dead_rank_reported_past_the_save_count_as_redone() -> None:
     attempt = _attempt({2: 40}, reached=41)
     assert attempt.resume_words() == "resumes at step 40 from rank 2's memory (1 step redone)"
+
+
+def test_a_step_a_periodic_checkpoint_holds_is_not_rescued(tmp_path: Path) -> None:
+    """A rank that froze at step 14 and thawed once the job had saved step 50 without it
+    writes nothing: its state is older than the checkpoint."""
+    written = FakeCheckpoint()
+    assert rescue.save(written, tmp_path, 14, rank=1, saved=50) is None
+    assert rescue.save(written, tmp_path, 50, rank=1, saved=50) is None
+    assert written.written == []
+    assert rescue.found(tmp_path) == []
+    newer = rescue.save(written, tmp_path, 51, rank=1, saved=50)
+    assert newer is not None
+    assert newer.step == 51

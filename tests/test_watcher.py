@@ -43,7 +43,8 @@ class FakeSlurm:
     def __call__(self, args: Sequence[str], **_: Any) -> str:
         line = shlex.join(args)
         self.calls.append(line)
-        if args[0] == "srun" and any(f"--nodelist={n}" in args for n in self.dead):
+        probe = args[0] == "srun" or args[:2] == ["sh", "-c"]  # left running: an sh around it
+        if probe and any(f"--nodelist={n}" in line for n in self.dead):
             raise SlurmCommandError(line, 1, "timed out")
         if args[:3] == ["scontrol", "show", "job"]:
             if not self.state:
@@ -232,8 +233,15 @@ def test_a_controller_that_does_not_answer_is_asked_again(tmp_path: Path) -> Non
 def test_a_heterogeneous_jobs_batch_host_is_probed_in_its_component(tmp_path: Path) -> None:
     beat(tmp_path)
     slurm = FakeSlurm(dead=["node1"])
-    watch(tmp_path, slurm, host_group=0)
-    assert "--het-group=0" in slurm.ran("srun")[0]
+    status, _ = watch(tmp_path, slurm, host_group=0)
+    assert status == 0
+    probes = slurm.ran("sh -c")  # left running at its timeout (slurm_calls.left_running)
+    assert len(probes) == 1, slurm.calls
+    assert not slurm.ran("srun"), slurm.calls
+    assert "--het-group=0" in probes[0]
+    assert "--nodelist=node1" in probes[0]
+    assert "exit 124" in probes[0]
+    assert slurm.ran("scontrol requeue") == ["scontrol requeue 7"]
 
 
 def job(tmp_path: Path, **env: str) -> JobSettings:

@@ -124,10 +124,15 @@ class Checkpointer:
 
     def rescue(self, step: int, rank: int) -> rescue.Rescue | None:
         """Write this rank's state as the rescue of ``step`` (a peer failed); None when
-        there is no ``--model_dir`` or another survivor writes that step."""
+        there is no ``--model_dir``, another survivor writes that step or the last
+        periodic checkpoint holds it."""
+        import tensorflow as tf
+
         if not self.enabled:
             return None
-        return rescue.save(self._checkpoint, str(self._model_dir), step, rank)
+        periodic = tf.train.latest_checkpoint(str(Path(str(self._model_dir)) / "checkpoints"))
+        saved = checkpoint_step(periodic) if periodic else None
+        return rescue.save(self._checkpoint, str(self._model_dir), step, rank, saved)
 
     def save(self, step: int) -> str | None:
         """Save on every rank; returns the chief's checkpoint path (None elsewhere)."""
