@@ -125,7 +125,7 @@ class Checkpointer:
     def rescue(self, step: int, rank: int) -> rescue.Rescue | None:
         """Write this rank's state as the rescue of ``step`` (a peer failed); None when
         there is no ``--model_dir``, another survivor writes that step or the last
-        periodic checkpoint holds it."""
+        periodic checkpoint is newer."""
         import tensorflow as tf
 
         if not self.enabled:

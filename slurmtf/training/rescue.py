@@ -93,11 +93,11 @@ def save(
     checkpoint: Any, model_dir: str | Path, step: int, rank: int, saved: int | None = None
 ) -> Rescue | None:
     """Write ``checkpoint`` (a ``tf.train.Checkpoint``) as the rescue of ``step``, unless
-    another survivor claimed that step first or a periodic checkpoint already holds it
-    (``saved``, its step: a rank that froze and thawed after the job went on without it
-    holds an old step), then None. Complete or absent: the files go to a hidden folder
-    that is renamed into place."""
-    if saved is not None and step <= saved:
+    another survivor claimed that step first or the last periodic checkpoint (of step
+    ``saved``) is newer (a rank that froze and thawed after the job went on without it),
+    then None. Complete or absent: the files go to a hidden folder that is renamed into
+    place."""
+    if saved is not None and step < saved:
         return None
     if not claim(model_dir, step):
         return None
