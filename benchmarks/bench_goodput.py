@@ -66,7 +66,8 @@ def submit(sandbox: Sandbox, run: Path, steps: int, warm: str, spares: int = 0) 
     sbatch = [f"-N{2 + spares}", "--ntasks-per-node=1", "--gres=none", "--time=60",
               f"--job-name=goodput-{run.name}", f"--output={run}/job.out",
               str(harness.REPO / "jobs" / "mnist.sbatch")]  # fmt: skip
-    return harness.submit_job(sandbox, [*sbatch, *ARGS, f"--train_steps={steps}"], env)
+    flags = [*ARGS, *harness.exact_once_flags(), f"--train_steps={steps}"]
+    return harness.submit_job(sandbox, [*sbatch, *flags], env)
 
 
 def node_of(pid: int) -> str:

@@ -214,6 +214,14 @@ def package_version(*names: str) -> str | None:
     return None
 
 
+def exact_once_flags() -> list[str]:
+    """Model flags that let a resumed run end with an undisturbed run's weights on this
+    interpreter's Keras: Keras 2 (TensorFlow 2.15) draws dropout masks from stateful ops
+    no checkpoint holds, so there the runs train without dropout (docs/FAILURES.md)."""
+    major = (package_version("keras") or "3").split(".")[0]
+    return ["--dropout_rate=0"] if major.isdigit() and int(major) < 3 else []
+
+
 def machine_info() -> JSONDict:
     """Facts that make a number reproducible: date, CPU, cores, load, versions."""
     cpu_model = None

@@ -634,3 +634,14 @@ def test_bench_batch_host_reads_cost_per_minute_and_renders() -> None:
     text = bb.markdown(result)
     assert "| host_freeze | 102 | 3 | 1 | COMPLETED | 1.0 |" in text, text  # 3 figures
     assert "| watcher | 1 | 20100 | 0.25 |" in text, text
+
+
+@pytest.mark.parametrize(
+    ("keras", "flags"),
+    [("2.15.0", ["--dropout_rate=0"]), ("3.15.1", []), (None, []), ("nightly", [])],
+)
+def test_exact_once_flags_drop_dropout_on_keras_2_alone(
+    monkeypatch: pytest.MonkeyPatch, keras: str | None, flags: list[str]
+) -> None:
+    monkeypatch.setattr(harness, "package_version", lambda *names: keras)
+    assert harness.exact_once_flags() == flags
