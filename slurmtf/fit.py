@@ -246,9 +246,9 @@ class _ExitOnPreemption(_Callback):  # type: ignore[misc]
     def _save_position(self, batches: int) -> None:
         """The backup now (every rank: reading synchronised variables is a collective)
         with the epoch it is in, then the chief's position file (written whole)."""
-        from slurmtf.tf.fit_resume import back_up_in_epoch
+        from slurmtf.tf import fit_resume
 
-        back_up_in_epoch(self, self._epoch)
+        fit_resume.back_up_in_epoch(self, self._epoch)
         if is_chief(self.model):
             path = self._position_path()
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -95,13 +95,9 @@ class Checkpointer:
     def latest(self) -> Resumed | None:
         """The newest complete state in ``--model_dir``: the last periodic checkpoint, or
         a survivors' rescue that holds a later step; None for a first start."""
-        import tensorflow as tf
-
         if not self.enabled:
             return None
-        path: str | None = tf.train.latest_checkpoint(
-            str(Path(str(self._model_dir)) / "checkpoints")
-        )
+        path = self._last_periodic()
         periodic = None
         if path is not None:
             periodic = Resumed(path, checkpoint_step(path) or 0, "checkpoint")
@@ -126,13 +122,20 @@ class Checkpointer:
         """Write this rank's state as the rescue of ``step`` (a peer failed); None when
         there is no ``--model_dir``, another survivor writes that step or the last
         periodic checkpoint is newer."""
-        import tensorflow as tf
-
         if not self.enabled:
             return None
-        periodic = tf.train.latest_checkpoint(str(Path(str(self._model_dir)) / "checkpoints"))
+        periodic = self._last_periodic()
         saved = checkpoint_step(periodic) if periodic else None
         return rescue.save(self._checkpoint, str(self._model_dir), step, rank, saved)
+
+    def _last_periodic(self) -> str | None:
+        """The prefix of the last complete periodic checkpoint in ``--model_dir``."""
+        import tensorflow as tf
+
+        path: str | None = tf.train.latest_checkpoint(
+            str(Path(str(self._model_dir)) / "checkpoints")
+        )
+        return path
 
     def save(self, step: int) -> str | None:
         """Save on every rank; returns the chief's checkpoint path (None elsewhere)."""
