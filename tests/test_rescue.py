@@ -14,6 +14,7 @@ from slurmtf.runtime.recovery.budget import Budget
 from slurmtf.runtime.recovery.decision import decide
 from slurmtf.runtime.recovery.endings import Attempt, TaskEnding
 from slurmtf.training import rescue
+from slurmtf.training.checkpoints import Resumed, newest_state
 
 
 class FakeCheckpoint:
@@ -129,3 +130,24 @@ def test_a_step_older_than_the_periodic_checkpoint_is_not_rescued(tmp_path: Path
         kept = rescue.save(written, tmp_path, step, rank=1, saved=50)
         assert kept is not None
         assert kept.step == step
+
+
+def test_a_start_resumes_from_the_rescue_when_it_holds_at_least_the_checkpoint(
+    tmp_path: Path,
+) -> None:
+    """At the checkpoint's own step both hold the same state; the rescue is read, so the
+    rank's ``resumed`` event names the survivor as the restart line does."""
+    periodic = str(tmp_path / "checkpoints" / "ckpt-15")
+    assert newest_state(None, tmp_path) is None
+    assert newest_state(periodic, tmp_path) == Resumed(periodic, 15, "checkpoint")
+    rescue.save(FakeCheckpoint(), tmp_path, 14, rank=0)
+    assert newest_state(periodic, tmp_path) == Resumed(periodic, 15, "checkpoint")
+    rescue.save(FakeCheckpoint(), tmp_path, 15, rank=2)
+    tie = newest_state(periodic, tmp_path)
+    assert tie is not None
+    assert (tie.step, tie.source) == (15, "rank 2's memory")
+    assert tie.path.endswith("rescue/step-15.rank-2/ckpt")
+    rescue.save(FakeCheckpoint(), tmp_path, 16, rank=0)
+    assert newest_state(None, tmp_path) == Resumed(
+        str(tmp_path / "rescue" / "step-16.rank-0" / "ckpt"), 16, "rank 0's memory"
+    )

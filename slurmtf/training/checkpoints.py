@@ -7,7 +7,7 @@ files first and then replaces the small ``checkpoint`` state file by rename, so 
 killed mid-save resumes from the previous complete checkpoint.
 
 A start resumes from the newest state there is: the last periodic checkpoint, or a
-rescue newer than it, which the ranks that lived through a peer's failure wrote from
+rescue of its step or a later one, which the ranks that lived through a peer's failure wrote from
 memory (:mod:`slurmtf.training.rescue`).
 
 Asynchronous saves (``--async_checkpoint``, where the release has them:
@@ -93,18 +93,11 @@ class Checkpointer:
         return self._options is not None
 
     def latest(self) -> Resumed | None:
-        """The newest complete state in ``--model_dir``: the last periodic checkpoint, or
-        a survivors' rescue that holds a later step; None for a first start."""
+        """The newest complete state in ``--model_dir`` (:func:`newest_state`); None for a
+        first start."""
         if not self.enabled:
             return None
-        path = self._last_periodic()
-        periodic = None
-        if path is not None:
-            periodic = Resumed(path, checkpoint_step(path) or 0, "checkpoint")
-        saved = rescue.newest(self._model_dir)
-        if saved is not None and (periodic is None or saved.step > periodic.step):
-            return Resumed(saved.prefix, saved.step, saved.source)
-        return periodic
+        return newest_state(self._last_periodic(), self._model_dir)
 
     def restore_latest(self) -> Resumed | None:
         """Restore the newest state on every rank (all read the same files)."""
@@ -186,6 +179,18 @@ def fresh_scratch(model_dir: str, rank: int) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     return folder
+
+
+def newest_state(periodic: str | None, model_dir: str | Path | None) -> Resumed | None:
+    """The state a start resumes from: the survivors' newest rescue in ``model_dir`` when
+    it holds at least the step of the last periodic checkpoint ``periodic`` (at the same
+    step both hold the same state, and the restart line names the survivor), else that
+    checkpoint; None when there is neither."""
+    saved = rescue.newest(model_dir)
+    step = None if periodic is None else checkpoint_step(periodic) or 0
+    if saved is not None and (step is None or saved.step >= step):
+        return Resumed(saved.prefix, saved.step, saved.source)
+    return None if periodic is None or step is None else Resumed(periodic, step, "checkpoint")
 
 
 def checkpoint_step(path: str) -> int | None:

@@ -7,8 +7,8 @@ peer dies, freezes or stalls, each surviving rank knows the last step it complet
 holds exactly that state. The first survivor to claim that step (an exclusive
 ``claim-<step>`` file) writes it to ``<model_dir>/rescue/step-<step>.rank-<rank>``: into a
 hidden folder first, renamed when complete, so a save cut short is never read. The next
-start resumes from the newest rescue when it is newer than the last periodic checkpoint
-(:meth:`slurmtf.training.checkpoints.Checkpointer.latest`), and the chief's next periodic
+start resumes from the newest rescue when it holds at least the last periodic checkpoint's
+step (:func:`slurmtf.training.checkpoints.newest_state`), and the chief's next periodic
 save removes the rescues it supersedes.
 
 The files here are plain folders and names; only :func:`save` touches TensorFlow (through
