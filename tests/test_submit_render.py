@@ -148,6 +148,21 @@ def test_signal_is_configurable() -> None:
     assert "#SBATCH --signal=TERM@60" in render(spec).splitlines()
 
 
+@pytest.mark.parametrize(("minutes", "warning"), [(60, 120), (8, 120), (2, 30), (1, 15)])
+def test_a_short_time_limit_is_not_warned_at_its_start(minutes: int, warning: int) -> None:
+    """The default warning is 120 s before the limit, or a quarter of a shorter job's."""
+    spec = JobSpec(kind="model", target="mnist", time_min=minutes, log_dir=LOGS)
+    assert f"#SBATCH --signal=USR2@{warning}" in render(spec).splitlines()
+
+
+def test_a_warning_at_or_before_the_start_is_refused() -> None:
+    with pytest.raises(InputError, match=r"--signal_delay_s=120.*--time=2 \(120 s\).*HINT: "):
+        JobSpec(kind="model", target="mnist", time_min=2, signal_delay_s=120, log_dir=LOGS)
+    out = io.StringIO()
+    assert submit_cli.main(["--dry_run", "--model=mnist", "--time=2"], out=out) == 0
+    assert "#SBATCH --signal=USR2@30" in out.getvalue()
+
+
 def test_max_restarts_hands_the_step_to_the_supervisor() -> None:
     out = io.StringIO()
     assert submit_cli.main(["--dry_run", "--model=mnist", "--max_restarts=5"], out=out) == 0

@@ -295,8 +295,9 @@ def _restarts(group: argparse._ArgumentGroup) -> None:
         group,
         "signal_delay_s",
         type=int,
-        default=120,
-        help="seconds before the time limit the signal arrives (default 120)",
+        default=None,
+        help="seconds before the time limit the signal arrives (default 120, or a "
+        "quarter of a --time under 8 minutes)",
     )
     add_flag(
         group,

@@ -41,6 +41,7 @@ SERVE = "slurmtf.serve"  # python -m slurmtf.serve: the tasks of a --jobs job
 GPU_FLAGS = ("gres", "gpus-per-node", "gpus-per-task")
 CLUSTERS = ("slurm", "local")
 LEGACY_KERAS_ENV = "TF_USE_LEGACY_KERAS"
+DEFAULT_SIGNAL_DELAY_S = 120  # Slurm's warning before the time limit, as the job scripts set it
 RUN_LAUNCHER = "slurmtf.run"  # python -m slurmtf.run: unmodified scripts (module and command jobs)
 _PYTHON = re.compile(r"python[0-9.]*")
 _MEM = re.compile(r"^[0-9]+[KMGT]?B?$", re.IGNORECASE)
@@ -72,7 +73,7 @@ class JobSpec:
     job_name: str = "slurmtf"
     log_dir: str = DEFAULT_LOG_DIR
     signal: str = "USR2"
-    signal_delay_s: int = 120
+    signal_delay_s: int | None = None  # None: warning_s's default
     max_requeues: int = 3
     restart_budget: str = DEFAULT_MODE  # what --max_restarts counts (RESTART_BUDGET)
     max_failures_per_hour: int = 0  # MAX_FAILURES_PER_HOUR (0: no limit)
@@ -131,13 +132,22 @@ class JobSpec:
                     "--command", self.target, f"cannot be split ({exc})", "quote it as in a shell"
                 ) from exc
 
+    @property
+    def warning_s(self) -> int:
+        """Seconds before the time limit the preemption signal arrives: --signal_delay_s,
+        else 120, or a quarter of a --time under 8 minutes (so that a short job is not
+        warned as it starts)."""
+        if self.signal_delay_s is not None:
+            return self.signal_delay_s
+        return min(DEFAULT_SIGNAL_DELAY_S, self.time_min * 60 // 4)
+
     def _check_numbers(self) -> None:
         for name, low, value in (
             ("--nodes", 1, self.nodes),
             ("--gpus_per_node", 0, self.gpus_per_node),
             ("--gpus_per_task", 1, self.gpus_per_task),
             ("--time", 1, self.time_min),
-            ("--signal_delay_s", 0, self.signal_delay_s),
+            ("--signal_delay_s", 0, self.warning_s),
             ("--max_restarts", 0, self.max_requeues),
             ("--max_failures_per_hour", 0, self.max_failures_per_hour),
             ("--array_parallelism", 1, self.array_parallelism),
@@ -147,6 +157,14 @@ class JobSpec:
                 raise InputError(
                     name, value, f"must be at least {low}", f"pass {name}={low} or more"
                 )
+        if self.warning_s >= self.time_min * 60:
+            raise InputError(
+                "--signal_delay_s",
+                self.warning_s,
+                f"is not shorter than --time={self.time_min} ({self.time_min * 60} s): "
+                "the warning would come as the job starts",
+                "pass a smaller --signal_delay_s or a longer --time",
+            )
         if self.spare_nodes and (self.is_range or self.jobs is not None):
             raise InputError(
                 "--spare_nodes",
@@ -457,7 +475,7 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
         "job_name": spec.job_name,
         "time": spec.time_min,
         "nodes": spec.nodes,  # a range's minimum: submitit counts tasks with it
-        "signal_delay_s": spec.signal_delay_s,
+        "signal_delay_s": spec.warning_s,
         "array_parallelism": spec.array_parallelism,
         # A failed rank stops the others instead of idling until the time limit; in a
         # --jobs job the chief's script decides (a killed worker is tolerated).
@@ -481,7 +499,7 @@ def sbatch_parameters(spec: JobSpec, python: str = "python3") -> dict[str, Any]:
     setup = [*spec.setup, *roles_line, *supervisor_setup(spec, python)]
     if setup:
         params["setup"] = setup
-    extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.signal_delay_s}"}
+    extra: dict[str, Any] = {"signal": f"{spec.signal}@{spec.warning_s}"}
     # Requeueable, so that `scontrol requeue` (after exit 75) and node failures restart it.
     extra["requeue" if spec.max_requeues else "no-requeue"] = True
     extra.update(node_failure_parameters(spec, params["srun_args"]))
