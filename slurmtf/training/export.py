@@ -10,7 +10,7 @@ from typing import Any
 from absl import logging
 
 from slurmtf.tf import compat
-from slurmtf.training.trackers import Trackers
+from slurmtf.training.trackers import CLOSE_WAIT_S, Trackers
 
 
 class Summaries:
@@ -58,9 +58,10 @@ class Summaries:
                 )
         self._writers[split].flush()
 
-    def close(self) -> None:
-        """Send what the trackers still hold and end their runs; close the writers."""
-        self.trackers.close()
+    def close(self, wait_s: float = CLOSE_WAIT_S) -> None:
+        """Send what the trackers still hold (at most ``wait_s`` s) and end their runs;
+        close the writers."""
+        self.trackers.close(wait_s)
         for writer in self._writers.values():
             writer.close()
         self._writers.clear()

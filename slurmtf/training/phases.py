@@ -25,7 +25,7 @@ from slurmtf.training.preemption import PreemptionWatcher
 from slurmtf.training.process import log_dir
 from slurmtf.training.steps import Steps, no_state_sync
 from slurmtf.training.strategy import PEER_FAILURES
-from slurmtf.training.trackers import Trackers
+from slurmtf.training.trackers import EXIT_WAIT_S, Trackers
 
 
 @dataclasses.dataclass
@@ -189,9 +189,6 @@ class Training:
                 if type(exc).__name__ in PEER_FAILURES:
                     self.rescue(type(exc).__name__)
                 raise
-            if self.watcher.terminating:  # SIGTERM came: save the whole step, then end
-                self.rescue("SIGTERM")
-                self.watcher.end_if_terminating()
             outcome.step += 1
             step = outcome.step
             self.watch.finished(step)
@@ -204,6 +201,8 @@ class Training:
             progress.update(outcome.last_loss, float(out[1]))
             if progress.due(step):
                 self._report(progress, step)
+            if self.watcher.terminating:  # SIGTERM came: the step counted, saved, then end
+                self.end_terminated()
             if out[2] > 0:
                 outcome.preempted = True
                 break
@@ -211,6 +210,14 @@ class Training:
                 break
         logging.info("%d steps in %.1f s", outcome.step - start, time.monotonic() - t_start)
         return outcome
+
+    def end_terminated(self) -> None:
+        """SIGTERM came during a step that completed (and was reported): save it from
+        memory, send the trackers what they hold (a bounded wait, within Slurm's
+        KillWait), and end as the signal would have. The next start resumes after it."""
+        self.rescue("SIGTERM")
+        self.summaries.close(EXIT_WAIT_S)
+        self.watcher.end_if_terminating()
 
     def _train_iterator(self) -> Any:
         spec, per_replica, start = self.spec, self.per_replica, self.start

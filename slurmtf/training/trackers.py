@@ -17,7 +17,8 @@ training loop's ``train`` and ``eval`` scalars go to it as ``train/loss``,
 * the training flags as the run's parameters, at its first start.
 
 A thread sends the scalars, so a slow server never holds a step; a rank that ends on a
-failure sends what it queued first (at most :data:`EXIT_WAIT_S`). A SIGKILLed chief loses
+failure or on SIGTERM (a requeue, ``scancel``) sends what it queued first (at most
+:data:`EXIT_WAIT_S`), the step SIGTERM came in included. A SIGKILLed chief loses
 what its thread had not sent yet: the resumed start does not redo those steps. A
 tracker that is asked for but not installed, or that fails, costs a warning line, and
 training goes on without it.
