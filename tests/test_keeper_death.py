@@ -128,7 +128,7 @@ class Slurm:
         if args[0] == "squeue":  # the steps leave once their tasks got SIGTERM
             return (
                 ""
-                if "scancel --signal=TERM 7.0 7.1" in self.calls
+                if "scancel --ctld --signal=TERM 7.0 7.1" in self.calls
                 else ("7.0 python3\n7.1 slurmtf-watcher\n")
             )
         return ""
@@ -157,7 +157,7 @@ def test_the_keeper_s_death_requeues_the_job_at_once(
     assert keeper_died(job(tmp_path), slurm, marks.append) == 0
     assert marks == ["requeueing"]
     term, scancel, requeue = (
-        "scancel --signal=TERM 7.0 7.1",
+        "scancel --ctld --signal=TERM 7.0 7.1",
         "scancel 7.0 7.1",
         "scontrol requeue 7",
     )

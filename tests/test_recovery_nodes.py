@@ -19,7 +19,7 @@ from slurmtf.runtime.job.settings import JobSettings, restart_in_place
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.decision import Budget, decide
 from slurmtf.runtime.recovery.endings import Attempt, TaskEnding
-from slurmtf.runtime.recovery.evidence import LogFiles, lost_in, probe_lost
+from slurmtf.runtime.recovery.evidence import LogFiles, lost_in, probe_lost, survivors_saved
 from slurmtf.runtime.recovery.node_choice import Nodes, job_nodes
 from slurmtf.runtime.slurm_calls import drained_nodes, probe_args
 
@@ -234,6 +234,22 @@ def test_the_watch_leaves_excluded_nodes_unprobed() -> None:
     left_out = Nodes(ALLOC, excluded=("node2",))
     assert probe_lost(lost_in(PEER_LOST), left_out, (), runner, 1) == ((), ())
     assert runner.probed == []
+
+
+def test_the_step_ends_without_a_grace_once_every_survivor_saved(tmp_path: Path) -> None:
+    """Ranks 0 and 2 (node1, node3) outlive node2's rank 1: no grace is needed once both
+    reported the loss, which they do after their save from memory."""
+    files = LogFiles(tmp_path, offsets={str(tmp_path / "rank0.out"): 7})
+    workers = ["node1:29003", "node2:29004", "node3:29005"]
+    cluster = {"event": "cluster", "rank": 0, "workers": workers}
+    (tmp_path / "rank0.out").write_text("before\n" + json.dumps(cluster) + "\n")
+    first = [{"event": "peer_lost", "rank": 0, "lost": [{"rank": 1, "node": "node2"}]}]
+    assert not survivors_saved(files, first, ("node2",))
+    both = [*first, {"event": "peer_lost", "rank": 2, "lost": [{"rank": 1}]}]
+    assert survivors_saved(files, both, ("node2",))
+    assert not survivors_saved(files, both, ())  # rank 1 lives: it has not said
+    earlier = LogFiles(tmp_path, offsets={str(tmp_path / "rank0.out"): 10_000})
+    assert not survivors_saved(earlier, both, ("node2",))  # no cluster event this attempt
 
 
 def test_the_decision_after_the_watch_does_not_probe_again(tmp_path: Path) -> None:

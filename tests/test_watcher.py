@@ -362,7 +362,7 @@ def test_the_steps_of_the_job_are_ended_but_the_watchers(tmp_path: Path) -> None
     waited: list[float] = []
     assert slurm_calls.end_steps("7", runner, grace_s=0.05, sleep=waited.append) == ["7.0"]
     scancels = [c for c in calls if c[0] == "scancel"]
-    assert scancels == [["scancel", "--signal=TERM", "7.0"], ["scancel", "7.0"]]
+    assert scancels == [["scancel", "--ctld", "--signal=TERM", "7.0"], ["scancel", "7.0"]]
     assert waited, "the step that stays listed is given its grace before SIGKILL"
     calls.clear()
     ended = slurm_calls.end_steps("7", runner, watcher_too=True, grace_s=0, sleep=waited.append)
@@ -375,7 +375,7 @@ def test_steps_whose_tasks_left_on_sigterm_are_not_waited_for() -> None:
 
     def runner(args: Sequence[str], **_: Any) -> str:
         calls.append(list(args))
-        termed = ["scancel", "--signal=TERM", "7.0"] in calls
+        termed = ["scancel", "--ctld", "--signal=TERM", "7.0"] in calls
         return "" if termed or args[0] != "squeue" else "7.0 mnist\n"
 
     waited: list[float] = []
@@ -474,7 +474,7 @@ class StepsSlurm(FakeSlurm):
     def __call__(self, args: Sequence[str], **kwargs: Any) -> str:
         if args[0] == "squeue":  # the training step leaves once its tasks got SIGTERM
             self.calls.append(shlex.join(args))
-            termed = "scancel --signal=TERM 7.0" in self.calls
+            termed = "scancel --ctld --signal=TERM 7.0" in self.calls
             return (
                 "7.batch batch\n"
                 + ("" if termed else "7.0 python3\n")
@@ -493,7 +493,7 @@ def test_the_job_s_other_steps_are_cancelled_right_before_the_requeue(tmp_path: 
     slurm = StepsSlurm(dead=["node1"])
     assert watch(tmp_path, slurm, beats=1)[0] == 0
     cancels = slurm.ran("scancel")
-    assert cancels == ["scancel --signal=TERM 7.0", "scancel 7.0"]  # a rank saves, then goes
+    assert cancels == ["scancel --ctld --signal=TERM 7.0", "scancel 7.0"]  # a rank saves, then goes
     assert slurm.calls.index(cancels[-1]) == slurm.calls.index("scontrol requeue 7") - 1
 
 

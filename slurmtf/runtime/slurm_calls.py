@@ -66,11 +66,14 @@ def end_steps(
     memory (slurmtf.training.rescue) and leaves, and after at most ``grace_s`` s, or at
     once when they are gone, ``scancel`` (SIGKILL: a plain scancel of a step sends no
     SIGTERM). The tasks on the healthy nodes end; the step's srun is ended by the
-    supervisor (it would wait for the silent node). The steps ended."""
+    supervisor (it would wait for the silent node). The steps ended.
+
+    The signal goes through slurmctld (``--ctld``): scancel with a signal otherwise asks
+    each node's slurmd itself and waits its MessageTimeout for a silent one (10 s)."""
     steps = [s for s, name in job_steps(job_id, runner) if watcher_too or name != WATCHER_NAME]
     if not steps:
         return steps
-    _ask(runner, ["scancel", "--signal=TERM", *steps], 10)
+    _ask(runner, ["scancel", "--ctld", "--signal=TERM", *steps], 10)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline and set(steps) & {s for s, _ in job_steps(job_id, runner)}:
         sleep(0.2)

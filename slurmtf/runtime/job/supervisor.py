@@ -42,7 +42,7 @@ from pathlib import Path
 from types import FrameType
 
 from slurmtf.cluster.step_flags import het_task_counts
-from slurmtf.events import NODE_EVENTS_VAR, node_events_path
+from slurmtf.events import NODE_EVENTS_VAR, Event, named, node_events_path
 from slurmtf.monitor import records
 from slurmtf.monitor.tracker_runs import job_run_env
 from slurmtf.runtime import slurm_calls
@@ -76,7 +76,13 @@ from slurmtf.runtime.job.warm import (
 from slurmtf.runtime.job_log import log, plain, to_stderr
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
 from slurmtf.runtime.recovery.decision import Decision
-from slurmtf.runtime.recovery.evidence import LogFiles, glob_escape, lost_in, probe_lost
+from slurmtf.runtime.recovery.evidence import (
+    LogFiles,
+    glob_escape,
+    lost_in,
+    probe_lost,
+    survivors_saved,
+)
 from slurmtf.runtime.recovery.node_choice import Nodes
 from slurmtf.runtime.recovery.record import read_record, restarts_so_far
 from slurmtf.slurm.resv_ports import cluster_span
@@ -356,6 +362,7 @@ class Supervisor:
         due = self.warm_due(command)  # None: no warm ranks for the next attempt
         seen = False  # the chief's first step of this attempt
         alive: tuple[str, ...] = ()
+        reports: list[Event] = []  # the ranks' peer_lost events of this attempt
         started = time.monotonic()
         while self.child.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -377,6 +384,7 @@ class Supervisor:
             if not watching:
                 continue
             said = lost_in(news, self.files.new_text(self.job.srun_err) if news else "")
+            reports += named(news, "peer_lost")
             if not said:
                 continue
             nodes = dataclasses.replace(self.nodes, excluded=self.place.excluded)
@@ -384,7 +392,9 @@ class Supervisor:
             if lost:
                 log(f"node(s) {','.join(lost)} stopped answering: ending the step without "
                     "waiting for Slurm (SlurmdTimeout)", error=True)  # fmt: skip
-                slurm_calls.end_steps(self.job.job_id, self.runner)
+                saved = survivors_saved(self.files, reports, lost)  # no grace needed
+                grace = 0.0 if saved else slurm_calls.TERM_GRACE_S
+                slurm_calls.end_steps(self.job.job_id, self.runner, grace_s=grace)
                 return StepEnd(self.child.stop(grace=0), lost, alive)
         return StepEnd(self.child.status(), (), alive)
 

@@ -122,6 +122,20 @@ def lost_in(events: Sequence[Event], srun_text: str = "") -> tuple[str, ...]:
     return Attempt(0, events={i: [e] for i, e in enumerate(lost)}, failed_nodes=failed).lost_nodes()
 
 
+def survivors_saved(files: LogFiles, reports: Sequence[Event], lost: Sequence[str]) -> bool:
+    """Whether every worker of this attempt off the ``lost`` nodes (the workers of rank
+    0's ``cluster`` event, by host) has reported the loss (``peer_lost`` among
+    ``reports``): each saved what it held from memory before it did, and is leaving, so
+    ending the step needs no grace for a save. False when rank 0 named no workers."""
+    clusters = named(parse_events(files.new_text(files.rank_file(0, "out"))), "cluster")
+    workers = clusters[-1].get("workers") if clusters else None
+    if not isinstance(workers, list) or not workers:
+        return False
+    hosts = [str(w).rsplit(":", 1)[0] for w in workers]
+    expected = {rank for rank, host in enumerate(hosts) if host not in lost}
+    return expected <= {e.get("rank") for e in named(reports, "peer_lost")}
+
+
 def probe_lost(
     lost: Sequence[str], nodes: Nodes, probed: Sequence[str], runner: Runner, timeout: float
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
