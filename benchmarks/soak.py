@@ -11,7 +11,8 @@ It starts a local Slurm sandbox (or uses ``--sandbox_dir`` of a running one), su
 every ``--sample_every`` seconds reads each rank's thread count (``/proc/PID/task``),
 resident memory (``VmRSS``) and open file descriptors (``/proc/PID/fd``). Every rank of a
 sandbox job is a process on this machine. After ``--minutes`` the job must still be
-running; it is cancelled, and the trends after ``--warmup`` seconds are judged: threads
+running; it is cancelled, and the trends after ``--warmup`` seconds of training (from the
+chief's first step, which a loaded machine reaches late) are judged: threads
 and fds flat (growth within a few), RSS growth under 5 % and its slope over the last
 half of the samples under ``--max_rss_slope`` MB/h per rank. Writes ``soak-<model>.json``
 and ``soak-<model>.png``; exits 1 when the job died or a resource grew.
@@ -96,7 +97,7 @@ class SoakPlan:
     nodes: int = 2
     tasks_per_node: int = 2
     sample_every: float = 5.0
-    warmup: float = 120.0  # seconds left out of the trends
+    warmup: float = 120.0  # seconds of training (from the chief's first step) left out
     model_flags: tuple[str, ...] = ()
     sbatch_options: tuple[str, ...] = ("--gres=none",)
     gpus_per_node: int = 0  # fake GPUs of the sandbox the soak starts itself
@@ -145,7 +146,7 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
     started = time.monotonic()
     try:
         pids = _wait_for_ranks(job, plan.nodes * plan.tasks_per_node, sandbox)
-        samples, died, first_eval = _sample(pids, plan, work / "logs" / "rank0.out")
+        samples, died, firsts = _sample(pids, plan, work / "logs" / "rank0.out")
         state = job_state(sandbox, job)
         if plan.until_done:
             state, died = _final_state(sandbox, job, died)
@@ -158,7 +159,12 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
     # A rank ending is the job finishing in until_done mode; else always a failure.
     ended = "" if plan.until_done and state == expected else died
     ended = ended or ("" if state == expected else f"job {job} {state or 'gone'}")
-    warmup, until = judged_window(samples, plan.warmup, first_eval, plan.sample_every)
+    # The warm-up is training time: it counts from the chief's first step, which a loaded
+    # machine can reach only a minute in (the first trace), after the sampling began.
+    trained = firsts.get("trains") or 0.0
+    warmup, until = judged_window(
+        samples, trained + plan.warmup, firsts.get("eval"), plan.sample_every
+    )
     return {
         "name": "soak",
         "model": plan.model,
@@ -209,29 +215,35 @@ def _final_state(sandbox: Any, job: str, died: str, timeout: float = 120) -> tup
     return state, died
 
 
+FIRSTS = ("trains", "eval")  # the chief's events whose first sight the sampling notes
+
+
 def _sample(
     pids: dict[int, int], plan: SoakPlan, chief_out: Path
-) -> tuple[list[JSONDict], str, float | None]:
+) -> tuple[list[JSONDict], str, dict[str, float]]:
     """Sample every rank until ``plan.minutes`` pass (or, ``until_done``, until the ranks
-    end); (samples, why it stopped, seconds to the chief's first ``eval`` event or None)."""
+    end); (samples, why it stopped, seconds to the chief's first ``trains`` (its first
+    step) and ``eval`` events, of those seen)."""
     samples: list[JSONDict] = []
-    first_eval: float | None = None
+    firsts: dict[str, float] = {}
     t0 = time.monotonic()
     while (now := time.monotonic() - t0) < plan.minutes * 60:
         for rank, pid in sorted(pids.items()):
             usage = read_usage(pid)
             if usage is None:
-                return samples, f"rank {rank} (pid {pid}) exited after {now:.0f} s", first_eval
+                return samples, f"rank {rank} (pid {pid}) exited after {now:.0f} s", firsts
             samples.append({"t": now, "rank": rank, **dataclasses.asdict(usage)})
-        if first_eval is None and _has_eval(chief_out):
-            first_eval = now
+        if len(firsts) < len(FIRSTS):
+            for name in _seen(chief_out) & set(FIRSTS) - set(firsts):
+                firsts[name] = now
         time.sleep(plan.sample_every)
-    return samples, "", first_eval
+    return samples, "", firsts
 
 
-def _has_eval(chief_out: Path) -> bool:
+def _seen(chief_out: Path) -> set[str]:
+    """The names of the events in the chief's output so far."""
     text = chief_out.read_text(errors="replace") if chief_out.exists() else ""
-    return any(e["event"] == "eval" for e in parse_events(text))
+    return {str(e["event"]) for e in parse_events(text)}
 
 
 def _wait_for_ranks(job: str, count: int, sandbox: Any, timeout: float = 300) -> dict[int, int]:
@@ -382,7 +394,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--gpus_per_node", type=int, default=0, help="fake GPUs per node of the soak's sandbox"
     )
     parser.add_argument("--sample_every", type=float, default=5.0, help="seconds")
-    parser.add_argument("--warmup", type=float, default=120.0, help="seconds left out")
+    parser.add_argument(
+        "--warmup", type=float, default=120.0,
+        help="seconds of training left out (from the chief's first step)",
+    )  # fmt: skip
     parser.add_argument(
         "--sbatch_option",
         action="append",
