@@ -296,8 +296,8 @@ def _restarts(group: argparse._ArgumentGroup) -> None:
         "signal_delay_s",
         type=int,
         default=None,
-        help="seconds before the time limit the signal arrives (default 120, or a "
-        "quarter of a --time under 8 minutes)",
+        help="seconds before the time limit the signal arrives (default "
+        f"{jobspec.DEFAULT_SIGNAL_DELAY_S}, or a quarter of a --time under 8 minutes)",
     )
     add_flag(
         group,

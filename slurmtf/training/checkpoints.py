@@ -187,10 +187,10 @@ def newest_state(periodic: str | None, model_dir: str | Path | None) -> Resumed 
     step both hold the same state, and the restart line names the survivor), else that
     checkpoint; None when there is neither."""
     saved = rescue.newest(model_dir)
-    step = None if periodic is None else checkpoint_step(periodic) or 0
-    if saved is not None and (step is None or saved.step >= step):
+    step = 0 if periodic is None else checkpoint_step(periodic) or 0
+    if saved is not None and (periodic is None or saved.step >= step):
         return Resumed(saved.prefix, saved.step, saved.source)
-    return None if periodic is None or step is None else Resumed(periodic, step, "checkpoint")
+    return None if periodic is None else Resumed(periodic, step, "checkpoint")
 
 
 def checkpoint_step(path: str) -> int | None:
