@@ -7,6 +7,7 @@
 - ``gpu_ids``: GPU ids as Slurm writes them.
 - ``gpu_plan``: which GPUs each task uses.
 - ``ports``: the workers' ports (the scheme; a free port; ports for a local step).
+- ``port_claims``: free local ports handed out, claimed in a lock file so no two steps meet.
 - ``layout``: ``ClusterLayout``: every rank's node, role, address and ``TF_CONFIG``.
 - ``flags``: a layout as the official models' ``--worker_hosts``/``--task_index``, and back.
 - ``step_flags``: srun's GPU and CPU flags that follow from how the job asked for them.

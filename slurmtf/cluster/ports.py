@@ -27,11 +27,13 @@ from __future__ import annotations
 import errno
 import random
 import socket
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from slurmtf.cluster.env import SlurmEnv
 from slurmtf.cluster.placement import count
+from slurmtf.cluster.port_claims import CLAIM_S, Claim, held_claims
 from slurmtf.errors import InputError, SlurmtfError
 
 PORT_MIN = 1024
@@ -285,15 +287,20 @@ def ports_free(base: int, count: int, host: str = "") -> bool:
 def free_port_base(
     count: int, low: int = LOCAL_PORT_RANGE[0], high: int = LOCAL_PORT_RANGE[1]
 ) -> int:
-    """A base port with ``count`` consecutive ports free right now, at a random place.
-
-    Random, so that tests and benchmarks running at once on one machine rarely collide.
+    """A base port with ``count`` consecutive ports free right now, at a random place,
+    and claimed for an hour (:mod:`slurmtf.cluster.port_claims`): steps, tests and
+    benchmarks started at once on one machine, in any process, never get the same ports.
+    When claims fill the range, a base free right now is enough.
     """
     rng = random.Random()
-    for _ in range(200):
-        base = rng.randrange(low, high - count)
-        if ports_free(base, count):
-            return base
+    with held_claims() as claims:
+        for attempt in range(400):
+            base = rng.randrange(low, high - count)
+            if attempt < 200 and any(claim.overlaps(base, count) for claim in claims):
+                continue
+            if ports_free(base, count):
+                claims.append(Claim(base, count, time.time() + CLAIM_S))
+                return base
     raise RuntimeError(f"no {count} consecutive free ports in [{low}, {high})")
 
 
