@@ -21,6 +21,7 @@ from slurmtf.monitor import board, hparams
 from slurmtf.monitor import records as jobrecord
 from slurmtf.monitor.board import Run
 from slurmtf.monitor.sweep_rows import point_row
+from tests.helpers.boards import accumulator
 from tests.helpers.fakeslurm import GONE, FakeSlurm
 
 SUBMITIT = "{job}_{rank}_log.{kind}"
@@ -233,21 +234,15 @@ def test_status_names_the_command(state: Path, capsys: pytest.CaptureFixture[str
 def _hparams_of(folder: Path) -> tuple[list[str], dict[str, dict[str, object]]]:
     """The experiment's parameter names and each session's parameters and metrics, as
     TensorBoard's own event reader finds them."""
-    from tensorboard.backend.event_processing import event_accumulator as ea
     from tensorboard.plugins.hparams import plugin_data_pb2
 
-    def accumulate(path: Path) -> ea.EventAccumulator:
-        acc = ea.EventAccumulator(str(path), size_guidance={ea.TENSORS: 0})
-        acc.Reload()
-        return acc
-
-    root = accumulate(folder)
+    root = accumulator(folder)
     data = root.PluginTagToContent("hparams")["_hparams_/experiment"]
     experiment = plugin_data_pb2.HParamsPluginData.FromString(data).experiment
     names = [h.name for h in experiment.hparam_infos]
     sessions = {}
     for session in sorted(p for p in folder.iterdir() if p.is_dir()):
-        acc = accumulate(session)
+        acc = accumulator(session)
         start = plugin_data_pb2.HParamsPluginData.FromString(
             acc.PluginTagToContent("hparams")["_hparams_/session_start_info"]
         ).session_start_info
