@@ -162,9 +162,8 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
     # The warm-up is training time: it counts from the chief's first step, which a loaded
     # machine can reach only a minute in (the first trace), after the sampling began.
     trained = firsts.get("trains") or 0.0
-    warmup, until = judged_window(
-        samples, trained + plan.warmup, firsts.get("eval"), plan.sample_every
-    )
+    settle = max(plan.warmup, plan.sample_every)  # the evaluation's own warm-up
+    warmup, until = judged_window(samples, trained + plan.warmup, firsts.get("eval"), settle)
     return {
         "name": "soak",
         "model": plan.model,
@@ -186,19 +185,20 @@ def _soak(sandbox: Any, plan: SoakPlan, work: Path) -> JSONDict:
 
 
 def judged_window(
-    samples: Sequence[JSONDict], warmup: float, first_eval: float | None, sample_every: float
+    samples: Sequence[JSONDict], warmup: float, first_eval: float | None, settle: float
 ) -> tuple[float, float]:
     """The seconds whose samples are judged, ``(start, end)``.
 
-    A rank's steady state starts once every phase ran once: the evaluation pipeline's
-    tf.data threads start at the first evaluation and stay (docs/SOAK.md). So the window
-    starts after the first evaluation; when that came so late that fewer samples follow it
-    than precede it (a slow machine), the window is the training before it instead: a
-    steady state too, of one phase.
+    A rank's steady state starts once every phase ran once and settled: the evaluation
+    pipeline's tf.data threads start at the first evaluation and stay, and its buffers
+    fill over the ``settle`` seconds that follow (docs/SOAK.md). So the window starts then;
+    when fewer samples follow that than precede the evaluation (a slow machine, or a fast
+    one that evaluates mid-run), the window is the training before it instead: a steady
+    state too, of one phase.
     """
     if first_eval is None:
         return warmup, math.inf
-    after = max(warmup, first_eval + sample_every)
+    after = max(warmup, first_eval + settle)
     times = [s["t"] for s in samples]
     later = sum(t >= after for t in times)
     earlier = sum(warmup <= t < first_eval for t in times)

@@ -41,12 +41,16 @@ def test_trend_measures_growth_and_slope_per_hour() -> None:
 
 def test_the_judged_window_follows_the_first_evaluation_unless_it_came_late() -> None:
     samples = [{"t": float(t)} for t in range(0, 180, 3)]
-    # An early evaluation: from just after it to the end.
-    assert judged_window(samples, 45.0, 60.0, 3.0) == (63.0, float("inf"))
+    # An early evaluation: from the end of its own warm-up (45 s) to the end.
+    assert judged_window(samples, 45.0, 60.0, 45.0) == (105.0, float("inf"))
     # No evaluation in the run: from the warm-up to the end.
-    assert judged_window(samples, 45.0, None, 3.0) == (45.0, float("inf"))
+    assert judged_window(samples, 45.0, None, 45.0) == (45.0, float("inf"))
     # One at 171 s of 180 (a slow machine): the training before it, 42 samples, not 2.
-    assert judged_window(samples, 45.0, 171.0, 3.0) == (45.0, 171.0)
+    assert judged_window(samples, 45.0, 171.0, 45.0) == (45.0, 171.0)
+    # One mid-run at 105 s (an idle machine): 10 settled samples after 150 s against 20
+    # before it, so the training before it; the memory its buffers take while they fill
+    # (+19 MB over the next minute, measured) is no growth.
+    assert judged_window(samples, 45.0, 105.0, 45.0) == (45.0, 105.0)
     values = [100.0 if s["t"] < 171 else 140.0 for s in samples]  # eval threads start
     judged = trend([s["t"] for s in samples], values, 45.0, until=171.0)
     assert judged["growth"] == 0
