@@ -11,7 +11,7 @@ import pytest
 
 from slurmtf.errors import SlurmCommandError
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
-from slurmtf.runtime.recovery.decision import Budget, after_check, decide
+from slurmtf.runtime.recovery.decision import Budget, after_check, classify, decide
 from slurmtf.runtime.recovery.endings import Attempt, TaskEnding, srun_words, task_ranks
 from slurmtf.runtime.recovery.evidence import LogFiles, own_error, read_attempt
 from slurmtf.runtime.recovery.node_choice import Nodes
@@ -251,3 +251,54 @@ def test_on_this_machine_a_preemption_restarts_in_place_without_probes(tmp_path:
     assert (decision.action, decision.exclude) == ("restart", ())  # no node left out
     assert "after rank 1 was killed by SIGKILL" in line
     assert [r["action"] for r in read_record(tmp_path, "9")] == ["restart", "restart"]
+
+
+# srun's stderr when node4's slurmd died as the step started (Slurm 22.05.8 on the sandbox:
+# the daemon aborted with "malloc_consolidate(): invalid chunk size"); node3's rank 0 then
+# failed in its TaskProlog as srun ended the step.
+ZERO = "Zero Bytes were transmitted or received"
+LAUNCH_FAILED = (
+    f"srun: error: slurm_receive_msgs: [[localhost]:8681] failed: {ZERO}\n"
+    f"srun: error: Task launch for StepId=177154.1 failed on node node4: {ZERO}\n"
+    f"srun: error: Application launch failed: {ZERO}\n"
+    "srun: Job step aborted: Waiting up to 7 seconds for job step to finish.\n"
+    "slurmstepd-node3: error: TaskProlog failed status=1\n"
+    "srun: error: node3: task 0: Exited with exit code 1\n"
+    "srun: error: node3: tasks 1-3: Terminated\n"
+)
+
+
+def _launch_failed(tmp_path: Path) -> LogFiles:
+    (tmp_path / "srun.err").write_text(LAUNCH_FAILED)
+    for rank in range(8):
+        (tmp_path / f"rank{rank}.out").write_text("")
+        (tmp_path / f"rank{rank}.err").write_text("")
+    return LogFiles(tmp_path, srun_err=tmp_path / "srun.err")
+
+
+def test_a_step_srun_could_not_launch_is_read_as_its_nodes_failure(tmp_path: Path) -> None:
+    found = read_attempt(1, _launch_failed(tmp_path))
+    assert found.launch_failed == ("node4",)
+    assert found.lost_nodes() == ("node4",)  # probed before the decision
+    assert classify(found) == ("srun could not launch the step's tasks on node4", True)
+
+
+@pytest.mark.parametrize(("answers", "exclude"), [(False, ("node4",)), (True, ())])
+def test_a_launch_failure_restarts_without_the_node_only_when_it_is_silent(
+    tmp_path: Path, answers: bool, exclude: tuple[str, ...]
+) -> None:
+    """Before, rank 0's TaskProlog exit read as its own error and the job stopped."""
+    probed: list[str] = []
+
+    def runner(args: Any, **_: Any) -> str:
+        if args[0] == "srun":
+            probed.append(next(a for a in args if a.startswith("--nodelist=")))
+            if not answers:
+                raise SlurmCommandError("srun", 1, "node4 does not answer")
+        return ""
+
+    step = Step("5", 1, 3, nodes=Nodes(("node1", "node2", "node3", "node4"), (), 2))
+    decision, line = decide_and_record(step, _launch_failed(tmp_path), runner)
+    assert (decision.action, decision.exclude) == ("restart", exclude), line
+    assert probed == ["--nodelist=node4"]
+    assert "srun could not launch the step's tasks on node4" in line

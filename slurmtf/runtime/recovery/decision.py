@@ -185,13 +185,14 @@ def classify(attempt: Attempt) -> tuple[str, bool]:
     128+N through a launcher) was killed and is retried; exit 2 never is; a rank that
     exited with its own error (no ``peer_lost`` or ``stalled`` event) is not; a rank whose
     port another process held (a ``port_in_use`` event) is, on other ports, unless the user
-    fixed the base."""
+    fixed the base; a step srun could not launch on a node is (the node is probed first,
+    and left out when it does not answer)."""
     endings = attempt.endings
     if attempt.status == EXIT_USAGE or any(e.exit_code == EXIT_USAGE for e in endings):
         return "bad flags or settings (exit 2): a restart cannot fix them", False
-    held = [e for rank in sorted(attempt.events) for e in attempt.of(rank, held_port.EVENT)]
-    if held:  # a port held by another process: the node's state, not the rank's error
-        return held_port.describe_held(held[0])
+    node_state = _node_state(attempt)
+    if node_state is not None:
+        return node_state
     first = next((e for e in endings if e.ranks), None)
     if first is not None:
         rank = first.ranks[0]
@@ -206,6 +207,18 @@ def classify(attempt: Attempt) -> tuple[str, bool]:
         where = ", ".join(f"Node failure on {n}" for n in attempt.failed_nodes)
         return f"srun exited {attempt.status} ({where or 'killed'})", True
     return f"srun exited {attempt.status} without a lost peer, node or killed task", False
+
+
+def _node_state(attempt: Attempt) -> tuple[str, bool] | None:
+    """A failure of a node's state rather than of a rank: a port another process held, or
+    a step srun could not launch on a node (the tasks' endings then follow from srun
+    ending the step); ``None`` otherwise."""
+    held = [e for rank in sorted(attempt.events) for e in attempt.of(rank, held_port.EVENT)]
+    if held:
+        return held_port.describe_held(held[0])
+    if attempt.launch_failed:
+        return f"srun could not launch the step's tasks on {','.join(attempt.launch_failed)}", True
+    return None
 
 
 def tolerate_workers(attempt: Attempt) -> tuple[Attempt, str]:

@@ -137,13 +137,16 @@ def task_ranks(text: str) -> tuple[int, ...]:
 class Attempt:
     """How one srun step ended: srun's status and ``task`` lines (first failure first),
     each rank's event lines of this attempt, each rank's own error line (for the message
-    of a stop), and srun's ``Node failure on NODE`` nodes."""
+    of a stop), srun's ``Node failure on NODE`` nodes and the nodes where it could not
+    launch the step's tasks (``Task launch for StepId=... failed on node NODE: ...``: a
+    slurmd that died or stopped answering as the step started)."""
 
     status: int
     endings: tuple[TaskEnding, ...] = ()
     events: Mapping[int, Sequence[Event]] = dataclasses.field(default_factory=dict)
     errors: Mapping[int, str] = dataclasses.field(default_factory=dict)
     failed_nodes: tuple[str, ...] = ()
+    launch_failed: tuple[str, ...] = ()
 
     def of(self, rank: int, name: str) -> list[Event]:
         return [e for e in self.events.get(rank, ()) if e.get("event") == name]
@@ -185,10 +188,11 @@ class Attempt:
         return f"resumes at step {step} from rank {-rank}'s memory ({redone} {steps} redone)"
 
     def lost_nodes(self) -> tuple[str, ...]:
-        """Nodes of the peers the ranks lost (``peer_lost`` events) and srun's failed
-        nodes, in order of first mention: the nodes worth probing."""
+        """Nodes of the peers the ranks lost (``peer_lost`` events), srun's failed nodes
+        and those it could not launch on, in order of first mention: the nodes worth
+        probing."""
         nodes = [n for rank in sorted(self.events) for n in self._lost_by(rank)]
-        return tuple(dict.fromkeys([*nodes, *self.failed_nodes]))
+        return tuple(dict.fromkeys([*nodes, *self.failed_nodes, *self.launch_failed]))
 
     def crashed_nodes(self) -> tuple[str, ...]:
         """The nodes of the ranks srun saw end first, when they crashed in their own way

@@ -23,6 +23,7 @@ from slurmtf.runtime.slurm_calls import probe_dead
 from slurmtf.slurm.runner import Runner
 
 _NODE_FAILURE = re.compile(r"Node failure on (\S+)")
+_LAUNCH_FAILURE = re.compile(r"Task launch for StepId=\S+ failed on node ([^\s:]+)")
 TAIL_BYTES = 256 * 1024  # how much of each rank's log tells how far training got
 _MISSING = re.compile(r"No module named '([A-Za-z_]+)'")  # a package, not a module of it
 
@@ -72,9 +73,10 @@ def read_attempt(status: int, files: LogFiles, python: str = "python3") -> Attem
     )
     events = {r: parse_events(files.new_text(files.rank_file(r, "out"))) for r in files.ranks()}
     failed = tuple(dict.fromkeys(_NODE_FAILURE.findall(srun_text)))
+    unlaunched = tuple(dict.fromkeys(_LAUNCH_FAILURE.findall(srun_text)))
     firsts = dict.fromkeys(e.ranks[0] for e in endings if e.ranks)
     errors = {r: own_error(files.new_text(files.rank_file(r, "err")), python) for r in firsts}
-    return Attempt(status, endings, events, errors, failed)
+    return Attempt(status, endings, events, errors, failed, unlaunched)
 
 
 def reached_in_logs(files: LogFiles, tail: int = TAIL_BYTES) -> int | None:
