@@ -45,8 +45,8 @@ def test_a_node_whose_slurmd_is_gone_is_left_out_and_the_job_completes(
     assert killed, "node3's slurmd was not found"
     job = new_job(jobs, launch_sandbox, tmp_path, "unlaunched")
     # --gres=none: the same job with a GPU a node is requeued the same way, but on Debian's
-    # 22.05.8 its step on node1 and node2 then fails to start ("Invalid generic resource
-    # (gres) specification"; docs/FAILURES.md).
+    # 22.05.8 (not on 26.05.3) its step on node1 and node2 then fails to start ("Invalid
+    # generic resource (gres) specification"; docs/FAILURES.md).
     job.submit(ARGS, nodelist="node2,node3", sbatch_args=["--gres=none"])
     assert job.finish() == "COMPLETED", job.report()
     said = job.job_output()
