@@ -36,6 +36,7 @@ STALE_STEPS_S = 60.0  # the wait for an earlier supervisor's steps to leave Slur
 UPDATE_S = 20.0  # scontrol update retried while Slurm says "try again"
 TERM_GRACE_S = 5.0  # a step's tasks between SIGTERM (they save from memory) and SIGKILL
 WATCHER_NAME = "slurmtf-watcher"  # the watcher's step (srun --job-name)
+BEACON_NAME = "slurmtf-beacon"  # the nodes' beacon (slurmtf.runtime.job.beacon)
 
 
 def _ask(runner: Runner, args: Sequence[str], timeout: float = TIMEOUT_S) -> str:

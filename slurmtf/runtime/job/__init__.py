@@ -10,6 +10,7 @@ which every job script hands over to):
 - ``staging``: a data set staged on every node before training, removed at the end.
 - ``check_first``: ``CHECK_FIRST=1``'s ``slurmtf check`` before training.
 - ``warm``: the next attempt's warm ranks: a step started early, told to go or to go away.
+- ``beacon``: a word a second from every node, so that a silent node is lost without a probe.
 - ``supervisor``: the loop: start a step, watch it, decide, restart, requeue or stop.
 
 May import: ``slurmtf.runtime.recovery``, ``slurmtf.runtime.batch_host``,

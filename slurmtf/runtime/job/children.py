@@ -31,7 +31,7 @@ class Child:
         env: Mapping[str, str],
         *,
         stderr: Path | None = None,
-        stdout: IO[bytes] | None = None,
+        stdout: int | IO[bytes] | None = None,
     ) -> None:
         self.args = list(args)
         err = stderr.open("ab") if stderr is not None else None

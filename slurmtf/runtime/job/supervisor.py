@@ -51,6 +51,7 @@ from slurmtf.runtime.batch_host.keeper import Ending
 from slurmtf.runtime.batch_host.keeper_death import keeper_gone
 from slurmtf.runtime.batch_host.succession import keeper_died, take_over
 from slurmtf.runtime.batch_host.watcher_step import WatcherStep
+from slurmtf.runtime.job.beacon import Beacon
 from slurmtf.runtime.job.check_first import CheckFirst
 from slurmtf.runtime.job.children import Child
 from slurmtf.runtime.job.commands import RankCommand, find_model, rank_command
@@ -340,9 +341,12 @@ class Supervisor:
             self.child = Child(
                 self.step_args(command), env, stderr=None if copy is None else self.job.srun_err
             )
+        beacon = self.start_beacon()
         try:
-            end = self.watch(copy, command)
+            end = self.watch(copy, command, beacon)
         finally:
+            if beacon is not None:
+                beacon.stop()
             self.child.reap()
             if copy is not None:
                 copy.copy()
@@ -352,10 +356,18 @@ class Supervisor:
         plain(f"srun exited {end.status}")
         return end
 
-    def watch(self, copy: Copier | None, command: RankCommand) -> StepEnd:
+    def start_beacon(self) -> Beacon | None:
+        """The nodes' beacon for this attempt (slurmtf.runtime.job.beacon), where the
+        supervisor watches the nodes of a job of several."""
+        nodes = [n for n in every_node(self.job) if n not in self.place.excluded]
+        usable = self.job.node_watch and self.job.in_slurm and self.job.het_size <= 1
+        return Beacon(nodes, self.env) if usable and len(nodes) > 1 else None
+
+    def watch(self, copy: Copier | None, command: RankCommand, beacon: Beacon | None) -> StepEnd:
         """Until the step ends: copy srun's messages, read the ranks' new events; when
-        one names a lost peer, probe its node; a silent one ends the step at once. The
-        next attempt's warm ranks start after the chief's first step."""
+        one names a lost peer, ask the beacon about its node, else probe it; a silent one
+        ends the step at once. The next attempt's warm ranks start after the chief's
+        first step."""
         assert self.child is not None
         follower = EventFollower(self._node_files, dict(self.files.offsets))
         watching = self.job.node_watch and self.job.in_slurm
@@ -388,10 +400,15 @@ class Supervisor:
             if not said:
                 continue
             nodes = dataclasses.replace(self.nodes, excluded=self.place.excluded)
-            lost, alive = probe_lost(said, nodes, alive, self.runner, self.job.probe_s)
+            silent = None if beacon is None else beacon.silent
+            lost, alive = probe_lost(
+                said, nodes, alive, self.runner, self.job.probe_s, silent=silent
+            )
             if lost:
-                log(f"node(s) {','.join(lost)} stopped answering: ending the step without "
-                    "waiting for Slurm (SlurmdTimeout)", error=True)  # fmt: skip
+                heard = "" if beacon is None else beacon.silences(lost)
+                how = f" ({heard}: the nodes' beacon)" if heard else ""
+                log(f"node(s) {','.join(lost)} stopped answering{how}: ending the step "
+                    "without waiting for Slurm (SlurmdTimeout)", error=True)  # fmt: skip
                 saved = survivors_saved(self.files, reports, lost)  # no grace needed
                 grace = 0.0 if saved else slurm_calls.TERM_GRACE_S
                 slurm_calls.end_steps(self.job.job_id, self.runner, grace_s=grace)

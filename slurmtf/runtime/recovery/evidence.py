@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from slurmtf.contracts import INSTALL_LINE, rank_error_line
@@ -139,15 +139,25 @@ def survivors_saved(files: LogFiles, reports: Sequence[Event], lost: Sequence[st
 
 
 def probe_lost(
-    lost: Sequence[str], nodes: Nodes, probed: Sequence[str], runner: Runner, timeout: float
+    lost: Sequence[str],
+    nodes: Nodes,
+    probed: Sequence[str],
+    runner: Runner,
+    timeout: float,
+    *,
+    silent: Callable[[Sequence[str]], Sequence[str]] | None = None,
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """While a step runs: those of the ``lost`` nodes (named by the ranks' ``peer_lost``
     events) that do not answer a probe, and every node probed so far that answered
     (``probed`` and the new ones), so that a node is probed once per step. The supervisor
     ends the step when the first is not empty: its srun would wait for a hung node until
-    Slurm's SlurmdTimeout."""
+    Slurm's SlurmdTimeout. Nodes that ``silent`` finds silent (the nodes' beacon,
+    slurmtf.runtime.job.beacon) count as not answering without a probe."""
     left_out = {*nodes.excluded, *probed}
     suspects = [n for n in lost if n not in left_out]
-    dead = probe_dead(suspects, runner, timeout)
+    quiet = tuple(silent(suspects)) if silent is not None and suspects else ()
+    asked = [n for n in suspects if n not in quiet]
+    unanswered = {*quiet, *probe_dead(asked, runner, timeout)}
+    dead = tuple(n for n in suspects if n in unanswered)
     alive = tuple(dict.fromkeys([*probed, *(n for n in suspects if n not in dead)]))
     return dead, alive

@@ -1,0 +1,147 @@
+"""The nodes' beacon: its verdicts (pure), its srun read by a thread (a fake srun on
+PATH that speaks for some nodes and falls silent for others), and the probe it spares."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from slurmtf.runtime.job.beacon import BEAT_S, Beacon, Heard, beacon_args
+from slurmtf.runtime.recovery.evidence import probe_lost
+from slurmtf.runtime.recovery.node_choice import Nodes
+from slurmtf.runtime.slurm_calls import BEACON_NAME
+
+
+def test_a_node_heard_before_and_silent_while_others_speak_is_silent() -> None:
+    heard = Heard()
+    for at in (0.0, 1.0, 2.0):
+        heard.note("node1\n", at)
+        heard.note("node2\n", at)
+    for at in (3.0, 4.0, 5.0, 6.0):
+        heard.note("node1\n", at)
+    assert heard.verdict("node2", now=6.0) is True
+    assert heard.verdict("node1", now=6.0) is False
+    assert heard.verdict("node3", now=6.0) is None  # never heard: the probe decides
+
+
+def test_every_node_silent_at_once_is_no_verdict() -> None:
+    """A stalled srun (or batch host) stops every node's words together: no node is
+    declared lost for it."""
+    heard = Heard()
+    heard.note("node1", 0.0)
+    heard.note("node2", 0.0)
+    assert heard.verdict("node2", now=30.0) is None
+    assert heard.verdict("node2", now=1.0) is False
+
+
+def test_beacon_args_run_one_task_per_node_beside_the_job() -> None:
+    args = beacon_args(["node1", "node3"])
+    assert args[0] == "srun"
+    for flag in ("--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--overlap",
+                 "--nodelist=node1,node3", f"--job-name={BEACON_NAME}"):  # fmt: skip
+        assert flag in args, args
+    assert "$SLURMD_NODENAME" in args[-1]
+
+
+FAKE_SRUN = """#!/bin/sh
+# speaks for node1 every 0.1 s; for node2 only SILENT_AFTER times (then it "hangs")
+n=0
+while :; do
+    echo node1
+    if [ "$n" -lt "${SILENT_AFTER:-1000000}" ]; then echo node2; fi
+    n=$((n + 1))
+    sleep 0.1
+done
+"""
+
+
+@pytest.fixture
+def fake_srun(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    srun = bin_dir / "srun"
+    srun.write_text(FAKE_SRUN)
+    srun.chmod(srun.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return srun
+
+
+def beacon(silent_after: int) -> Beacon:
+    env = {**os.environ, "SILENT_AFTER": str(silent_after)}
+    return Beacon(["node1", "node2"], env, silent_s=0.6)
+
+
+def wait_heard(b: Beacon, node: str) -> None:
+    deadline = time.monotonic() + 10
+    while node not in b.heard.last:
+        assert time.monotonic() < deadline, f"the beacon never heard {node}"
+        time.sleep(0.05)
+
+
+def test_a_node_that_stops_speaking_is_found_silent_within_the_limit(fake_srun: Path) -> None:
+    b = beacon(silent_after=3)
+    try:
+        wait_heard(b, "node2")
+        time.sleep(0.4)  # node2's three words are said; asked within 0.6 s of its last
+        started = time.monotonic()
+        assert b.silent(["node2", "node1"]) == ("node2",)
+        waited = time.monotonic() - started
+        assert 0.1 < waited < 0.6 + 1.0, waited  # waited for node2's next word, in vain
+        assert b.silent(["node2"]) == ("node2",)  # long silent: at once
+    finally:
+        b.stop()
+    assert b.child.poll() is not None, "the beacon's srun outlived stop()"
+
+
+def test_nodes_that_speak_are_not_silent_and_answer_within_a_beat(fake_srun: Path) -> None:
+    b = beacon(silent_after=1_000_000)
+    try:
+        wait_heard(b, "node2")
+        started = time.monotonic()
+        assert b.silent(["node1", "node2"]) == ()
+        assert time.monotonic() - started < BEAT_S
+        assert b.silent(["node9"]) == ()  # not a node of the beacon
+    finally:
+        b.stop()
+
+
+def test_a_beacon_that_ended_finds_no_node_silent(tmp_path: Path, fake_srun: Path) -> None:
+    fake_srun.write_text("#!/bin/sh\necho node1\necho node2\n")
+    b = beacon(silent_after=0)
+    b.child.proc.wait(timeout=10)
+    assert b.silent(["node2"]) == ()  # the probe decides
+    b.stop()
+
+
+def test_probe_lost_probes_only_the_nodes_the_beacon_does_not_find_silent() -> None:
+    probed: list[str] = []
+
+    def runner(args: list[str], timeout: float) -> str:
+        probed.append(next(a.split("=", 1)[1] for a in args if a.startswith("--nodelist=")))
+        return ""
+
+    def silent(nodes: object) -> tuple[str, ...]:
+        return ("node2",)
+
+    dead, alive = probe_lost(["node2", "node3"], Nodes(), (), runner, 10.0, silent=silent)  # type: ignore[arg-type]
+    assert dead == ("node2",)
+    assert alive == ("node3",)
+    assert probed == ["node3"]
+
+
+def test_the_log_says_how_long_a_silent_node_was_silent(fake_srun: Path) -> None:
+    b = beacon(silent_after=2)
+    try:
+        wait_heard(b, "node2")
+        time.sleep(0.4)  # its two words said
+        assert b.silent(["node2"]) == ("node2",)
+        said = b.silences(["node2", "node7"])
+        assert re.fullmatch(r"node2 silent for \d+\.\d s", said), said
+        assert float(said.split()[-2]) >= 0.6
+    finally:
+        b.stop()
