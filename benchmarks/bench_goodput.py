@@ -84,8 +84,9 @@ def fail_once(kind: str, job_id: str, count: int, sandbox: Sandbox, stopped: lis
     """The ``count``-th failure of ``kind`` (``stopped`` gets the PIDs a hung node
     stopped); False when its process was not found."""
     found = harness.job_processes(job_id)
-    if kind == "spare":
-        node = node_of(found.get("rank1", [0])[0])
+    if kind == "spare":  # rank 1 of the attempt that trains: a hung node's stays listed
+        live = [pid for pid in found.get("rank1", []) if pid not in stopped]
+        node = node_of(live[0]) if live else ""
         stopped.extend(nodefaults.freeze_node(sandbox, node) if node else [])
         return bool(node)
     if kind == "supervisor":
