@@ -3,6 +3,7 @@ PATH that speaks for some nodes and falls silent for others), and the probe it s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import stat
@@ -12,6 +13,11 @@ from pathlib import Path
 import pytest
 
 from slurmtf.runtime.job.beacon import BEAT_S, Beacon, Heard, beacon_args
+from slurmtf.runtime.job.settings import JobSettings
+from slurmtf.runtime.job.step_nodes import first_placement, next_placement, placement_without
+from slurmtf.runtime.recovery.budget import Budget
+from slurmtf.runtime.recovery.decision import decide
+from slurmtf.runtime.recovery.endings import Attempt, TaskEnding
 from slurmtf.runtime.recovery.evidence import probe_lost
 from slurmtf.runtime.recovery.node_choice import Nodes
 from slurmtf.runtime.slurm_calls import BEACON_NAME
@@ -145,3 +151,34 @@ def test_the_log_says_how_long_a_silent_node_was_silent(fake_srun: Path) -> None
         assert float(said.split()[-2]) >= 0.6
     finally:
         b.stop()
+
+
+@pytest.mark.parametrize(
+    ("env", "lost", "nodes"),
+    [
+        ({"SPARE_NODES": "1"}, ("node2",), "node1,node3"),  # the spare takes node2's place
+        ({"MIN_NODES": "2"}, ("node3",), "node1,node2"),  # a range: the nodes left
+        ({}, ("node2",), None),  # too few left: a requeue, no warm ranks to move
+    ],
+)
+def test_the_warm_ranks_move_where_the_decision_will_place_the_next_step(
+    env: dict[str, str], lost: tuple[str, ...], nodes: str | None
+) -> None:
+    """The beacon finds a node silent before the ranks report it: the next attempt's warm
+    ranks start on the placement the decision then gives, so that they can take over."""
+    environ = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "node[1-3]",
+               "SLURM_JOB_NUM_NODES": "3", "SLURM_NNODES": "3", "LOG_DIR": "/l", **env}  # fmt: skip
+    job = JobSettings.read("mnist", environ)
+    allocation, place = first_placement(job)
+    guess = placement_without(job, place, allocation, lost)
+    budget = Budget(used=0, limit=3)
+    after = dataclasses.replace(allocation, excluded=place.excluded, dead=lost)
+    decision = decide(Attempt(137, (TaskEnding((1,), "Killed"),)), budget, after)
+    if nodes is None:
+        assert guess is None
+        assert decision.action == "requeue"
+        return
+    assert decision.action == "restart", decision
+    assert guess == next_placement(job, place, decision)
+    assert guess is not None
+    assert f"--nodelist={nodes}" in guess.flags

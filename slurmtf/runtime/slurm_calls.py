@@ -61,17 +61,23 @@ def end_steps(
     watcher_too: bool = False,
     grace_s: float = TERM_GRACE_S,
     sleep: Callable[[float], None] = time.sleep,
+    keep: Sequence[str] = (),
 ) -> list[str]:
     """End the job's steps (batch and extern aside; the watcher's step too only when
     asked): SIGTERM to their tasks first, so that a rank saves the step it holds from
     memory (slurmtf.training.rescue) and leaves, and after at most ``grace_s`` s, or at
     once when they are gone, ``scancel`` (SIGKILL: a plain scancel of a step sends no
     SIGTERM). The tasks on the healthy nodes end; the step's srun is ended by the
-    supervisor (it would wait for the silent node). The steps ended.
+    supervisor (it would wait for the silent node). Steps named in ``keep`` (the next
+    attempt's warm ranks on the nodes that remain) go on. The steps ended.
 
     The signal goes through slurmctld (``--ctld``): scancel with a signal otherwise asks
     each node's slurmd itself and waits its MessageTimeout for a silent one (10 s)."""
-    steps = [s for s, name in job_steps(job_id, runner) if watcher_too or name != WATCHER_NAME]
+    steps = [
+        s
+        for s, name in job_steps(job_id, runner)
+        if (watcher_too or name != WATCHER_NAME) and name not in keep
+    ]
     if not steps:
         return steps
     _ask(runner, ["scancel", "--ctld", "--signal=TERM", *steps], 10)

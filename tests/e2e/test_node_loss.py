@@ -6,7 +6,8 @@ way a real one hangs: its slurmd, step daemons and ranks all get SIGSTOP
 (:func:`slurmtf.sandbox.nodefaults.freeze_node`). Another user's exclusive job waits for
 the same nodes meanwhile. The job script sees the survivors name the node, finds that it
 does not answer (the nodes' beacon has not heard it since the freeze), ends the step
-without waiting for Slurm and starts the next one in place:
+without waiting for Slurm and starts the next one in place, with the ranks the supervisor
+started there once the beacon fell silent (TensorFlow imported already):
 
 * ``SPARE_NODES=1`` on 3 nodes: training resumes on the spare at full width (2 workers);
 * ``--nodes=2-3`` with ``MIN_NODES=2``: training resumes on the 2 nodes left.
@@ -128,9 +129,12 @@ def check_completed_in_place(
     output = job.job_output()
     assert re.search(r"restart 1 in place \(" + first_count("2"), output), output
     assert "requeueing" not in output, output
-    # the frozen node was known lost from the nodes' beacon, without waiting on a probe
+    # the frozen node was known lost from the nodes' beacon, without waiting on a probe,
+    # and the next attempt's ranks were warm on the nodes it took, before it was lost
     assert re.search(r"stopped answering \(node\d silent for [\d.]+ s: the nodes' beacon\)",
                      output), output  # fmt: skip
+    assert "silent to the nodes' beacon: warm ranks start on" in output, output
+    assert "warm ranks take over" in output, output
 
 
 @dataclasses.dataclass

@@ -121,6 +121,15 @@ class Beacon:
             return "wait"
         return said
 
+    def quiet(self) -> tuple[str, ...]:
+        """The beacon's nodes that are silent now, without waiting (:meth:`Heard.verdict`);
+        none once its srun ended."""
+        if self.child.poll() is not None:
+            return ()
+        now = self.clock()
+        with self.lock:
+            return tuple(n for n in self.nodes if self.heard.verdict(n, now, self.silent_s))
+
     def silences(self, nodes: Sequence[str]) -> str:
         """How long each of ``nodes`` the beacon heard has been silent, for the job's
         log (e.g. ``node2 silent for 9.8 s``); "" when it heard none of them."""

@@ -65,10 +65,12 @@ from slurmtf.runtime.job.step_nodes import (
     every_node,
     first_placement,
     next_placement,
+    placement_without,
 )
 from slurmtf.runtime.job.warm import (
     Standby,
     go_path,
+    moved_step_name,
     standby_env,
     trains,
     warm_delay,
@@ -269,19 +271,20 @@ class Supervisor:
         self.beats.now()  # the watcher stands down
 
     # --- one step -----------------------------------------------------------------
-    def step_args(self, command: RankCommand) -> list[str]:
-        """srun's arguments for this attempt's step."""
-        place = self.place.flags
+    def step_args(self, command: RankCommand, placement: Placement | None = None) -> list[str]:
+        """srun's arguments for this attempt's step (on ``placement``: this attempt's)."""
+        chosen = placement or self.place
+        place = chosen.flags
         resv = self.resv_ports(place)
         if self.job.kind == "submitit":
-            return ["srun", *self.place.args, *resv, *self.job.srun_args, *command.srun_args,
+            return ["srun", *chosen.args, *resv, *self.job.srun_args, *command.srun_args,
                     *command.args]  # fmt: skip
         het = [f"--het-group=0-{self.job.het_size - 1}"] if self.servers_het(command) else []
         logs = [
             f"--output={self.job.rank_file('%t', 'out')}",
             f"--error={self.job.rank_file('%t', 'err')}",
         ]
-        bind = gpu_bind(self.job, self.place.per_node)
+        bind = gpu_bind(self.job, chosen.per_node)
         return [
             "srun", f"--kill-on-bad-exit={command.kill_on_bad_exit}", "--open-mode=append",
             *place, *bind, *resv, *het, *self.job.srun_args, *logs, *command.args,
@@ -351,8 +354,10 @@ class Supervisor:
             if copy is not None:
                 copy.copy()
             self.child = None
-            with contextlib.suppress(OSError):  # the word that started this attempt's ranks
-                go_path(self.job.log_dir, self.job.job_id, self.attempt).unlink()
+            for moved in (False, True):  # the word that started this attempt's ranks
+                go = go_path(self.job.log_dir, self.job.job_id, self.attempt, moved=moved)
+                with contextlib.suppress(OSError):
+                    go.unlink()
         plain(f"srun exited {end.status}")
         return end
 
@@ -372,6 +377,7 @@ class Supervisor:
         follower = EventFollower(self._node_files, dict(self.files.offsets))
         watching = self.job.node_watch and self.job.in_slurm
         due = self.warm_due(command)  # None: no warm ranks for the next attempt
+        warmable = due is not None
         seen = False  # the chief's first step of this attempt
         alive: tuple[str, ...] = ()
         reports: list[Event] = []  # the ranks' peer_lost events of this attempt
@@ -393,6 +399,10 @@ class Supervisor:
             if due is not None and warm_now(due, seen, time.monotonic() - started):
                 due = None
                 self.start_standby(command)
+            quiet = beacon.quiet() if beacon is not None and warmable else ()
+            if quiet:
+                due = None  # the warm step, if any, moves to where the next attempt runs
+                self.warm_elsewhere(command, quiet)
             if not watching:
                 continue
             said = lost_in(news, self.files.new_text(self.job.srun_err) if news else "")
@@ -411,7 +421,8 @@ class Supervisor:
                     "without waiting for Slurm (SlurmdTimeout)", error=True)  # fmt: skip
                 saved = survivors_saved(self.files, reports, lost)  # no grace needed
                 grace = 0.0 if saved else slurm_calls.TERM_GRACE_S
-                slurm_calls.end_steps(self.job.job_id, self.runner, grace_s=grace)
+                keep = [self.standby.name] if self.standby and self.standby.name else []
+                slurm_calls.end_steps(self.job.job_id, self.runner, grace_s=grace, keep=keep)
                 return StepEnd(self.child.stop(grace=0), lost, alive)
         return StepEnd(self.child.status(), (), alive)
 
@@ -424,16 +435,36 @@ class Supervisor:
             return None
         return warm_delay(self.job.warm, failed=self.failed or self.attempt > 0)
 
-    def start_standby(self, command: RankCommand) -> None:
-        self.stop_standby()
+    def start_standby(self, command: RankCommand, placement: Placement | None = None) -> None:
+        """The next attempt's warm step, on ``placement`` (this attempt's by default)."""
+        self.stop_standby(at_once=placement is not None)  # a step that may span a lost node
         attempt = self.attempt + 1
-        place = self.place.flags
-        go = go_path(self.job.log_dir, self.job.job_id, attempt)
+        chosen = placement or self.place
+        go = go_path(self.job.log_dir, self.job.job_id, attempt, moved=placement is not None)
         env = standby_env(self.step_env(command, attempt), go, self.beats.path, os.getpid())
         err = None if self.job.kind == "submitit" else self.job.srun_err
+        args = self.step_args(command, chosen)
+        name = moved_step_name(attempt) if placement is not None else ""
         self.standby = Standby.start(
-            attempt, place, args=self.step_args(command), env=env, go=go, stderr=err
+            attempt, chosen.flags, args=args, env=env, go=go, stderr=err, name=name
         )
+
+    def warm_elsewhere(self, command: RankCommand, quiet: tuple[str, ...]) -> None:
+        """The beacon finds ``quiet`` nodes of this step silent before the ranks report
+        them lost (TensorFlow's heartbeat comes later): the next attempt's warm ranks
+        start on the placement a restart without them would take, so that a spare (or
+        the nodes left of a range) trains again without importing TensorFlow anew."""
+        nodes = dataclasses.replace(self.nodes, excluded=self.place.excluded)
+        lost = tuple(n for n in quiet if n in nodes.step_nodes())
+        placement = placement_without(self.job, self.place, nodes, lost) if lost else None
+        if placement is None or placement.flags == self.place.flags:
+            return
+        if self.standby is not None and self.standby.fits(self.attempt + 1, placement.flags):
+            return
+        after = dataclasses.replace(nodes, dead=lost).step_nodes()
+        plain(f"{','.join(lost)} silent to the nodes' beacon: warm ranks start on "
+              f"{','.join(after)} in case the step loses it")  # fmt: skip
+        self.start_standby(command, placement)
 
     def warm_child(self, env: Mapping[str, str]) -> Child | None:
         """The warm step, told to go, when it was made for this attempt and placement."""
@@ -447,10 +478,10 @@ class Supervisor:
               "SLURMTF_WARM_STANDBY)")  # fmt: skip
         return standby.take_over(env)
 
-    def stop_standby(self) -> None:
+    def stop_standby(self, *, at_once: bool = False) -> None:
         if self.standby is not None:
             standby, self.standby = self.standby, None
-            standby.stop()
+            standby.stop(at_once=at_once)
 
     def _node_files(self) -> list[Path]:
         """The files of the nodes' supervised events (slurmtf.events): one per node."""

@@ -37,8 +37,10 @@ AUTO_AFTER_S = 120.0  # SLURMTF_WARM_STANDBY=auto: an attempt of a job that neve
 STOP_WAIT_S = 3.0  # a told rank exits within a poll; srun is ended after this
 
 
-def go_path(log_dir: Path, job_id: str, attempt: int) -> Path:
-    return log_dir / f"standby-{job_id}.{attempt}.json"
+def go_path(log_dir: Path, job_id: str, attempt: int, *, moved: bool = False) -> Path:
+    """The go file of ``attempt``'s warm ranks (``moved``: of those started on the
+    placement without a node the beacon finds silent, apart from the others' word)."""
+    return log_dir / f"standby-{job_id}.{attempt}{'-moved' if moved else ''}.json"
 
 
 def standby_env(env: Mapping[str, str], go: Path, beat: Path, supervisor: int) -> dict[str, str]:
@@ -46,11 +48,18 @@ def standby_env(env: Mapping[str, str], go: Path, beat: Path, supervisor: int) -
     return {**env, STANDBY_ENV: str(go), BEAT_ENV: str(beat), OF_ENV: str(supervisor)}
 
 
-def overlap_args(args: Sequence[str]) -> list[str]:
+def moved_step_name(attempt: int) -> str:
+    """The srun step name of ``attempt``'s warm ranks started on the placement without a
+    silent node: the end of the step that loses the node spares that step."""
+    return f"slurmtf-standby-{attempt}"
+
+
+def overlap_args(args: Sequence[str], name: str = "") -> list[str]:
     """The attempt's srun line, sharing the allocation with the step that trains
-    (``--overlap``), its output appended to the ranks' logs."""
+    (``--overlap``), its output appended to the ranks' logs (``name``: the step's)."""
     words = list(args)
-    return [words[0], "--overlap", "--open-mode=append", *words[1:]]
+    named = [f"--job-name={name}"] if name else []
+    return [words[0], "--overlap", "--open-mode=append", *named, *words[1:]]
 
 
 def trains(events: Iterable[Event]) -> bool:
@@ -80,14 +89,16 @@ class Standby:
     child: Child
     go: Path
     started: float = dataclasses.field(default_factory=time.monotonic)
+    name: str = ""  # the step's name, when it has one of its own (moved_step_name)
 
     @classmethod
     def start(
         cls, attempt: int, place: Sequence[str], *, args: Sequence[str],
-        env: Mapping[str, str], go: Path, stderr: Path | None,
+        env: Mapping[str, str], go: Path, stderr: Path | None, name: str = "",
     ) -> Standby:  # fmt: skip
         remove_files(go, side_files=False)  # an earlier job's word
-        return cls(attempt, tuple(place), Child(overlap_args(args), env, stderr=stderr), go)
+        child = Child(overlap_args(args, name), env, stderr=stderr)
+        return cls(attempt, tuple(place), child, go, name=name)
 
     def fits(self, attempt: int, place: Sequence[str]) -> bool:
         """Whether this step can be ``attempt``: alive, for it, on ``place``."""
@@ -111,6 +122,8 @@ class Standby:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.child.proc.wait(timeout=0 if at_once else STOP_WAIT_S)
         status = self.child.stop(grace=0 if at_once else GRACE_S)
+        if at_once and ending:  # the told ranks may not have read the word yet: it stays
+            return status  # until the attempt it was for ends (Supervisor.run_step)
         remove_files(self.go, side_files=ending)
         return status
 
