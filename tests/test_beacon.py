@@ -182,3 +182,15 @@ def test_the_warm_ranks_move_where_the_decision_will_place_the_next_step(
     assert guess == next_placement(job, place, decision)
     assert guess is not None
     assert f"--nodelist={nodes}" in guess.flags
+
+
+def test_a_beacon_whose_srun_ignores_sigterm_ends_at_once_when_asked(fake_srun: Path) -> None:
+    """After a node is lost its step is cancelled; an srun spanning the silent node would
+    not end on SIGTERM, so the supervisor does not wait for it."""
+    fake_srun.write_text("#!/bin/sh\ntrap '' TERM\nwhile :; do echo node1; sleep 0.1; done\n")
+    b = beacon(silent_after=0)
+    wait_heard(b, "node1")
+    started = time.monotonic()
+    b.stop(at_once=True)
+    assert time.monotonic() - started < 1.0
+    assert b.child.poll() is not None

@@ -138,9 +138,11 @@ class Beacon:
             heard = [(n, now - self.heard.last[n]) for n in nodes if n in self.heard.last]
         return ", ".join(f"{n} silent for {s:.1f} s" for n, s in heard)
 
-    def stop(self) -> None:
-        """End the beacon's srun (it forwards the SIGTERM to its tasks)."""
-        self.child.stop(grace=2)
+    def stop(self, *, at_once: bool = False) -> None:
+        """End the beacon's srun: SIGTERM, which it forwards to its tasks, and SIGKILL
+        after 2 s (``at_once``: SIGKILL now, when its step was cancelled already: an srun
+        whose step spans a silent node would wait for it)."""
+        self.child.stop(grace=0 if at_once else 2)
         self.reader.join(timeout=2)  # srun gone: its pipe ends
         if not self.reader.is_alive() and self.child.proc.stdout is not None:
             self.child.proc.stdout.close()

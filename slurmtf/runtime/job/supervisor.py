@@ -423,6 +423,8 @@ class Supervisor:
                 grace = 0.0 if saved else slurm_calls.TERM_GRACE_S
                 keep = [self.standby.name] if self.standby and self.standby.name else []
                 slurm_calls.end_steps(self.job.job_id, self.runner, grace_s=grace, keep=keep)
+                if beacon is not None:  # its step spans the lost node, and ended above
+                    beacon.stop(at_once=True)
                 return StepEnd(self.child.stop(grace=0), lost, alive)
         return StepEnd(self.child.status(), (), alive)
 
