@@ -14,9 +14,9 @@ import pytest
 
 from slurmtf.runtime.job.beacon import BEAT_S, Beacon, Heard, beacon_args
 from slurmtf.runtime.job.settings import JobSettings
-from slurmtf.runtime.job.step_nodes import first_placement, next_placement, placement_without
+from slurmtf.runtime.job.step_nodes import first_placement, next_placement
 from slurmtf.runtime.recovery.budget import Budget
-from slurmtf.runtime.recovery.decision import decide
+from slurmtf.runtime.recovery.decision import decide, restart_without
 from slurmtf.runtime.recovery.endings import Attempt, TaskEnding
 from slurmtf.runtime.recovery.evidence import probe_lost
 from slurmtf.runtime.recovery.node_choice import Nodes
@@ -170,18 +170,21 @@ def test_the_warm_ranks_move_where_the_decision_will_place_the_next_step(
                "SLURM_JOB_NUM_NODES": "3", "SLURM_NNODES": "3", "LOG_DIR": "/l", **env}  # fmt: skip
     job = JobSettings.read("mnist", environ)
     allocation, place = first_placement(job)
-    guess = placement_without(job, place, allocation, lost)
+    now = dataclasses.replace(allocation, excluded=place.excluded)
+    guess = restart_without(now, lost)
     budget = Budget(used=0, limit=3)
-    after = dataclasses.replace(allocation, excluded=place.excluded, dead=lost)
+    after = dataclasses.replace(now, dead=lost)
     decision = decide(Attempt(137, (TaskEnding((1,), "Killed"),)), budget, after)
     if nodes is None:
         assert guess is None
         assert decision.action == "requeue"
         return
     assert decision.action == "restart", decision
-    assert guess == next_placement(job, place, decision)
     assert guess is not None
-    assert f"--nodelist={nodes}" in guess.flags
+    moved = next_placement(job, place, guess)
+    assert moved == next_placement(job, place, decision)
+    assert f"--nodelist={nodes}" in moved.flags
+    assert ",".join(guess.nodes) == nodes
 
 
 def test_a_beacon_whose_srun_ignores_sigterm_ends_at_once_when_asked(fake_srun: Path) -> None:

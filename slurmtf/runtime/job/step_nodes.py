@@ -85,17 +85,3 @@ def next_placement(job: JobSettings, place: Placement, decision: Decision) -> Pl
             per = first_count(job.ntasks_per_node) or int(job.ntasks) // max(job.num_nodes, 1)
             args.append(f"--ntasks={width * per}")
     return Placement(tuple(args), tasks, per_node, decision.exclude, place.first)
-
-
-def placement_without(
-    job: JobSettings, place: Placement, nodes: Nodes, lost: tuple[str, ...]
-) -> Placement | None:
-    """The placement a restart in place would give the next step once the ``lost`` nodes
-    are left out (a spare or the nodes left of a range take over), as the decision would
-    choose it when nothing else changed; None when too few nodes would be left (a
-    requeue)."""
-    after = dataclasses.replace(nodes, excluded=place.excluded, dead=lost)
-    if not after.allocated or len(after.usable()) < max(after.minimum, 1):
-        return None
-    guess = Decision("restart", "", exclude=after.next_excluded(), nodes=after.step_nodes())
-    return next_placement(job, place, guess)

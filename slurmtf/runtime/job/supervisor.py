@@ -65,7 +65,6 @@ from slurmtf.runtime.job.step_nodes import (
     every_node,
     first_placement,
     next_placement,
-    placement_without,
 )
 from slurmtf.runtime.job.warm import (
     Standby,
@@ -78,7 +77,7 @@ from slurmtf.runtime.job.warm import (
 )
 from slurmtf.runtime.job_log import log, plain, to_stderr
 from slurmtf.runtime.recovery.after_step import Step, decide_and_record
-from slurmtf.runtime.recovery.decision import Decision
+from slurmtf.runtime.recovery.decision import Decision, restart_without
 from slurmtf.runtime.recovery.evidence import (
     LogFiles,
     glob_escape,
@@ -457,15 +456,17 @@ class Supervisor:
         start on the placement a restart without them would take, so that a spare (or
         the nodes left of a range) trains again without importing TensorFlow anew."""
         nodes = dataclasses.replace(self.nodes, excluded=self.place.excluded)
-        lost = tuple(n for n in quiet if n in nodes.step_nodes())
-        placement = placement_without(self.job, self.place, nodes, lost) if lost else None
-        if placement is None or placement.flags == self.place.flags:
+        lost = [n for n in quiet if n in nodes.step_nodes()]
+        guess = restart_without(nodes, lost) if lost else None
+        if guess is None:
+            return
+        placement = next_placement(self.job, self.place, guess)
+        if placement.flags == self.place.flags:
             return
         if self.standby is not None and self.standby.fits(self.attempt + 1, placement.flags):
             return
-        after = dataclasses.replace(nodes, dead=lost).step_nodes()
         plain(f"{','.join(lost)} silent to the nodes' beacon: warm ranks start on "
-              f"{','.join(after)} in case the step loses it")  # fmt: skip
+              f"{','.join(guess.nodes)} in case the step loses it")  # fmt: skip
         self.start_standby(command, placement)
 
     def warm_child(self, env: Mapping[str, str]) -> Child | None:

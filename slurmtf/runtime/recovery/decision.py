@@ -154,6 +154,18 @@ def _again(action: str, why: str, status: int, budget: Budget, nodes: Nodes) -> 
     return dataclasses.replace(decision, nodes=nodes.step_nodes(), placement=nodes.placement())
 
 
+def restart_without(nodes: Nodes, lost: Sequence[str]) -> Decision | None:
+    """The restart in place :func:`decide` chooses when the ``lost`` nodes stop answering
+    and nothing else changed (a spare or the nodes left of a range take their place, as
+    in :func:`_again`); None when too few nodes would remain (a requeue). The next
+    attempt's warm ranks start there before the ranks report the loss."""
+    after = dataclasses.replace(nodes, dead=tuple(lost))
+    usable = after.usable()
+    if not after.allocated or not usable or len(usable) < after.minimum:
+        return None
+    return Decision("restart", "", exclude=after.next_excluded(), nodes=after.step_nodes())
+
+
 def after_supervisor(why: str, budget: Budget) -> Decision:
     """The supervisor itself ended without the job's status (``why``: killed, an uncaught
     exception, stopped beating) while its batch host is healthy: its keeper starts it
